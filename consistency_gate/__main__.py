@@ -1,0 +1,3 @@
+from consistency_gate.cli import main
+
+main()

@@ -1,0 +1,273 @@
+"""Mergeable counts behind every consistency metric.
+
+Every metric of SPEC section 1 is a ratio of additive counts (Pearson and cosine are sums
+of per-sample values), so one :class:`ConsistencyCounts` can be fed batch by batch with
+:meth:`~ConsistencyCounts.update`, and partial counts from other workers folded in with
+:meth:`~ConsistencyCounts.merge`. One array, a stream of chunks and a map-reduce all give
+the same numbers.
+
+>>> import numpy as np
+>>> prev = Outputs.from_scores(np.array([[0.9, 0.1], [0.4, 0.6]]), columns=[0, 1], k_max=2)
+>>> cand = Outputs.from_labels(np.array([0, 0]))
+>>> counts = ConsistencyCounts(ks=(1, 2)).update(np.array([0, 1]), prev, cand)
+>>> values, reasons = counts.compute()
+>>> values["con"], values["ctoi"], values["pearson"]
+(0.5, 0.5, None)
+>>> reasons["pearson"]
+'the candidate gave hard labels, not class scores'
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from consistency_gate import metrics as m
+
+ROLES = ("previous", "candidate")
+
+
+@dataclass(frozen=True)
+class Outputs:
+    """One generation's outputs on a batch, in a class-id space shared by all generations.
+
+    ``labels`` are predicted class ids; ``top`` the k_max best class ids, best first;
+    ``scores`` the raw score matrix in the generation's own column order and ``columns``
+    the class id of each of its columns. Hard-label outputs have only ``labels``.
+    """
+
+    labels: np.ndarray
+    top: np.ndarray | None = None
+    scores: np.ndarray | None = None
+    columns: np.ndarray | None = None
+
+    @classmethod
+    def from_scores(cls, scores: np.ndarray, columns: np.ndarray | list[int], k_max: int) -> Outputs:
+        """Outputs from an (n, p) score matrix whose column j holds class id ``columns[j]``."""
+        columns = np.asarray(columns, dtype=np.int64)
+        top = columns[m.top_k(scores, k_max)]
+        return cls(labels=top[:, 0], top=top, scores=scores, columns=columns)
+
+    @classmethod
+    def from_labels(cls, labels: np.ndarray) -> Outputs:
+        """Outputs from hard predicted class ids."""
+        return cls(labels=np.asarray(labels, dtype=np.int64))
+
+    @property
+    def has_scores(self) -> bool:
+        return self.scores is not None
+
+
+@dataclass
+class ConsistencyCounts:
+    """Additive counts for one (previous, candidate) pair; see the module docstring."""
+
+    ks: tuple[int, ...] = (1,)
+    n: int = 0
+    correct_previous: int = 0
+    correct_candidate: int = 0
+    agree: int = 0
+    ctoc: int = 0
+    ctoi: int = 0
+    itoc: int = 0
+    itoi: int = 0
+    unknown_previous: int = 0
+    unknown_candidate: int = 0
+    ccon: dict[int, int] = field(default_factory=dict)
+    cacc_previous: dict[int, int] = field(default_factory=dict)
+    cacc_candidate: dict[int, int] = field(default_factory=dict)
+    pearson_sum: float = 0.0
+    pearson_n: int = 0
+    cosine_sum: float = 0.0
+    cosine_n: int = 0
+    previous_has_scores: bool | None = None
+    candidate_has_scores: bool | None = None
+
+    def __post_init__(self) -> None:
+        self.ks = tuple(sorted(set(self.ks)))
+        if not self.ks or self.ks[0] < 1:
+            raise ValueError(f"every k must be >= 1, got {self.ks}")
+        for counter in (self.ccon, self.cacc_previous, self.cacc_candidate):
+            for k in self.ks:
+                counter.setdefault(k, 0)
+
+    @property
+    def k_max(self) -> int:
+        return self.ks[-1]
+
+    def update(self, y_true: np.ndarray, previous: Outputs, candidate: Outputs) -> ConsistencyCounts:
+        """Add one batch (true class ids and both generations' outputs); returns self."""
+        y_true = np.asarray(y_true, dtype=np.int64)
+        self._check_kind("previous", previous.has_scores)
+        self._check_kind("candidate", candidate.has_scores)
+        self.n += y_true.size
+        flips = m.flip_indicators(y_true, previous.labels, candidate.labels)
+        self.ctoc, self.ctoi, self.itoc, self.itoi = (
+            total + int(ind.sum()) for total, ind in zip(self.flip_counts, flips, strict=True)
+        )
+        self.correct_previous += int((flips[0] | flips[1]).sum())
+        self.correct_candidate += int((flips[0] | flips[2]).sum())
+        self.agree += int((previous.labels == candidate.labels).sum())
+        self.unknown_previous += _unknown(y_true, previous)
+        self.unknown_candidate += _unknown(y_true, candidate)
+        self._update_topk(y_true, previous, candidate)
+        if previous.has_scores and candidate.has_scores:
+            self._update_similarity(previous, candidate)
+        return self
+
+    @property
+    def flip_counts(self) -> tuple[int, int, int, int]:
+        return self.ctoc, self.ctoi, self.itoc, self.itoi
+
+    def _check_kind(self, role: str, has_scores: bool) -> None:
+        attr = f"{role}_has_scores"
+        known = getattr(self, attr)
+        if known is None:
+            setattr(self, attr, has_scores)
+        elif known != has_scores:
+            raise ValueError(f"the {role} generation mixes score batches and hard-label batches")
+
+    def _update_topk(self, y_true: np.ndarray, previous: Outputs, candidate: Outputs) -> None:
+        ranks = {}
+        for role, out in zip(ROLES, (previous, candidate), strict=True):
+            if out.top is not None:
+                if out.top.shape[1] < self.k_max:
+                    raise ValueError(f"the {role} outputs hold the top {out.top.shape[1]}, need {self.k_max}")
+                top = out.top[:, : self.k_max]
+                ranks[role] = top
+                counter = self.cacc_previous if role == "previous" else self.cacc_candidate
+                true_rank = m.true_class_rank(y_true, top)
+                for k in self.ks:
+                    counter[k] += int((true_rank <= k).sum())
+        if len(ranks) == 2:
+            shared = m.first_shared_rank(ranks["previous"], ranks["candidate"])
+            for k in self.ks:
+                self.ccon[k] += int((shared <= k).sum())
+        elif 1 in self.ks:
+            self.ccon[1] += int((previous.labels == candidate.labels).sum())
+
+    def _update_similarity(self, previous: Outputs, candidate: Outputs) -> None:
+        a, b = previous.scores, candidate.scores
+        if np.array_equal(previous.columns, candidate.columns):
+            dot = m.rowwise_dot(a, b)
+            width = a.shape[1]
+        else:
+            _, ia, ib = np.intersect1d(previous.columns, candidate.columns, return_indices=True)
+            dot = m.rowwise_dot(a[:, ia], b[:, ib])
+            width = np.union1d(previous.columns, candidate.columns).size
+        sq_a, sq_b = m.rowwise_dot(a, a), m.rowwise_dot(b, b)
+        r = m.rowwise_pearson(
+            m.rowwise_sum(a), m.rowwise_sum(b), sq_a, sq_b, dot, width, rel_tol=m.rounding_tolerance(a, b)
+        )
+        c = m.rowwise_cosine(sq_a, sq_b, dot)
+        self.pearson_sum += float(np.nansum(r))
+        self.pearson_n += int((~np.isnan(r)).sum())
+        self.cosine_sum += float(np.nansum(c))
+        self.cosine_n += int((~np.isnan(c)).sum())
+
+    def merge(self, other: ConsistencyCounts) -> ConsistencyCounts:
+        """A new ConsistencyCounts holding both sets of counts (map-reduce's reduce step)."""
+        if self.ks != other.ks:
+            raise ValueError(f"cannot merge counts for k={self.ks} with counts for k={other.ks}")
+        out = ConsistencyCounts(ks=self.ks)
+        for role in ROLES:
+            kinds = {getattr(c, f"{role}_has_scores") for c in (self, other)} - {None}
+            if len(kinds) > 1:
+                raise ValueError(f"cannot merge: the {role} generation has scores in one part only")
+            setattr(out, f"{role}_has_scores", kinds.pop() if kinds else None)
+        for name in _ADDITIVE:
+            setattr(out, name, getattr(self, name) + getattr(other, name))
+        for name in ("ccon", "cacc_previous", "cacc_candidate"):
+            mine, theirs = getattr(self, name), getattr(other, name)
+            setattr(out, name, {k: mine[k] + theirs[k] for k in self.ks})
+        return out
+
+    def compute(self) -> tuple[dict[str, float | None], dict[str, str]]:
+        """Metric values keyed as in SPEC section 6, and the reason for each null value."""
+        values: dict[str, float | None] = {}
+        reasons: dict[str, str] = {}
+
+        def ratio(key: str, num: float, den: float, why: str) -> None:
+            values[key] = num / den if den else None
+            if not den:
+                reasons[key] = why
+
+        empty = "no samples were evaluated"
+        ratio("acc_previous", self.correct_previous, self.n, empty)
+        ratio("acc_candidate", self.correct_candidate, self.n, empty)
+        ratio("con", self.agree, self.n, empty)
+        ratio("acc_con", self.ctoc, self.n, empty)
+        for name, count in zip(m.FLIP_NAMES, self.flip_counts, strict=True):
+            ratio(name, count, self.n, empty)
+        ratio("com", self.ctoc + self.itoc - self.ctoi, self.n, empty)
+        for key, num, den in (
+            ("pearson", self.pearson_sum, self.pearson_n),
+            ("cosine", self.cosine_sum, self.cosine_n),
+        ):
+            ratio(key, num, den, self._similarity_reason(key))
+        ratio(
+            "btc",
+            self.ctoc,
+            self.correct_previous,
+            "the previous generation got no sample right (BTC = CtoC / ACC_previous)",
+        )
+        ratio(
+            "bec",
+            self.itoi,
+            self.n - self.correct_candidate,
+            "the candidate got no sample wrong (BEC = ItoI / (1 - ACC_candidate))",
+        )
+        for k in self.ks:
+            both = self.previous_has_scores and self.candidate_has_scores
+            if k == 1 or both:
+                ratio(f"ccon@{k}", self.ccon[k], self.n, empty)
+            else:
+                values[f"ccon@{k}"] = None
+                reasons[f"ccon@{k}"] = f"top-{k} consistency needs class scores from both generations"
+            for role, counter in (("previous", self.cacc_previous), ("candidate", self.cacc_candidate)):
+                key = f"cacc_{role}@{k}"
+                if getattr(self, f"{role}_has_scores"):
+                    ratio(key, counter[k], self.n, empty)
+                elif k == 1:
+                    values[key] = values[f"acc_{role}"]
+                else:
+                    values[key] = None
+                    reasons[key] = f"top-{k} accuracy needs class scores; the {role} gave hard labels"
+        return values, reasons
+
+    def _similarity_reason(self, key: str) -> str:
+        for role in ROLES:
+            if getattr(self, f"{role}_has_scores") is False:
+                return f"the {role} gave hard labels, not class scores"
+        if self.n == 0:
+            return "no samples were evaluated"
+        return f"{key} is undefined on every sample (a score vector is constant or all zero)"
+
+    def unknown_labels(self) -> dict[str, int]:
+        """Samples whose true class a generation does not know (counted as wrong for it)."""
+        return {"previous": self.unknown_previous, "candidate": self.unknown_candidate}
+
+
+_ADDITIVE = (
+    "n",
+    "correct_previous",
+    "correct_candidate",
+    "agree",
+    "ctoc",
+    "ctoi",
+    "itoc",
+    "itoi",
+    "unknown_previous",
+    "unknown_candidate",
+    "pearson_sum",
+    "pearson_n",
+    "cosine_sum",
+    "cosine_n",
+)
+
+
+def _unknown(y_true: np.ndarray, out: Outputs) -> int:
+    if out.columns is None:
+        return 0
+    return int((~np.isin(y_true, out.columns)).sum())

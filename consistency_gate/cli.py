@@ -1,0 +1,328 @@
+"""The ``consistency-gate`` command: parses arguments, calls the core, prints results.
+
+Exit codes (SPEC section 6): 0 passed or nothing to decide, 1 gate failed, 2 usage error,
+3 invalid input data, 4 model or registry error, 5 tracking server or storage unreachable.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sys
+import traceback
+from pathlib import Path
+
+import click
+
+from consistency_gate.errors import GateError
+
+_verbose = False
+
+
+def _echo_json(payload: object) -> None:
+    click.echo(json.dumps(payload, indent=2, default=str))
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--verbose", is_flag=True, help="Print the traceback of an error too.")
+@click.version_option(package_name="consistency-gate")
+def cli(verbose: bool) -> None:
+    """Gate retrained classifiers on their consistency with the previous generation."""
+    global _verbose
+    _verbose = verbose
+
+
+@cli.command()
+@click.option("--labels", "labels", required=True, type=click.Path(path_type=Path), help="File with the true labels.")
+@click.option("--previous", required=True, type=click.Path(path_type=Path), help="Previous generation's predictions.")
+@click.option("--candidate", required=True, type=click.Path(path_type=Path), help="Candidate's predictions.")
+@click.option("--label-column", default="label", show_default=True, help="Column of the labels file with true labels.")
+@click.option("--id-column", default=None, help="Column that aligns rows across the files (default: by position).")
+@click.option("--k", "ks", type=int, multiple=True, help="k for top-k metrics; repeat for several (default 1 and 5).")
+@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
+@click.option(
+    "--engine",
+    type=click.Choice(["local", "spark"]),
+    default="local",
+    show_default=True,
+    help="spark: compute on Apache Spark (needs pyspark and --id-column).",
+)
+@click.option("--partitions", type=int, default=None, help="With --engine spark: number of partitions.")
+def compare(
+    labels: Path,
+    previous: Path,
+    candidate: Path,
+    label_column: str,
+    id_column: str | None,
+    ks: tuple[int, ...],
+    fmt: str,
+    engine: str,
+    partitions: int | None,
+) -> None:
+    """Consistency metrics between two prediction files (CSV or Parquet)."""
+    from consistency_gate.report import comparison_table
+
+    if engine == "spark":
+        from consistency_gate.spark import compare_spark as run
+    else:
+        from consistency_gate.compare import compare_files as run
+    options = {"partitions": partitions} if engine == "spark" else {}
+    result = run(
+        labels, previous, candidate, label_column=label_column, id_column=id_column, ks=list(ks) or None, **options
+    ).to_dict()
+    if fmt == "json":
+        _echo_json(result)
+    else:
+        click.echo(comparison_table(result))
+
+
+@cli.command()
+@click.option("--labels", "labels", required=True, type=click.Path(path_type=Path), help="File with the true labels.")
+@click.option(
+    "--generation",
+    "generations",
+    required=True,
+    multiple=True,
+    metavar="NAME=FILE",
+    help="A generation's predictions, oldest first; repeat for each (at least two).",
+)
+@click.option("--label-column", default="label", show_default=True)
+@click.option("--id-column", default=None)
+@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
+def generations(labels: Path, generations: tuple[str, ...], label_column: str, id_column: str | None, fmt: str) -> None:
+    """Paper 003's multi-generation report: mean ACC, mean pairwise CON and ACC-CON, flips."""
+    from consistency_gate.compare import compare_generations
+    from consistency_gate.report import table
+
+    report = compare_generations(
+        labels, _named_files(generations, "--generation"), label_column=label_column, id_column=id_column
+    )
+    if fmt == "json":
+        _echo_json(report)
+        return
+    click.echo(
+        f"n = {report['n']}; ACC mean {report['acc_mean']:.4f}, CON mean {report['con_mean']:.4f}, "
+        f"ACC-CON mean {report['acc_con_mean']:.4f}\n"
+    )
+    click.echo(table([[g, a] for g, a in report["acc"].items()], ["generation", "acc"]) + "\n")
+    rows = [[pair, *flips.values()] for pair, flips in report["consecutive_flips"].items()]
+    click.echo(table(rows, ["pair", "ctoc", "ctoi", "itoc", "itoi"]))
+
+
+@cli.command()
+@click.option("--model", required=True, help="Registered model name.")
+@click.option("--candidate", default=None, help="Candidate version: a number or @alias (default: the latest version).")
+@click.option("--baseline", default=None, help="Previous generation: @alias or version (default @champion).")
+@click.option("--data", required=True, type=click.Path(path_type=Path), help="Evaluation data (CSV or Parquet).")
+@click.option("--label-column", default="label", show_default=True)
+@click.option("--id-column", default=None, help="Column identifying samples (kept in the flip table).")
+@click.option(
+    "--config",
+    "config_path",
+    default=None,
+    type=click.Path(path_type=Path),
+    help="Gate rules (YAML); default: the packaged rules (`consistency-gate config --default`).",
+)
+@click.option(
+    "--tracking-uri",
+    default=None,
+    help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else sqlite:///mlflow.db).",
+)
+@click.option(
+    "--report",
+    "report_path",
+    default=None,
+    type=click.Path(path_type=Path),
+    help="Write the verdict as JSON to this file.",
+)
+@click.option("--promote", is_flag=True, help="On pass only, move the baseline alias to the candidate.")
+@click.option("--format", "fmt", type=click.Choice(["table", "json", "markdown"]), default="table", show_default=True)
+@click.option(
+    "--summary",
+    "summary_path",
+    default=None,
+    type=click.Path(path_type=Path),
+    help="Append the verdict as Markdown to this file (e.g. $GITHUB_STEP_SUMMARY).",
+)
+@click.option("--quiet", is_flag=True, help="No progress bars (they are off anyway when stderr is not a terminal).")
+def check(
+    model: str,
+    candidate: str | None,
+    baseline: str | None,
+    data: Path,
+    label_column: str,
+    id_column: str | None,
+    config_path: Path | None,
+    tracking_uri: str | None,
+    report_path: Path | None,
+    promote: bool,
+    fmt: str,
+    summary_path: Path | None,
+    quiet: bool,
+) -> int:
+    """Gate a candidate model version against the previous generation (exit 0 pass, 1 fail)."""
+    from consistency_gate.gate import run_gate
+    from consistency_gate.report import verdict_markdown, verdict_table
+
+    with contextlib.redirect_stdout(sys.stderr):  # MLflow prints run links; stdout is the result's
+        result = run_gate(
+            model,
+            data,
+            candidate=candidate,
+            baseline=baseline,
+            label_column=label_column,
+            id_column=id_column,
+            config=config_path,
+            tracking_uri=tracking_uri,
+            report_path=report_path,
+            promote=promote,
+            quiet=quiet,
+        )
+    report = result.to_dict()
+    if summary_path:
+        with open(summary_path, "a", encoding="utf-8") as fh:
+            fh.write(verdict_markdown(report))
+    if fmt == "json":
+        _echo_json(report)
+    elif fmt == "markdown":
+        click.echo(verdict_markdown(report))
+    else:
+        click.echo(verdict_table(report))
+    return result.exit_code
+
+
+@cli.command()
+@click.option("--default", "show_default", is_flag=True, required=True, help="Print the packaged default config.")
+def config(show_default: bool) -> None:
+    """Print the default gate configuration (YAML), to copy and edit."""
+    from consistency_gate.rules import default_config_text
+
+    click.echo(default_config_text(), nl=False)
+
+
+@cli.command()
+@click.option(
+    "--workdir",
+    default="consistency-gate-demo",
+    show_default=True,
+    type=click.Path(path_type=Path),
+    help="Folder for the SQLite store, artifacts, data and report (recreated on each run).",
+)
+def demo(workdir: Path) -> None:
+    """Train two generations on a bundled data set, register them locally, and run the gate."""
+    from consistency_gate.demo import MODEL_NAME, prepare
+    from consistency_gate.gate import run_gate
+    from consistency_gate.report import verdict_table
+
+    click.echo(f"Training two generations of '{MODEL_NAME}' and registering them in {workdir}/mlflow.db ...")
+    uri, eval_path, config_path = prepare(workdir)
+    click.echo(f"Generation 1 holds @champion; gating generation 2 against it with {config_path}.\n")
+    result = run_gate(
+        MODEL_NAME,
+        eval_path,
+        candidate="2",
+        id_column="id",
+        tracking_uri=uri,
+        config=config_path,
+        report_path=workdir / "report.json",
+    )
+    click.echo(verdict_table(result.to_dict()))
+    click.echo(f"\nIn CI this gate would exit {result.exit_code}. The JSON report is {workdir / 'report.json'}.")
+    click.echo(
+        f"See the run (rules, flip table, plots) in the MLflow UI:\n  mlflow ui --backend-store-uri {uri}\n"
+        "then open http://127.0.0.1:5000 and the experiment "
+        f"'consistency-gate/{MODEL_NAME}'."
+    )
+
+
+@cli.command()
+@click.option(
+    "--labels",
+    "labels",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="File with the true labels (not needed when every member is a registry model and --data is given).",
+)
+@click.option(
+    "--member",
+    "members",
+    required=True,
+    multiple=True,
+    metavar="NAME=FILE|models:/NAME/VERSION",
+    help="A member's predictions file, or a registered model version to predict --data with.",
+)
+@click.option("--data", type=click.Path(path_type=Path), default=None, help="Features and labels for registry members.")
+@click.option("--tracking-uri", default=None, help="MLflow tracking URI for registry members.")
+@click.option("--label-column", default="label", show_default=True)
+@click.option("--id-column", default=None)
+@click.option("--select", "select", is_flag=True, help="Also run paper 004's team selection (pool of 3 or more).")
+@click.option("--max-team-size", type=int, default=None, help="Largest team size for --select (default: the pool).")
+@click.option("--format", "fmt", type=click.Choice(["table", "json", "html"]), default="table", show_default=True)
+def diagnose(
+    labels: Path | None,
+    members: tuple[str, ...],
+    data: Path | None,
+    tracking_uri: str | None,
+    label_column: str,
+    id_column: str | None,
+    select: bool,
+    max_team_size: int | None,
+    fmt: str,
+) -> None:
+    """Why an ensemble of these members helps or not: accuracy, overlap, diversity, decomposition."""
+    from consistency_gate.diagnose import run_diagnose
+
+    with contextlib.redirect_stdout(sys.stderr):  # keep stdout for the report
+        report, html_page = run_diagnose(
+            labels,
+            _named_files(members, "--member"),
+            data=data,
+            tracking_uri=tracking_uri,
+            label_column=label_column,
+            id_column=id_column,
+            select=select,
+            max_team_size=max_team_size,
+            html=fmt == "html",
+        )
+    if fmt == "json":
+        _echo_json(report)
+    elif fmt == "html":
+        click.echo(html_page)
+    else:
+        from consistency_gate.report import diagnose_text
+
+        click.echo(diagnose_text(report))
+
+
+def _named_files(items: tuple[str, ...], option: str) -> dict[str, str]:
+    named: dict[str, str] = {}
+    for item in items:
+        name, sep, path = item.partition("=")
+        if not sep or not name or not path:
+            raise click.BadParameter(f"{item!r}: expected NAME=FILE", param_hint=option)
+        if name in named:
+            raise click.BadParameter(f"name {name!r} is given twice", param_hint=option)
+        named[name] = path
+    return named
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point: run the CLI and turn GateErrors into one line and their exit code."""
+    try:
+        code = cli.main(args=argv, standalone_mode=False)
+    except GateError as exc:
+        if _verbose:
+            traceback.print_exc()
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(exc.exit_code)
+    except click.exceptions.Abort:
+        click.echo("aborted", err=True)
+        sys.exit(130)
+    except click.ClickException as exc:
+        exc.show()
+        sys.exit(exc.exit_code)
+    sys.exit(code if isinstance(code, int) else 0)
+
+
+if __name__ == "__main__":
+    main()

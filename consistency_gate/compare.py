@@ -1,0 +1,369 @@
+"""Comparing generations: class alignment by label name, streaming, and the report.
+
+:class:`Evaluation` turns labelled batches of predictions (pandas frames, one per
+generation) into :class:`~consistency_gate.accumulator.ConsistencyCounts` for every pair
+of generations, aligning classes by their label names in a shared class-id space.
+:func:`compare_files` streams three files through it for ``consistency-gate compare``;
+:func:`compare_generations` does the same for G1..GT (paper 003's multi-generation report).
+
+>>> import pandas as pd
+>>> ev = Evaluation(["previous", "candidate"], [("a", "b"), ("b", "a", "c")], ks=(1, 2))
+>>> labels = pd.Series(["a", "c"])
+>>> prev = pd.DataFrame({"a": [0.9, 0.6], "b": [0.1, 0.4]})
+>>> cand = pd.DataFrame({"b": [0.2, 0.1], "a": [0.7, 0.1], "c": [0.1, 0.8]})
+>>> ev.add(labels, [prev, cand])
+>>> result = ev.result()
+>>> result.metrics["acc_previous"], result.metrics["acc_candidate"], result.unknown_labels
+(0.5, 1.0, {'previous': 1, 'candidate': 0})
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from itertools import combinations
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from consistency_gate import predictions as io
+from consistency_gate.accumulator import ConsistencyCounts, Outputs
+from consistency_gate.errors import DataError
+from consistency_gate.metrics import FLIP_NAMES
+
+DEFAULT_KS = (1, 5)
+
+
+class ClassIndex:
+    """Assigns a stable integer id to each class label (as text), in order of first sight."""
+
+    def __init__(self) -> None:
+        self._ids: dict[str, int] = {}
+
+    def add(self, labels: Sequence[str]) -> np.ndarray:
+        return np.array([self._ids.setdefault(str(label), len(self._ids)) for label in labels], dtype=np.int64)
+
+    def ids(self, labels: pd.Series, register: bool) -> np.ndarray:
+        """Class ids of a batch of labels; unseen labels get new ids if ``register``, else -1."""
+        codes, uniques = pd.factorize(labels.astype(str), sort=False)
+        if register:
+            mapping = self.add(list(uniques))
+        else:
+            mapping = np.array([self._ids.get(u, -1) for u in uniques], dtype=np.int64)
+        return mapping[codes]
+
+    @property
+    def labels(self) -> list[str]:
+        return list(self._ids)
+
+
+@dataclass
+class ComparisonResult:
+    """Metrics of one (previous, candidate) pair, shaped as SPEC section 6's JSON."""
+
+    n: int
+    metrics: dict[str, float | None]
+    null_reasons: dict[str, str]
+    classes: list[str]
+    unknown_labels: dict[str, int]
+    counts: ConsistencyCounts | None = field(default=None, repr=False)
+
+    def to_dict(self) -> dict:
+        """The ``compare --format json`` object (plus ``null_reasons``)."""
+        return {
+            "n": self.n,
+            "metrics": self.metrics,
+            "classes": self.classes,
+            "unknown_labels": self.unknown_labels,
+            "null_reasons": self.null_reasons,
+        }
+
+
+class Evaluation:
+    """Streams labelled prediction batches of T generations into pairwise counts.
+
+    ``class_sets[i]`` is generation i's score-column labels in column order, or None
+    when it gives hard labels. A true label that every score-giving generation lacks is
+    a DataError; one that some generation lacks is counted in ``unknown_labels``.
+    """
+
+    def __init__(
+        self,
+        names: Sequence[str],
+        class_sets: Sequence[Sequence[str] | None],
+        ks: Sequence[int] = DEFAULT_KS,
+        keep_samples: bool = False,
+    ) -> None:
+        self.names = list(names)
+        self.index = ClassIndex()
+        self.columns = [None if cs is None else self.index.add([str(c) for c in cs]) for cs in class_sets]
+        self.ks = tuple(sorted(set(ks)))
+        self.open_class_set = any(cs is None for cs in class_sets)
+        self.pairs = {pair: ConsistencyCounts(ks=self.ks) for pair in combinations(range(len(names)), 2)}
+        self.keep_samples = keep_samples
+        self._samples: list[pd.DataFrame] = []
+
+    def add(self, labels: pd.Series, frames: Sequence[pd.DataFrame | pd.Series], where: str = "labels") -> None:
+        """Add one batch: true labels and each generation's frame (score columns) or hard-label series."""
+        y = self.index.ids(labels, register=self.open_class_set)
+        if (y < 0).any():
+            row = int(np.argmax(y < 0))
+            raise DataError(
+                f"{where}: row {int(labels.index[row]) + 1}: label {labels.iloc[row]!r} is not a class of any "
+                f"generation (known classes: {', '.join(self.index.labels[:10])}"
+                f"{' ...' if len(self.index.labels) > 10 else ''})"
+            )
+        outputs = [self._outputs(frame, cols) for frame, cols in zip(frames, self.columns, strict=True)]
+        for (i, j), counts in self.pairs.items():
+            counts.update(y, outputs[i], outputs[j])
+        if self.keep_samples:
+            self._samples.append(self._sample_table(labels, y, outputs))
+
+    def _outputs(self, frame: pd.DataFrame | pd.Series, columns: np.ndarray | None) -> Outputs:
+        if columns is None:
+            return Outputs.from_labels(self.index.ids(pd.Series(frame), register=True))
+        values = frame.to_numpy() if isinstance(frame, pd.DataFrame) else np.asarray(frame)
+        return Outputs.from_scores(values, columns, k_max=self.ks[-1])
+
+    def _sample_table(self, labels: pd.Series, y: np.ndarray, outputs: list[Outputs]) -> pd.DataFrame:
+        names = np.array(self.index.labels, dtype=object)
+        table = {"label": labels.to_numpy()}
+        for name, out in zip(self.names, outputs, strict=True):
+            table[f"{name}_prediction"] = names[out.labels]
+            table[f"{name}_correct"] = out.labels == y
+        return pd.DataFrame(table, index=labels.index)
+
+    def samples(self) -> pd.DataFrame:
+        """Per-sample predictions of every generation (only with ``keep_samples=True``)."""
+        return pd.concat(self._samples) if self._samples else pd.DataFrame()
+
+    def result(self, pair: tuple[int, int] = (0, 1)) -> ComparisonResult:
+        counts = self.pairs[pair]
+        values, reasons = counts.compute()
+        return ComparisonResult(
+            n=counts.n,
+            metrics=values,
+            null_reasons=reasons,
+            classes=self.index.labels,
+            unknown_labels=counts.unknown_labels(),
+            counts=counts,
+        )
+
+    def generations_report(self) -> dict:
+        """Paper 003's multi-generation summary: ACC averaged over generations, CON and
+        ACC-CON averaged over all pairs, and the directional flips of consecutive pairs."""
+        acc = {}
+        for (i, j), counts in self.pairs.items():
+            values, _ = counts.compute()
+            acc[self.names[i]] = values["acc_previous"]
+            acc[self.names[j]] = values["acc_candidate"]
+        pair_values = {pair: counts.compute()[0] for pair, counts in self.pairs.items()}
+        consecutive = {
+            f"{self.names[i]}->{self.names[i + 1]}": {k: pair_values[(i, i + 1)][k] for k in FLIP_NAMES}
+            for i in range(len(self.names) - 1)
+        }
+        return {
+            "n": next(iter(self.pairs.values())).n,
+            "acc": acc,
+            "acc_mean": _mean(acc.values()),
+            "con_mean": _mean(v["con"] for v in pair_values.values()),
+            "acc_con_mean": _mean(v["acc_con"] for v in pair_values.values()),
+            "pairs": {f"{self.names[i]}|{self.names[j]}": v for (i, j), v in pair_values.items()},
+            "consecutive_flips": consecutive,
+        }
+
+
+def _mean(values) -> float | None:
+    vals = [v for v in values if v is not None]
+    return float(np.mean(vals)) if vals else None
+
+
+def resolve_ks(ks: Sequence[int] | None, sources: Sequence[io.PredictionSource]) -> tuple[int, ...]:
+    """Validate the requested k values against each score file's class count.
+
+    Without a request, use k = 1 and 5, leaving out 5 where a file has fewer classes.
+    """
+    widths = [len(s.classes) for s in sources if s.classes is not None]
+    narrowest = min(widths) if widths else None
+    if not ks:
+        return tuple(k for k in DEFAULT_KS if narrowest is None or k <= narrowest) or (1,)
+    for k in ks:
+        if k < 1:
+            raise DataError(f"--k {k}: k must be at least 1")
+        if narrowest is not None and k > narrowest:
+            src = next(s for s in sources if s.classes is not None and len(s.classes) == narrowest)
+            raise DataError(f"--k {k}: larger than the {narrowest} classes of {src.path}; use k <= {narrowest}")
+    return tuple(sorted(set(ks)))
+
+
+def compare_files(
+    labels: str | Path,
+    previous: str | Path,
+    candidate: str | Path,
+    *,
+    label_column: str = "label",
+    id_column: str | None = None,
+    ks: Sequence[int] | None = None,
+    chunk_rows: int = io.DEFAULT_CHUNK_ROWS,
+) -> ComparisonResult:
+    """Stream a labels file and two prediction files through the metrics (``compare``).
+
+    >>> # compare_files("labels.csv", "gen1.csv", "gen2.csv", ks=[1, 5]).to_dict()
+    """
+    evaluation = evaluate_files(
+        labels,
+        {"previous": previous, "candidate": candidate},
+        label_column=label_column,
+        id_column=id_column,
+        ks=ks,
+        chunk_rows=chunk_rows,
+    )
+    return evaluation.result()
+
+
+def compare_generations(
+    labels: str | Path,
+    generations: dict[str, str | Path],
+    *,
+    label_column: str = "label",
+    id_column: str | None = None,
+    ks: Sequence[int] | None = None,
+) -> dict:
+    """Multi-generation report over prediction files of G1..GT, in the given order."""
+    if len(generations) < 2:
+        raise DataError("a multi-generation report needs at least two generations")
+    return evaluate_files(
+        labels, generations, label_column=label_column, id_column=id_column, ks=ks
+    ).generations_report()
+
+
+def evaluate_files(
+    labels: str | Path,
+    generations: dict[str, str | Path],
+    *,
+    label_column: str = "label",
+    id_column: str | None = None,
+    ks: Sequence[int] | None = None,
+    chunk_rows: int = io.DEFAULT_CHUNK_ROWS,
+) -> Evaluation:
+    """Stream the files through an :class:`Evaluation`; rows align by id or by position."""
+    labels = Path(labels)
+    label_cols = io.file_columns(labels)
+    io.require_columns(labels, label_cols, [label_column] + ([id_column] if id_column else []))
+    sources = [io.inspect_prediction_file(path, id_column) for path in generations.values()]
+    evaluation = Evaluation(list(generations), [s.classes for s in sources], ks=resolve_ks(ks, sources))
+    label_fields = ([id_column] if id_column else []) + [label_column]
+    label_frames = io.iter_frames(labels, label_fields, chunk_rows, text_columns=tuple(label_fields))
+    order = _row_order(labels, sources, id_column) if id_column else None
+    if order is None:
+        streams = [_frames(s, chunk_rows) for s in sources]
+    else:
+        streams = [_reordered(s, positions, chunk_rows) for s, positions in zip(sources, order, strict=True)]
+    n = 0
+    for chunk in label_frames:
+        batch = [_next_chunk(stream, s, labels, len(chunk), n) for stream, s in zip(streams, sources, strict=True)]
+        evaluation.add(
+            _labels(chunk, label_column, labels),
+            [_body(f, s) for f, s in zip(batch, sources, strict=True)],
+            where=str(labels),
+        )
+        n += len(chunk)
+    for stream, source in zip(streams, sources, strict=True):
+        extra = sum(len(f) for f in stream)
+        if extra:
+            raise DataError(
+                f"row counts differ: {labels} has {n} rows but {source.path} has {n + extra}; "
+                "give files with one row per sample, or align them with --id-column"
+            )
+    if n == 0:
+        raise DataError(f"{labels}: the file has a header but no rows; nothing to evaluate")
+    return evaluation
+
+
+def _labels(chunk: pd.DataFrame, label_column: str, path: Path) -> pd.Series:
+    labels = chunk[label_column]
+    missing = labels.isna()
+    if missing.any():
+        row = int(labels.index[np.argmax(missing.to_numpy())]) + 1
+        raise DataError(f"{path}: row {row}, column '{label_column}' is empty; every sample needs a true label")
+    return labels
+
+
+def _frames(source: io.PredictionSource, chunk_rows: int):
+    text = (source.id_column,) if source.id_column else ()
+    if not source.has_scores:
+        text += (io.HARD_LABEL_COLUMN,)
+    return io.iter_frames(source.path, source.columns, chunk_rows, text_columns=text)
+
+
+def _next_chunk(stream, source: io.PredictionSource, labels: Path, rows: int, seen: int) -> pd.DataFrame:
+    frame = next(stream, None)
+    if frame is None or len(frame) < rows:
+        have = seen + (0 if frame is None else len(frame))
+        raise DataError(
+            f"row counts differ: {source.path} has {have} rows but {labels} has more; "
+            "give files with one row per sample, or align them with --id-column"
+        )
+    return frame
+
+
+def _body(frame: pd.DataFrame, source: io.PredictionSource) -> pd.DataFrame | pd.Series:
+    if source.has_scores:
+        return pd.DataFrame(io.score_matrix(frame, source), index=frame.index)
+    return io.hard_labels(frame, source)
+
+
+def _row_order(labels: Path, sources: list[io.PredictionSource], id_column: str) -> list[np.ndarray | None] | None:
+    """For each prediction file, the row positions that put it in the labels file's id order.
+
+    None where a file is already in that order (it is then streamed); the ids must be
+    unique and the same set in every file.
+    """
+    reference = _unique_ids(labels, id_column)
+    order: list[np.ndarray | None] = []
+    for source in sources:
+        ids = _unique_ids(source.path, id_column)
+        if len(ids) == len(reference) and (ids.to_numpy() == reference.to_numpy()).all():
+            order.append(None)
+            continue
+        position = pd.Series(np.arange(len(ids)), index=ids)
+        missing = reference[~reference.isin(position.index)]
+        if len(missing):
+            raise DataError(
+                f"{source.path}: id {missing.iloc[0]!r} of {labels} is missing "
+                f"({len(missing)} ids in all); every file needs the same ids"
+            )
+        extra = ids[~ids.isin(reference)]
+        if len(extra):
+            raise DataError(
+                f"{source.path}: id {extra.iloc[0]!r} is not in {labels} "
+                f"({len(extra)} such ids); every file needs the same ids"
+            )
+        order.append(position.loc[reference].to_numpy())
+    return order
+
+
+def _unique_ids(path: Path, id_column: str) -> pd.Series:
+    ids = io.read_column(path, id_column)
+    if ids.isna().any():
+        row = int(np.argmax(ids.isna().to_numpy())) + 1
+        raise DataError(f"{path}: row {row}, id column '{id_column}' is empty")
+    dup = ids.duplicated()
+    if dup.any():
+        raise DataError(
+            f"{path}: id {ids[dup].iloc[0]!r} appears more than once in column '{id_column}'; ids must be unique"
+        )
+    return ids.reset_index(drop=True)
+
+
+def _reordered(source: io.PredictionSource, positions: np.ndarray | None, chunk_rows: int):
+    """Chunks of a prediction file in the labels' id order. A file out of order is read whole."""
+    if positions is None:
+        yield from _frames(source, chunk_rows)
+        return
+    whole = pd.concat(list(_frames(source, chunk_rows)))
+    for start in range(0, len(positions), chunk_rows):
+        part = whole.iloc[positions[start : start + chunk_rows]]
+        part.index = pd.RangeIndex(start, start + len(part))
+        yield part

@@ -1,0 +1,131 @@
+"""Diversity decomposition and learner-collusion diagnostics (paper 001, SPEC section 4).
+
+DIV = weighted mean of member losses - ensemble loss. The identities, checked in tests:
+
+- cross-entropy, probability averaging: DIV = sum_j w_j log(pbar(k*) / p_j(k*))
+- cross-entropy, score (logit) averaging: DIV = sum_j w_j KL(qbar || p_j), qbar = softmax(sum_j w_j z_j)
+- Brier (and MSE): DIV = sum_j w_j ||p_j - pbar||^2, the weighted variance around the ensemble
+
+>>> import numpy as np
+>>> probs = np.array([[[0.9, 0.1]], [[0.5, 0.5]]])          # 2 members, 1 sample
+>>> round(diversity_ce_probs(probs, np.array([0])), 4)      # 0.5*log(.7/.9) + 0.5*log(.7/.5)
+0.0426
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+_EPS = 1e-12
+
+
+def _weights(m: int, weights=None) -> np.ndarray:
+    w = np.full(m, 1.0 / m) if weights is None else np.asarray(weights, dtype=np.float64)
+    if w.shape != (m,) or (w < 0).any() or not np.isclose(w.sum(), 1.0):
+        raise ValueError(f"weights must be {m} non-negative numbers summing to 1")
+    return w
+
+
+def diversity_ce_probs(member_probs: np.ndarray, y: np.ndarray, weights=None) -> float:
+    """DIV for cross-entropy with probability averaging, mean over samples."""
+    p = np.asarray(member_probs, dtype=np.float64)
+    w = _weights(p.shape[0], weights)
+    true = p[:, np.arange(p.shape[1]), y]  # (m, n): p_j(k*)
+    pbar = np.tensordot(w, true, axes=1)
+    return float(np.mean(np.tensordot(w, np.log(pbar + _EPS) - np.log(true + _EPS), axes=1)))
+
+
+def _log_softmax(z: np.ndarray) -> np.ndarray:
+    z = z - z.max(axis=-1, keepdims=True)
+    return z - np.log(np.exp(z).sum(axis=-1, keepdims=True))
+
+
+def diversity_ce_scores(member_scores: np.ndarray, weights=None) -> float:
+    """DIV for cross-entropy with score (logit) averaging: sum_j w_j KL(qbar || p_j), mean over samples.
+
+    It does not depend on the labels: the true-class terms cancel.
+    """
+    z = np.asarray(member_scores, dtype=np.float64)
+    w = _weights(z.shape[0], weights)
+    log_q = _log_softmax(np.tensordot(w, z, axes=1))  # (n, p)
+    log_p = _log_softmax(z)  # (m, n, p)
+    kl = (np.exp(log_q)[None] * (log_q[None] - log_p)).sum(axis=-1)  # (m, n)
+    return float(np.mean(np.tensordot(w, kl, axes=1)))
+
+
+def diversity_brier(member_probs: np.ndarray, weights=None) -> float:
+    """DIV for the Brier score (or MSE on any outputs): weighted variance of members around the ensemble."""
+    p = np.asarray(member_probs, dtype=np.float64)
+    w = _weights(p.shape[0], weights)
+    pbar = np.tensordot(w, p, axes=1)
+    return float(np.mean(np.tensordot(w, ((p - pbar[None]) ** 2).sum(axis=-1), axes=1)))
+
+
+def losses(member_probs: np.ndarray, y: np.ndarray, weights=None) -> dict[str, float]:
+    """Weighted mean member loss and ensemble loss (probability averaging), for CE and Brier."""
+    p = np.asarray(member_probs, dtype=np.float64)
+    w = _weights(p.shape[0], weights)
+    onehot = np.eye(p.shape[2])[y]
+    pbar = np.tensordot(w, p, axes=1)
+    true = p[:, np.arange(p.shape[1]), y]
+    return {
+        "ce_members": float(np.mean(np.tensordot(w, -np.log(true + _EPS), axes=1))),
+        "ce_ensemble": float(np.mean(-np.log(pbar[np.arange(len(y)), y] + _EPS))),
+        "brier_members": float(np.mean(np.tensordot(w, ((p - onehot) ** 2).sum(-1), axes=1))),
+        "brier_ensemble": float(np.mean(((pbar - onehot) ** 2).sum(-1))),
+    }
+
+
+def debiasing_share(member_outputs: np.ndarray, weights=None) -> float | None:
+    """Share of the (Brier/MSE) diversity that optimal debiasing removes.
+
+    Member j is shifted by b_j = mean_i f_j(x_i) - mean_i fbar(x_i); what diversity remains is
+    the part that is not a constant offset. A high share means the members differ mostly by
+    bias, not by sample-specific errors: learner collusion's signature. None if DIV = 0.
+    """
+    f = np.asarray(member_outputs, dtype=np.float64)
+    w = _weights(f.shape[0], weights)
+    div = diversity_brier(f, w)
+    if div <= _EPS:
+        return None
+    fbar = np.tensordot(w, f, axes=1)
+    bias = f.mean(axis=1) - fbar.mean(axis=0)  # (m, p)
+    return float((div - diversity_brier(f - bias[:, None, :], w)) / div)
+
+
+def codependence(
+    member_probs: np.ndarray, y: np.ndarray, drop_fraction: float = 0.5, draws: int = 200, seed: int = 0
+) -> float:
+    """Mean increase of the averaged ensemble's error rate when ``drop_fraction`` of the members
+    are dropped at random (at least one kept). Near 0: members stand alone; large: they lean on
+    each other."""
+    p = np.asarray(member_probs, dtype=np.float64)
+    m = p.shape[0]
+    keep = max(1, int(round(m * (1 - drop_fraction))))
+    full = float(np.mean(p.mean(axis=0).argmax(axis=1) != y))
+    rng = np.random.default_rng(seed)
+    errors = [np.mean(p[rng.choice(m, keep, replace=False)].mean(axis=0).argmax(axis=1) != y) for _ in range(draws)]
+    return float(np.mean(errors) - full)
+
+
+def augmented_loss(member_logits, y, beta: float = 0.0):
+    """(1 - beta) * mean member cross-entropy + beta * ensemble cross-entropy (probability averaging).
+
+    ``member_logits`` is a (members, batch, classes) torch tensor. beta = 0 is independent
+    training (the default); beta must stay in [0, 1]: for beta > 1 the objective rewards members
+    for diverging from one another and is unbounded below (paper 001, Theorem 5.1).
+    """
+    import torch
+    import torch.nn.functional as F
+
+    if beta > 1:
+        raise ValueError(
+            f"beta={beta} > 1 is refused: the augmented objective is then unbounded below "
+            "(paper 001, Theorem 5.1), and members learn to collude instead of to be right"
+        )
+    if beta < 0:
+        raise ValueError(f"beta must be in [0, 1], got {beta}")
+    members = torch.stack([F.cross_entropy(z, y) for z in member_logits]).mean()
+    ensemble_probs = torch.softmax(member_logits, dim=-1).mean(dim=0)
+    ensemble = F.nll_loss(torch.log(ensemble_probs.clamp_min(1e-12)), y)
+    return (1 - beta) * members + beta * ensemble

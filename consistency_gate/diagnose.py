@@ -1,0 +1,327 @@
+"""Why an ensemble helps or not: `consistency-gate diagnose` (SPEC sections 3 and 4, seed 000).
+
+:func:`diagnose` takes the members' class probabilities on one labelled set and returns one
+JSON-able report: each member's accuracy, every pair's consistency metrics with its 2x2
+correct/wrong table, the ensemble's accuracy under each combination rule, the oracle upper
+bound, who wins the disagreements and whom the averaged ensemble follows, the six diversity
+metrics on oracle outputs, the diversity decomposition with the collusion checks, and a
+plain-language explanation drawn from those numbers.
+"""
+
+from __future__ import annotations
+
+from itertools import combinations
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from consistency_gate import decomposition as dec
+from consistency_gate import predictions as io
+from consistency_gate.accumulator import ConsistencyCounts, Outputs
+from consistency_gate.combine import RULES, combine
+from consistency_gate.diversity import pairwise_values, team_diversity
+from consistency_gate.errors import DataError, UsageError
+
+
+def diagnose(names: list[str], probs: np.ndarray, y: np.ndarray, classes: list[str]) -> dict:
+    """The report for members ``names`` with probabilities ``probs`` (M, n, p) and true ids ``y``."""
+    m, n, _ = probs.shape
+    if m < 2:
+        raise UsageError("diagnose needs at least two members: pairwise metrics and ensembles compare members")
+    preds = probs.argmax(axis=2)
+    right = preds == y[None]
+    acc = right.mean(axis=1)
+    weights = acc / acc.sum() if acc.sum() > 0 else np.full(m, 1 / m)
+    ensemble = {rule: float((combine(probs, rule, weights).argmax(1) == y).mean()) for rule in RULES}
+    negatives = (~right).any(axis=0)
+    diversity = team_diversity(right)
+    reasons = {}
+    if not negatives.any():
+        reasons = {k: "no negative samples: every member is right on every sample" for k in diversity}
+    else:
+        reasons = {k: "undefined for this team (a zero denominator)" for k, v in diversity.items() if v is None}
+    report = {
+        "n": int(n),
+        "classes": len(classes),
+        "members": {name: {"acc": float(a)} for name, a in zip(names, acc, strict=True)},
+        "pairs": {f"{names[i]}|{names[j]}": _pair(probs[i], probs[j], y) for i, j in combinations(range(m), 2)},
+        "ensemble_acc": ensemble,
+        "oracle_upper_bound": float(right.any(axis=0).mean()),
+        "negative_samples": int(negatives.sum()),
+        "diversity": diversity,
+        "diversity_null_reasons": reasons,
+        "decomposition": _decomposition(probs, y),
+        "disagreements": _disagreements(names, probs, preds, right),
+    }
+    report["explanation"] = explain(report, names)
+    return report
+
+
+def _pair(a: np.ndarray, b: np.ndarray, y: np.ndarray) -> dict:
+    cols = np.arange(a.shape[1])
+    values, _ = (
+        ConsistencyCounts().update(y, Outputs.from_scores(a, cols, 1), Outputs.from_scores(b, cols, 1)).compute()
+    )
+    ra, rb = a.argmax(1) == y, b.argmax(1) == y
+    counts = [int(c.sum()) for c in (ra & rb, ra & ~rb, ~ra & rb, ~ra & ~rb)]
+    values["table"] = dict(zip(("both_right", "only_first", "only_second", "both_wrong"), counts, strict=True))
+    # error correlation over all samples (on negatives alone a pair's Q is always -1: N11 = 0 there)
+    oracle_all = pairwise_values(*(np.float64(c) for c in counts))
+    values["yule_q_all"] = None if np.isnan(oracle_all["qs"]) else float(oracle_all["qs"])
+    values["cohen_kappa_all"] = None if np.isnan(oracle_all["ck"]) else float(oracle_all["ck"])
+    return values
+
+
+def _decomposition(probs: np.ndarray, y: np.ndarray) -> dict:
+    log_scores = np.log(np.clip(probs, 1e-12, None))  # members' log-probabilities as scores
+    return {
+        **dec.losses(probs, y),
+        "div_ce_probability_averaging": dec.diversity_ce_probs(probs, y),
+        "div_ce_score_averaging": dec.diversity_ce_scores(log_scores),
+        "div_brier": dec.diversity_brier(probs),
+        "debiasing_share": dec.debiasing_share(probs),
+        "codependence": dec.codependence(probs, y),
+    }
+
+
+def _disagreements(names: list[str], probs: np.ndarray, preds: np.ndarray, right: np.ndarray) -> dict:
+    """Where members predict different classes: who is right, whom the AVG ensemble follows, confidence."""
+    ens = probs.mean(axis=0).argmax(axis=1)
+    differ = (preds != preds[0]).any(axis=0)
+    count = int(differ.sum())
+    out = {
+        "count": count,
+        "share_of_samples": float(differ.mean()),
+        "won": {},
+        "ensemble_follows": {},
+        "mean_confidence": {},
+    }
+    for i, name in enumerate(names):
+        if count:
+            out["won"][name] = float(right[i][differ].mean())
+            out["ensemble_follows"][name] = float((ens[differ] == preds[i][differ]).mean())
+            out["mean_confidence"][name] = float(probs[i][differ].max(axis=1).mean())
+    return out
+
+
+def explain(report: dict, names: list[str]) -> list[str]:
+    """Plain-language findings drawn from the report's numbers."""
+    n = report["n"]
+    acc = {k: v["acc"] for k, v in report["members"].items()}
+    best = max(names, key=lambda k: acc[k])
+    avg = report["ensemble_acc"]["avg"]
+    lines = [
+        f"The best member, {best}, is right on {acc[best]:.2%}; the averaged ensemble on {avg:.2%} "
+        f"({100 * (avg - acc[best]):+.2f} points). An oracle that always picked a right member would reach "
+        f"{report['oracle_upper_bound']:.2%}: that is the most any combination of these members can give."
+    ]
+    dis = report["disagreements"]
+    for other in (k for k in names if k != best):
+        key = f"{best}|{other}" if f"{best}|{other}" in report["pairs"] else f"{other}|{best}"
+        table = report["pairs"][key]["table"]
+        first_is_best = key.startswith(f"{best}|")
+        gain = table["only_second"] if first_is_best else table["only_first"]
+        loss = table["only_first"] if first_is_best else table["only_second"]
+        pair = report["pairs"][key]
+        lines.append(
+            f"{other} is right on only {gain} samples ({gain / n:.2%}) where {best} is wrong, and wrong on {loss} "
+            f"where {best} is right; the two agree on {pair['con']:.2%} of samples. So {other} can add at most "
+            f"{100 * gain / n:.2f} points to {best}"
+            + (" and adds almost nothing." if gain / n < 0.01 or avg - acc[best] < 0.005 else ".")
+        )
+    if dis["count"] and len(names) == 2:
+        other = next(k for k in names if k != best)
+        follows = dis["ensemble_follows"][best]
+        conf_best, conf_other = dis["mean_confidence"][best], dis["mean_confidence"][other]
+        why = "more" if conf_best >= conf_other else "less"
+        lines.append(
+            f"On the {dis['count']} samples where they disagree ({dis['share_of_samples']:.2%}), {best} is right on "
+            f"{dis['won'][best]:.0%} and {other} on {dis['won'][other]:.0%}; the averaged ensemble follows {best} on "
+            f"{follows:.0%} of them because {best} is {why} confident there (mean top probability {conf_best:.2f} vs "
+            f"{conf_other:.2f}). That is why the ensemble stays near {best} instead of falling to the mean accuracy "
+            f"({np.mean(list(acc.values())):.2%}) or rising towards the oracle bound."
+        )
+    for key, pair in report["pairs"].items():
+        if pair["yule_q_all"] is not None:
+            a, b = key.split("|")
+            lines.append(
+                f"How correlated {a} and {b} are: Yule's Q of their right/wrong outcomes {pair['yule_q_all']:.2f} "
+                f"(1: right and wrong together, 0: independent), Cohen's kappa {pair['cohen_kappa_all']:.2f}, "
+                f"Pearson correlation of their probability vectors {_fmt(pair['pearson'])}."
+            )
+    d = report["decomposition"]
+    lines.append(
+        f"Diversity (member loss minus ensemble loss, cross-entropy, probability averaging): "
+        f"{d['div_ce_probability_averaging']:.4f} of a mean member loss of {d['ce_members']:.4f}."
+    )
+    return lines
+
+
+def _fmt(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.2f}"
+
+
+def load_member_files(
+    labels: str | Path, members: dict[str, str | Path], label_column: str = "label", id_column: str | None = None
+) -> tuple[list[str], np.ndarray, np.ndarray, list[str]]:
+    """Read a labels file and member prediction files (SPEC 6 format) into (names, probs, y, classes).
+
+    Classes are aligned by name over the union of all files (a class a member lacks has
+    probability 0); hard-label members become one-hot. Files are read whole.
+    """
+    labels = Path(labels)
+    cols = io.file_columns(labels)
+    io.require_columns(labels, cols, [label_column] + ([id_column] if id_column else []))
+    fields = ([id_column] if id_column else []) + [label_column]
+    truth = pd.concat(list(io.iter_frames(labels, fields, text_columns=tuple(fields))))
+    if truth.empty:
+        raise DataError(f"{labels}: the file has a header but no rows")
+    frames = {}
+    for name, path in members.items():
+        source = io.inspect_prediction_file(path, id_column)
+        text = ((id_column,) if id_column else ()) + (() if source.has_scores else (io.HARD_LABEL_COLUMN,))
+        frame = pd.concat(list(io.iter_frames(source.path, source.columns, text_columns=text)))
+        frame = _align(frame, truth, id_column, source.path, labels)
+        body = (
+            pd.DataFrame(io.score_matrix(frame, source), columns=list(source.classes))
+            if source.has_scores
+            else io.hard_labels(frame, source).reset_index(drop=True)
+        )
+        frames[name] = body
+    return frames_to_arrays(frames, truth[label_column].reset_index(drop=True))
+
+
+def frames_to_arrays(frames: dict[str, pd.DataFrame | pd.Series], truth: pd.Series):
+    """Member frames (score columns, or a hard-label series) and true labels -> aligned arrays."""
+    classes: list[str] = []
+    for body in frames.values():
+        for c in body.columns if isinstance(body, pd.DataFrame) else body.unique():
+            if str(c) not in classes:
+                classes.append(str(c))
+    for c in truth.unique():
+        if str(c) not in classes:
+            classes.append(str(c))
+    index = {c: i for i, c in enumerate(classes)}
+    n, p = len(truth), len(classes)
+    probs = np.zeros((len(frames), n, p))
+    for k, body in enumerate(frames.values()):
+        if isinstance(body, pd.DataFrame):
+            probs[k][:, [index[str(c)] for c in body.columns]] = body.to_numpy(dtype=np.float64)
+        else:
+            probs[k][np.arange(n), [index[str(v)] for v in body]] = 1.0
+    y = np.array([index[str(v)] for v in truth])
+    return list(frames), probs, y, classes
+
+
+def _align(frame: pd.DataFrame, truth: pd.DataFrame, id_column: str | None, path: Path, labels: Path):
+    if id_column is None:
+        if len(frame) != len(truth):
+            raise DataError(
+                f"members on different sample sets: {path} has {len(frame)} rows, {labels} has "
+                f"{len(truth)}; give one row per sample or align with --id-column"
+            )
+        return frame.reset_index(drop=True)
+    ids = frame[id_column]
+    if ids.duplicated().any():
+        raise DataError(f"{path}: id {ids[ids.duplicated()].iloc[0]!r} appears more than once")
+    missing = ~truth[id_column].isin(ids)
+    if missing.any() or len(ids) != len(truth):
+        example = truth[id_column][missing].iloc[0] if missing.any() else ids[~ids.isin(truth[id_column])].iloc[0]
+        raise DataError(f"members on different sample sets: {path} and {labels} differ in ids (e.g. {example!r})")
+    return frame.set_index(id_column).loc[truth[id_column].to_numpy()].reset_index()
+
+
+def run_diagnose(
+    labels: str | Path | None,
+    members: dict[str, str],
+    *,
+    data: str | Path | None = None,
+    tracking_uri: str | None = None,
+    label_column: str = "label",
+    id_column: str | None = None,
+    select: bool = False,
+    max_team_size: int | None = None,
+    html: bool = False,
+) -> tuple[dict, str | None]:
+    """Load the members (files, or ``models:/NAME/VERSION`` predicted on ``data``), diagnose,
+    optionally select teams, and render the HTML page. Returns (report, html or None)."""
+    if len(members) < 2:
+        raise UsageError("diagnose needs at least two --member options: pairwise metrics compare two members")
+    registry_members = {k: v for k, v in members.items() if str(v).startswith("models:/")}
+    if registry_members:
+        names, probs, y, classes = _load_registry_members(members, data, tracking_uri, label_column, id_column)
+    else:
+        if labels is None:
+            raise UsageError("--labels is required with prediction files")
+        names, probs, y, classes = load_member_files(labels, members, label_column, id_column)
+    report = diagnose(names, probs, y, classes)
+    if select:
+        from consistency_gate.selection import Pool, select_teams
+
+        if max_team_size is not None and max_team_size > len(names):
+            raise UsageError(f"--max-team-size {max_team_size} is larger than the pool of {len(names)} members")
+        if len(names) < 3:
+            raise UsageError("--select needs a pool of at least 3 members")
+        report["selection"] = select_teams(Pool(probs, y), max_size=max_team_size)
+    return report, (render_html(report, names, probs, y, classes) if html else None)
+
+
+def render_html(report: dict, names: list[str], probs: np.ndarray, y: np.ndarray, classes: list[str]) -> str:
+    import io as _io
+
+    import matplotlib.pyplot as plt
+
+    from consistency_gate import plots
+    from consistency_gate.report import diagnose_html
+
+    first = report["pairs"][f"{names[0]}|{names[1]}"]
+    figs = {
+        f"errors of {names[0]} vs {names[1]}": plots.correctness_matrix(
+            first["table"]["both_right"],
+            first["table"]["only_first"],
+            first["table"]["only_second"],
+            first["table"]["both_wrong"],
+        ),
+        "confidence on disagreements": plots.disagreement_confidence(names, probs),
+        "disagreement per class": plots.class_disagreement(classes, probs, y),
+    }
+    if report.get("selection"):
+        figs["diversity vs accuracy"] = plots.diversity_scatter(report["selection"]["scatter"], "gd")
+    pngs = {}
+    for name, fig in figs.items():
+        buffer = _io.BytesIO()
+        fig.savefig(buffer, format="png", dpi=90)
+        plt.close(fig)
+        pngs[name] = buffer.getvalue()
+    return diagnose_html(report, pngs)
+
+
+def _load_registry_members(members, data, tracking_uri, label_column, id_column):
+    import mlflow
+    from mlflow import MlflowClient
+
+    from consistency_gate import registry
+    from consistency_gate.gate import _predict, _read_evaluation_data
+
+    if data is None:
+        raise UsageError("registry members (models:/...) need --data with their features and labels")
+    frame = _read_evaluation_data(Path(data), label_column, id_column)
+    uri = registry.resolve_tracking_uri(tracking_uri)
+    registry.configure_fail_fast()
+    registry.check_reachable(uri)
+    mlflow.set_registry_uri(uri)
+    client = MlflowClient(tracking_uri=uri, registry_uri=uri)
+    frames = {}
+    for name, source in members.items():
+        if not str(source).startswith("models:/"):
+            raise UsageError(f"--member {name}: mix of files and registry models; use one kind with --data")
+        rest = str(source).removeprefix("models:/")
+        if "@" in rest:  # models:/name@alias
+            model_name, _, alias = rest.partition("@")
+            spec = f"@{alias}"
+        else:
+            model_name, _, spec = rest.partition("/")
+        ref = registry.resolve_version(client, model_name, spec or None)
+        frames[name] = _predict(registry.load_model(ref), frame, label_column, id_column)
+    return frames_to_arrays(frames, frame[label_column].astype(str).reset_index(drop=True))

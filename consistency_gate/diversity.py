@@ -1,0 +1,118 @@
+"""Ensemble diversity metrics on oracle outputs (paper 004, Appendix C), vectorised over teams.
+
+The oracle output of member i on sample k is 1 if it predicts the sample correctly, else 0.
+Metrics are computed on the *negative samples* of a team: those at least one member gets
+wrong. Pairwise metrics (Cohen's kappa CK, Yule's Q statistic QS, binary disagreement BD)
+are averaged over all pairs of the team (Formula 4); Fleiss' kappa FK, Kohavi-Wolpert
+variance KW and generalized diversity GD are computed on the whole team.
+
+Raw values are reported. For ranking, low score = high diversity: :func:`ranking_score`
+uses 1 - value for BD, KW and GD, as the paper does. A value is None when undefined (no
+negative samples, or a zero denominator).
+
+>>> import numpy as np
+>>> oracle = np.array([[1, 1, 0, 0, 1], [1, 0, 1, 0, 1]], dtype=bool)   # 2 members, 5 samples
+>>> scores = team_diversity(oracle)
+>>> scores["bd"], scores["qs"]       # negatives: samples 1, 2, 3 -> N11=0, N10=1, N01=1, N00=1
+(0.6666666666666666, -1.0)
+"""
+
+from __future__ import annotations
+
+from itertools import combinations
+
+import numpy as np
+
+METRICS = ("ck", "qs", "bd", "fk", "kw", "gd")
+_HIGHER_IS_MORE_DIVERSE = ("bd", "kw", "gd")
+
+
+def oracle_outputs(predictions: np.ndarray, y_true: np.ndarray) -> np.ndarray:
+    """(members, n) booleans: member i right on sample k."""
+    return np.asarray(predictions) == np.asarray(y_true)[None, :]
+
+
+def ranking_score(metric: str, value: float | None) -> float | None:
+    """Score for ranking teams, low = diverse (1 - value for BD, KW, GD)."""
+    if value is None:
+        return None
+    return 1.0 - value if metric in _HIGHER_IS_MORE_DIVERSE else value
+
+
+def _div(num: np.ndarray, den: np.ndarray) -> np.ndarray:
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(den != 0, num / np.where(den != 0, den, 1), np.nan)
+
+
+def pairwise_values(n11, n10, n01, n00) -> dict[str, np.ndarray]:
+    """CK (Formula 1), QS (Formula 2) and BD (Formula 3) from the 2x2 counts (any shape)."""
+    ck = _div(2 * (n11 * n00 - n01 * n10), (n11 + n10) * (n01 + n00) + (n11 + n01) * (n10 + n00))
+    qs = _div(n11 * n00 - n01 * n10, n11 * n00 + n01 * n10)
+    bd = _div(n01 + n10, n11 + n10 + n01 + n00)
+    return {"ck": ck, "qs": qs, "bd": bd}
+
+
+def nonpairwise_values(correct_counts: np.ndarray, size: int, mask: np.ndarray) -> dict[str, np.ndarray]:
+    """FK (Formula 5), KW (Formula 6), GD (Formula 7) per team.
+
+    ``correct_counts`` is (teams, n): l(x_k), members of the team right on sample k; ``mask``
+    (teams, n) the team's negative samples.
+    """
+    s = size
+    n = mask.sum(axis=1).astype(np.float64)
+    right = correct_counts.astype(np.float64)  # l(x_k) in the paper
+    spread = (right * (s - right) * mask).sum(axis=1)
+    p_bar = _div((right * mask).sum(axis=1), n * s)
+    fk = 1 - _div(spread / s, n * (s - 1) * p_bar * (1 - p_bar))
+    kw = _div(spread, n * s**2)
+    fails = (s - right) * mask  # members failing each sample
+    p1 = _div((fails / s).sum(axis=1), n)
+    p2 = _div((fails * (fails - 1) / (s * (s - 1))).sum(axis=1), n)
+    gd = 1 - _div(p2, p1)
+    return {"fk": fk, "kw": kw, "gd": gd}
+
+
+def team_diversity(oracle: np.ndarray, negatives_of: np.ndarray | None = None) -> dict[str, float | None]:
+    """All six metrics for one team (its members are the rows of ``oracle``).
+
+    Negative samples are where a member errs, or ``negatives_of`` (a boolean mask, e.g. the
+    errors of a focal model, as in HQ metrics).
+    """
+    teams = np.ones((1, oracle.shape[0]), dtype=bool)
+    values = teams_diversity(oracle, teams, negatives_of)
+    return {k: (None if np.isnan(v[0]) else float(v[0])) for k, v in values.items()}
+
+
+def teams_diversity(
+    oracle: np.ndarray, teams: np.ndarray, negatives_of: np.ndarray | None = None
+) -> dict[str, np.ndarray]:
+    """The six metrics for many teams of one size at once: ``teams`` is (T, M) membership.
+
+    NaN where undefined. Pairwise metrics are the mean over the team's pairs, each pair's
+    counts taken over the team's negative samples.
+    """
+    oracle = np.asarray(oracle, dtype=bool)
+    teams = np.asarray(teams, dtype=bool)
+    size = int(teams[0].sum())
+    if size < 2 or (teams.sum(axis=1) != size).any():
+        raise ValueError("every team must have the same size, at least 2")
+    correct = teams.astype(np.int64) @ oracle.astype(np.int64)  # (T, n)
+    mask = correct < size if negatives_of is None else np.broadcast_to(negatives_of, correct.shape)
+    pairs = list(combinations(range(size), 2))
+    members = np.array([np.flatnonzero(t) for t in teams])  # (T, size)
+    sums = {k: np.zeros(len(teams)) for k in ("ck", "qs", "bd")}
+    undefined = {k: np.zeros(len(teams), dtype=bool) for k in sums}
+    o, w = oracle.astype(np.float64), (~oracle).astype(np.float64)
+    for a, b in pairs:
+        i, j = members[:, a], members[:, b]
+        m = mask.astype(np.float64)
+        n11 = (o[i] * o[j] * m).sum(1)
+        n10 = (o[i] * w[j] * m).sum(1)
+        n01 = (w[i] * o[j] * m).sum(1)
+        n00 = (w[i] * w[j] * m).sum(1)
+        for key, value in pairwise_values(n11, n10, n01, n00).items():
+            undefined[key] |= np.isnan(value)
+            sums[key] += np.nan_to_num(value)
+    out = {k: np.where(undefined[k], np.nan, sums[k] / len(pairs)) for k in sums}
+    out.update(nonpairwise_values(correct, size, mask))
+    return {k: out[k] for k in METRICS}

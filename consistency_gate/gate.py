@@ -1,0 +1,423 @@
+"""The gate: compare a candidate model version with the previous generation and decide.
+
+:func:`run_gate` is the Python API a pipeline step calls; ``consistency-gate check`` is a
+thin shell over it. It loads both generations from the MLflow Model Registry, validates
+the evaluation data (great-expectations), predicts, computes the metrics of SPEC
+section 1, applies the configured rules, logs everything to one MLflow run, tags the
+candidate version and, with ``promote=True`` and a pass, moves the baseline alias.
+
+    result = run_gate("digits", data="eval.csv", tracking_uri="sqlite:///mlflow.db")
+    result.verdict            # 'passed' or 'failed'
+    result.exit_code          # 0 or 1
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from consistency_gate import registry, rules, tracking
+from consistency_gate.compare import ComparisonResult, Evaluation
+from consistency_gate.errors import DataError, GateError, ModelError, TrackingError
+from consistency_gate.predictions import file_columns, iter_frames, require_columns
+
+DEFAULT_BASELINE = "@champion"
+FLIP_NAMES = {(True, True): "CtoC", (True, False): "CtoI", (False, True): "ItoC", (False, False): "ItoI"}
+
+
+@dataclass
+class GateResult:
+    """The verdict and everything behind it; ``to_dict()`` is the ``--report`` JSON."""
+
+    verdict: str
+    rules: list[rules.RuleResult]
+    metrics: dict[str, float | None]
+    run_id: str | None
+    candidate: dict
+    baseline: dict | None
+    first_generation: bool = False
+    registered_version: str | None = None
+    promoted: bool = False
+    ensemble: dict | None = None
+    null_reasons: dict[str, str] = field(default_factory=dict)
+    unknown_labels: dict[str, int] = field(default_factory=dict)
+    n: int = 0
+    timings: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def exit_code(self) -> int:
+        return 0 if self.verdict == "passed" else 1
+
+    def to_dict(self) -> dict:
+        return {
+            "verdict": self.verdict,
+            "rules": [r.to_dict() for r in self.rules],
+            "metrics": self.metrics,
+            "run_id": self.run_id,
+            "candidate": self.candidate,
+            "baseline": self.baseline,
+            "registered_version": self.registered_version,
+            "ensemble": self.ensemble,
+            "first_generation": self.first_generation,
+            "promoted": self.promoted,
+            "n": self.n,
+            "unknown_labels": self.unknown_labels,
+            "null_reasons": self.null_reasons,
+        }
+
+
+class _Timer:
+    def __init__(self) -> None:
+        self.spent: dict[str, float] = {}
+
+    def __call__(self, name: str):
+        timer = self
+
+        class _Span:
+            def __enter__(self):
+                self.t0 = time.perf_counter()
+
+            def __exit__(self, *exc):
+                timer.spent[name] = timer.spent.get(name, 0.0) + time.perf_counter() - self.t0
+
+        return _Span()
+
+
+def run_gate(
+    model: str,
+    data: str | Path,
+    *,
+    candidate: str | None = None,
+    baseline: str | None = None,
+    label_column: str = "label",
+    id_column: str | None = None,
+    config: str | Path | rules.GateConfig | None = None,
+    tracking_uri: str | None = None,
+    report_path: str | Path | None = None,
+    promote: bool = False,
+    quiet: bool = False,
+) -> GateResult:
+    """Run the gate on registered model ``model``; see the module docstring.
+
+    ``candidate`` is a version number or ``@alias`` (default: the latest version);
+    ``baseline`` an ``@alias`` or version (default ``@champion``; if that alias is not set
+    yet, the candidate is a first generation and only single-model rules are checked).
+    Raises a :class:`~consistency_gate.errors.GateError` with the SPEC exit code on error.
+    """
+    import mlflow
+    from mlflow import MlflowClient
+
+    timer = _Timer()
+    cfg = config if isinstance(config, rules.GateConfig) else rules.load_config(config)
+    uri = registry.resolve_tracking_uri(tracking_uri)
+    registry.configure_fail_fast()
+    registry.check_reachable(uri)
+    mlflow.set_tracking_uri(uri)
+    mlflow.set_registry_uri(uri)
+    client = MlflowClient(tracking_uri=uri, registry_uri=uri)
+
+    with timer("registry"):
+        cand_ref = registry.resolve_version(client, model, None if candidate is None else str(candidate))
+        base_spec = str(baseline or DEFAULT_BASELINE)
+        first_generation = baseline is None and not registry.alias_exists(client, model, base_spec[1:])
+        base_ref = None if first_generation else registry.resolve_version(client, model, base_spec)
+    frame = _read_evaluation_data(Path(data), label_column, id_column)
+
+    try:
+        tracking.use_experiment(tracking.experiment_name(model), uri)
+        # inside a pipeline's own run, the gate's run nests under it
+        run = mlflow.start_run(run_name=f"gate {model} v{cand_ref.version}", nested=mlflow.active_run() is not None)
+    except Exception as exc:  # noqa: BLE001
+        raise TrackingError(f"cannot start an MLflow run on {uri}: {exc}") from None
+    try:
+        result = _gate_in_run(
+            run.info.run_id,
+            client,
+            cfg,
+            cand_ref,
+            base_ref,
+            frame,
+            Path(data),
+            label_column,
+            id_column,
+            promote,
+            timer,
+            quiet,
+        )
+        if report_path:
+            Path(report_path).write_text(json.dumps(result.to_dict(), indent=2, default=str))
+        mlflow.end_run("FINISHED")
+        return result
+    except BaseException as exc:
+        _end_failed(exc)
+        if not isinstance(exc, GateError) and registry.looks_unreachable(exc):
+            raise TrackingError(f"tracking server or storage became unreachable during the gate: {exc}") from exc
+        raise
+
+
+def _end_failed(exc: BaseException) -> None:
+    import mlflow
+
+    try:
+        mlflow.set_tag("consistency_gate.error", f"{type(exc).__name__}: {exc}"[:500])
+        mlflow.end_run("FAILED")
+    except Exception:  # noqa: BLE001 - the store itself may be gone; the original error matters
+        pass
+
+
+@dataclass
+class _Decision:
+    """One model's comparison with the baseline and the verdict of the rules on it."""
+
+    comparison: ComparisonResult
+    rules: list[rules.RuleResult]
+    verdict: str
+    samples: pd.DataFrame
+    ks: list[int]
+    metrics: dict  # the reported metrics: the config's k values only
+
+
+def _decide(cfg, base_scores, cand_scores, frame, label_column, id_column, data_path) -> _Decision:
+    first_generation = base_scores is None
+    frames = [cand_scores, cand_scores] if first_generation else [base_scores, cand_scores]
+    classes = [list(f.columns) for f in frames]
+    width = min(len(c) for c in classes)
+    ks = sorted({k for k in cfg.ks if k <= width} | set(range(1, min(10, width) + 1)))
+    evaluation = Evaluation(["previous", "candidate"], classes, ks=ks, keep_samples=True)
+    evaluation.add(frame[label_column].astype(str), frames, where=str(data_path))
+    comparison = evaluation.result()
+    results = rules.evaluate_rules(cfg.rules, comparison.metrics, first_generation=first_generation)
+    samples = _flip_table(evaluation.samples(), frame, id_column)
+    reported = _reported_metrics(comparison.metrics, cfg.ks, first_generation)
+    return _Decision(comparison, results, rules.verdict(results), samples, ks, reported)
+
+
+def _log_decision(decision: _Decision, report: dict) -> None:
+    """Metrics, rule table, flip table, plots and JSON report into the active run."""
+    tracking.log_metrics(decision.metrics)
+    tracking.log_rules(
+        [{**r.to_dict(), "rule": rules.Rule(r.metric, r.kind, r.threshold).describe()} for r in decision.rules]
+    )
+    tracking.log_samples(decision.samples)
+    tracking.log_plots(
+        decision.samples, decision.comparison.counts.flip_counts, decision.comparison.metrics, decision.ks
+    )
+    tracking.log_json(report, "gate/report.json")
+
+
+def _gate_in_run(
+    run_id, client, cfg, cand_ref, base_ref, frame, data_path, label_column, id_column, promote, timer, quiet=False
+):
+    import mlflow
+
+    mlflow.log_params(
+        {
+            "model": cand_ref.name,
+            "candidate_version": cand_ref.version,
+            "baseline_version": base_ref.version if base_ref else "none (first generation)",
+            "baseline_alias": base_ref.alias if base_ref else "",
+            "data": str(data_path),
+            "n_rows": len(frame),
+            "label_column": label_column,
+            "config": cfg.source,
+            "remediation": cfg.remediation.settings.method if cfg.remediation else "off",
+        }
+    )
+    tracking.log_json([{"metric": r.metric, r.kind: r.threshold} for r in cfg.rules], "gate/config.json")
+    with timer("registry"):
+        models = [registry.load_model(ref, cfg.classes) for ref in ([base_ref] if base_ref else []) + [cand_ref]]
+    with timer("validation"):
+        _validate(frame, label_column, id_column, models)
+    with timer("predict"):
+        frames = [_predict(m, frame, label_column, id_column) for m in models]
+    base_scores = frames[0] if base_ref else None
+    with timer("metrics"):
+        single = _decide(cfg, base_scores, frames[-1], frame, label_column, id_column, data_path)
+    result = GateResult(
+        verdict=single.verdict,
+        rules=single.rules,
+        metrics=single.metrics,
+        run_id=run_id,
+        candidate=cand_ref.to_dict(),
+        baseline=base_ref.to_dict() if base_ref else None,
+        first_generation=base_ref is None,
+        null_reasons=single.comparison.null_reasons,
+        unknown_labels=single.comparison.unknown_labels,
+        n=single.comparison.n,
+    )
+    with timer("logging"):
+        _log_decision(single, result.to_dict())
+        if base_scores is not None:
+            _log_diagnosis(base_scores, frames[-1], frame[label_column])
+        for key, value in (
+            (registry.TAG_VERDICT, single.verdict),
+            (registry.TAG_KIND, _kind(cand_ref)),
+            (registry.TAG_RUN_ID, run_id),
+        ):
+            client.set_model_version_tag(cand_ref.name, cand_ref.version, key, value)
+    promoted_version = cand_ref.version if single.verdict == "passed" else None
+    if single.verdict == "failed" and cfg.remediation is not None:
+        with timer("remediation"):
+            result.ensemble = _remediate(
+                client, cfg, cand_ref, models[-1], base_scores, frame, data_path, label_column, id_column, run_id, quiet
+            )
+        result.verdict = result.ensemble["verdict"]
+        result.registered_version = result.ensemble["registered_version"]
+        promoted_version = result.registered_version
+    with timer("logging"):
+        if promote and promoted_version is not None:
+            alias = (base_ref.alias if base_ref else None) or DEFAULT_BASELINE[1:]
+            client.set_registered_model_alias(cand_ref.name, alias, promoted_version)
+            result.promoted = True
+        tracking.log_json(result.to_dict(), "gate/report.json")
+        mlflow.set_tags({"consistency_gate.verdict": result.verdict, "consistency_gate.promoted": str(result.promoted)})
+    result.timings = dict(timer.spent)
+    return result
+
+
+def _log_diagnosis(base_scores: pd.DataFrame, cand_scores: pd.DataFrame, labels: pd.Series) -> None:
+    """The two-generation `diagnose` report, so a reviewer sees why the candidate flipped."""
+    from consistency_gate.diagnose import diagnose, frames_to_arrays
+
+    names, probs, y, classes = frames_to_arrays(
+        {"previous": base_scores, "candidate": cand_scores}, labels.astype(str).reset_index(drop=True)
+    )
+    report = diagnose(names, probs, y, classes)
+    tracking.log_json(report, "gate/diagnose.json")
+    import mlflow
+
+    mlflow.log_text("\n".join(f"- {line}" for line in report["explanation"]), "gate/diagnose.md")
+
+
+def _kind(ref: registry.ModelRef) -> str:
+    """'ensemble' for versions that remediation registered, else 'single'."""
+    return "ensemble" if ref.tags.get(registry.TAG_KIND) == "ensemble" else "single"
+
+
+def _remediate(
+    client, cfg, cand_ref, cand_model, base_scores, frame, data_path, label_column, id_column, run_id, quiet
+) -> dict:
+    """Train the configured ensemble in a nested run, gate it, and register it if it passes."""
+    import mlflow
+
+    from consistency_gate.ensemble_model import log_ensemble
+    from consistency_gate.remediation import log_build, train_ensemble
+
+    method = cfg.remediation.settings.method
+    with mlflow.start_run(run_name=f"remediation: {method}", nested=True) as child:
+        ensemble, build = train_ensemble(
+            cfg.remediation, cand_model.features, exclude=tuple(c for c in (label_column, id_column) if c), quiet=quiet
+        )
+        log_build(build)
+        model_info = log_ensemble(ensemble)
+        missing = [c for c in ensemble.features if c not in frame.columns]
+        if missing:
+            raise DataError(f"{data_path}: the ensemble's feature column '{missing[0]}' is missing")
+        decision = _decide(cfg, base_scores, ensemble.predict_frame(frame), frame, label_column, id_column, data_path)
+        report = {
+            "verdict": decision.verdict,
+            "rules": [r.to_dict() for r in decision.rules],
+            "metrics": decision.metrics,
+            "method": method,
+            "members": len(build.members),
+            "runs": len(build.runs),
+            "kappa": build.kappa,
+            "train_seconds": build.seconds,
+            "run_id": child.info.run_id,
+            "registered_version": None,
+        }
+        _log_decision(decision, report)
+        if decision.verdict == "passed":
+            version = mlflow.register_model(model_info.model_uri, cand_ref.name).version
+            for key, value in (
+                (registry.TAG_VERDICT, "passed"),
+                (registry.TAG_KIND, "ensemble"),
+                (registry.TAG_RUN_ID, run_id),
+                ("consistency_gate.replaces", cand_ref.version),
+            ):
+                client.set_model_version_tag(cand_ref.name, str(version), key, value)
+            report["registered_version"] = str(version)
+            tracking.log_json(report, "gate/report.json")
+    return report
+
+
+def _reported_metrics(metrics: dict, ks: tuple[int, ...], first_generation: bool) -> dict:
+    keep = {k: v for k, v in metrics.items() if "@" not in k or int(k.split("@")[1]) in ks}
+    if first_generation:  # pairwise metrics of a model against itself mean nothing
+        return {k: v for k, v in keep.items() if k == "acc_candidate" or k.startswith("cacc_candidate@")}
+    return keep
+
+
+def _read_evaluation_data(path: Path, label_column: str, id_column: str | None) -> pd.DataFrame:
+    columns = file_columns(path)
+    require_columns(path, columns, [label_column] + ([id_column] if id_column else []))
+    text = (label_column,) + ((id_column,) if id_column else ())
+    frames = list(iter_frames(path, columns, text_columns=text))
+    if not frames:
+        raise DataError(f"{path}: the file has a header but no rows; nothing to evaluate")
+    return pd.concat(frames)
+
+
+def _validate(
+    frame: pd.DataFrame, label_column: str, id_column: str | None, models: list[registry.LoadedModel]
+) -> None:
+    from consistency_gate.validation import validate_evaluation_data
+
+    features: dict[str, str | None] = {}
+    for m in models:
+        for name in m.features or []:
+            features[name] = m.feature_types.get(name)
+    known = sorted({str(c) for m in models for c in _model_classes(m, frame, label_column, id_column)})
+    report = validate_evaluation_data(frame, label_column, features, known)
+    tracking.log_json(report.result, "gate/data_validation.json")
+    if not report.success:
+        raise DataError(f"evaluation data failed validation ({len(report.failures)} expectations): {report.summary()}")
+
+
+def _model_classes(
+    model: registry.LoadedModel, frame: pd.DataFrame, label_column: str, id_column: str | None
+) -> list[str]:
+    """Class names of a model, from one predicted row (none if its feature columns are missing:
+    the validation reports those)."""
+    if model.features and not set(model.features) <= set(frame.columns):
+        return []
+    return list(model.predict_scores(_features(model, frame.head(1), label_column, id_column)).columns)
+
+
+def _features(model: registry.LoadedModel, frame: pd.DataFrame, label_column: str, id_column: str | None):
+    if model.features:
+        return frame[model.features]
+    return frame.drop(columns=[c for c in (label_column, id_column) if c])
+
+
+def _predict(model: registry.LoadedModel, frame: pd.DataFrame, label_column: str, id_column: str | None):
+    try:
+        scores = model.predict_scores(_features(model, frame, label_column, id_column))
+    except GateError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - any model failure is the model's
+        raise ModelError(f"{model.ref.uri}: prediction failed ({type(exc).__name__}: {exc})") from None
+    values = scores.to_numpy(dtype=np.float64)
+    if not np.isfinite(values).all() or (values < 0).any():
+        raise ModelError(f"{model.ref.uri}: the model returned NaN, infinite or negative class scores")
+    return scores
+
+
+def _flip_table(samples: pd.DataFrame, frame: pd.DataFrame, id_column: str | None) -> pd.DataFrame:
+    out = pd.DataFrame(
+        {
+            "id": frame[id_column].to_numpy() if id_column else np.arange(len(frame)),
+            "label": samples["label"].to_numpy(),
+            "previous_prediction": samples["previous_prediction"].to_numpy(),
+            "candidate_prediction": samples["candidate_prediction"].to_numpy(),
+        }
+    )
+    out["flip"] = [
+        FLIP_NAMES[(p, c)] for p, c in zip(samples["previous_correct"], samples["candidate_correct"], strict=True)
+    ]
+    return out

@@ -1,0 +1,110 @@
+"""PNG figures of a gate run (matplotlib, no display needed)."""
+
+from __future__ import annotations
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
+
+
+def flips_per_class(samples: pd.DataFrame, top: int = 20) -> Figure:
+    """Negative (CtoI) and positive (ItoC) flips per true class, the `top` classes with most flips."""
+    counts = pd.crosstab(samples["label"], samples["flip"]).reindex(columns=["CtoI", "ItoC"], fill_value=0)
+    counts = counts.loc[counts.sum(axis=1).sort_values(ascending=False).index[:top]]
+    fig, ax = plt.subplots(figsize=(max(6, 0.45 * len(counts) + 2), 4))
+    x = np.arange(len(counts))
+    ax.bar(x - 0.2, counts["CtoI"], width=0.4, color="#c0392b", label="CtoI (negative flip)")
+    ax.bar(x + 0.2, counts["ItoC"], width=0.4, color="#27ae60", label="ItoC (positive flip)")
+    ax.set_xticks(x, counts.index.astype(str), rotation=45, ha="right")
+    ax.set_ylabel("samples")
+    ax.set_title(f"Flips per true class (top {len(counts)} by flips)")
+    ax.legend()
+    fig.tight_layout()
+    return fig
+
+
+def correctness_matrix(ctoc: int, ctoi: int, itoc: int, itoi: int) -> Figure:
+    """The 2x2 table: previous correct/wrong (rows) x candidate correct/wrong (columns)."""
+    grid = np.array([[ctoc, ctoi], [itoc, itoi]])
+    total = max(int(grid.sum()), 1)
+    fig, ax = plt.subplots(figsize=(6, 4), layout="constrained")
+    ax.imshow(grid, cmap="Blues")
+    names = [["CtoC", "CtoI"], ["ItoC", "ItoI"]]
+    for i in range(2):
+        for j in range(2):
+            color = "white" if grid[i, j] > grid.max() / 2 else "black"
+            ax.text(
+                j, i, f"{names[i][j]}\n{grid[i, j]}\n{grid[i, j] / total:.1%}", ha="center", va="center", color=color
+            )
+    ax.set_xticks([0, 1], ["candidate correct", "candidate wrong"])
+    ax.set_yticks([0, 1], ["previous correct", "previous wrong"])
+    ax.set_title("Correct / wrong: previous vs candidate")
+    return fig
+
+
+def topk_curve(metrics: dict[str, float | None], ks: list[int]) -> Figure:
+    """CCON-k and both generations' CACC-k over k."""
+    fig, ax = plt.subplots(figsize=(5.5, 4))
+    for key, label in (
+        ("ccon", "CCON-k (consistency)"),
+        ("cacc_previous", "CACC-k previous"),
+        ("cacc_candidate", "CACC-k candidate"),
+    ):
+        pts = [(k, metrics.get(f"{key}@{k}")) for k in ks]
+        pts = [(k, v) for k, v in pts if v is not None]
+        if pts:
+            ax.plot(*zip(*pts, strict=True), marker="o", label=label)
+    ax.set_xlabel("k")
+    ax.set_ylabel("share of samples")
+    ax.set_ylim(0, 1.02)
+    ax.set_title("Top-k consistency and accuracy")
+    ax.legend()
+    fig.tight_layout()
+    return fig
+
+
+def disagreement_confidence(names: list[str], probs: np.ndarray) -> Figure:
+    """Histogram of each member's top probability on the samples where the members disagree."""
+    preds = probs.argmax(axis=2)
+    differ = (preds != preds[0]).any(axis=0)
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for name, p in zip(names, probs, strict=True):
+        ax.hist(p[differ].max(axis=1), bins=20, range=(0, 1), alpha=0.5, label=name)
+    ax.set_xlabel("top probability on disagreements")
+    ax.set_ylabel("samples")
+    ax.set_title(f"Confidence where members disagree ({int(differ.sum())} samples)")
+    ax.legend()
+    fig.tight_layout()
+    return fig
+
+
+def class_disagreement(classes: list[str], probs: np.ndarray, y: np.ndarray, top: int = 20) -> Figure:
+    """Share of each true class's samples on which the members disagree, the ``top`` classes ranked."""
+    preds = probs.argmax(axis=2)
+    differ = (preds != preds[0]).any(axis=0)
+    counts = pd.DataFrame({"cls": np.asarray(classes, dtype=object)[y], "differ": differ}).groupby("cls")["differ"]
+    rate = counts.mean().sort_values(ascending=False).head(top)
+    fig, ax = plt.subplots(figsize=(max(6, 0.4 * len(rate) + 2), 4))
+    ax.bar(range(len(rate)), rate.to_numpy(), color="#8e44ad")
+    ax.set_xticks(range(len(rate)), rate.index.astype(str), rotation=45, ha="right")
+    ax.set_ylabel("share of samples with disagreement")
+    ax.set_title(f"Disagreement per true class (top {len(rate)} of {len(counts)})")
+    fig.tight_layout()
+    return fig
+
+
+def diversity_scatter(scatter: dict, metric: str) -> Figure:
+    """HQ diversity score (low = diverse) against ensemble accuracy, one dot per candidate team."""
+    data = scatter[metric]
+    fig, ax = plt.subplots(figsize=(6, 4))
+    points = ax.scatter(data["hq"], data["acc"], c=data["size"], cmap="viridis", s=12)
+    fig.colorbar(points, ax=ax, label="team size")
+    ax.set_xlabel(f"HQ-{metric.upper()} (low = diverse)")
+    ax.set_ylabel("ensemble accuracy (AVG)")
+    ax.set_title("Diversity vs accuracy of candidate teams")
+    fig.tight_layout()
+    return fig

@@ -1,0 +1,225 @@
+"""Reading label and prediction files (CSV or Parquet) in chunks, with precise errors.
+
+A prediction file (SPEC section 6) holds one row per evaluation sample and either one
+numeric column per class, headed by the class label, or one column ``prediction`` with
+hard labels. An optional id column aligns rows across files. Labels are compared as
+strings, so a header ``3`` and a label value ``3`` name the same class.
+
+Files are never loaded whole: :func:`iter_frames` yields chunks of a fixed row count.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pyarrow.parquet as pq
+
+from consistency_gate.errors import DataError
+
+HARD_LABEL_COLUMN = "prediction"
+_PANDAS_INDEX = re.compile(r"__index_level_\d+__")
+DEFAULT_CHUNK_ROWS = 50_000
+
+
+@dataclass(frozen=True)
+class PredictionSource:
+    """What the header of a prediction file says: hard labels or per-class scores."""
+
+    path: Path
+    classes: tuple[str, ...] | None  # score column headers; None for a hard-label file
+    id_column: str | None
+
+    @property
+    def has_scores(self) -> bool:
+        return self.classes is not None
+
+    @property
+    def columns(self) -> list[str]:
+        body = list(self.classes) if self.classes is not None else [HARD_LABEL_COLUMN]
+        return ([self.id_column] if self.id_column else []) + body
+
+
+def file_columns(path: str | Path) -> list[str]:
+    """Column names of a CSV or Parquet file, read from its header or schema only."""
+    path = Path(path)
+    if not path.exists():
+        raise DataError(f"{path}: file not found")
+    if path.is_dir():
+        return _directory_columns(path)
+    fmt = _format(path)
+    try:
+        if fmt == "parquet":
+            # pandas stores a non-default index as extra columns; they are not data
+            return [c for c in pq.read_schema(path).names if not _PANDAS_INDEX.fullmatch(c)]
+        return list(pd.read_csv(path, nrows=0).columns)
+    except pd.errors.EmptyDataError:
+        raise DataError(f"{path}: the file is empty; expected a header row and one row per sample") from None
+    except (OSError, ValueError, pd.errors.ParserError) as exc:
+        raise DataError(f"{path}: cannot be read as {fmt.upper()}: {exc}") from None
+
+
+def _directory_columns(path: Path) -> list[str]:
+    """Columns of a Parquet directory (e.g. written by Spark); every part must have the same schema."""
+    parts = sorted(p for p in path.rglob("*.parquet") if not p.name.startswith((".", "_")))
+    if not parts:
+        raise DataError(f"{path}: a directory without .parquet files; give a CSV or Parquet file or directory")
+    first = pq.read_schema(parts[0])
+    for part in parts[1:]:
+        schema = pq.read_schema(part)
+        if not schema.equals(first):
+            raise DataError(
+                f"{part}: its schema differs from {parts[0].name}'s ({_schema_text(schema)} vs "
+                f"{_schema_text(first)}); every part of a Parquet directory needs the same columns"
+            )
+    return [c for c in first.names if not _PANDAS_INDEX.fullmatch(c)]
+
+
+def _schema_text(schema) -> str:
+    return ", ".join(f"{f.name}:{f.type}" for f in schema)[:200]
+
+
+def inspect_prediction_file(path: str | Path, id_column: str | None = None) -> PredictionSource:
+    """Read a prediction file's header and tell hard labels from score columns."""
+    path = Path(path)
+    columns = file_columns(path)
+    require_columns(path, columns, [id_column] if id_column else [])
+    body = [c for c in columns if c != id_column]
+    if HARD_LABEL_COLUMN in body:
+        return PredictionSource(path, None, id_column)
+    if not body:
+        raise DataError(
+            f"{path}: no prediction columns; expected one column per class or a '{HARD_LABEL_COLUMN}' column"
+        )
+    return PredictionSource(path, tuple(str(c) for c in body), id_column)
+
+
+def require_columns(path: Path, columns: list[str], needed: list[str]) -> None:
+    """Raise DataError naming the first needed column that the file lacks."""
+    for name in needed:
+        if name not in columns:
+            shown = ", ".join(map(str, columns[:12])) + (" ..." if len(columns) > 12 else "")
+            raise DataError(f"{path}: column '{name}' not found; the file has: {shown}")
+
+
+def iter_frames(
+    path: str | Path, columns: list[str], chunk_rows: int = DEFAULT_CHUNK_ROWS, text_columns: tuple[str, ...] = ()
+) -> Iterator[pd.DataFrame]:
+    """Yield the given columns of a file in chunks of exactly ``chunk_rows`` rows (the last may be shorter).
+
+    Columns in ``text_columns`` are read as strings. Each frame's index is the 0-based row number.
+    """
+    path = Path(path)
+    if path.is_dir():
+        import pyarrow.dataset as ds
+
+        parts = ds.dataset(path, format="parquet").to_batches(columns=columns, batch_size=chunk_rows)
+        batches = (batch.to_pandas() for batch in parts)
+    elif _format(path) == "parquet":
+        batches = (
+            batch.to_pandas() for batch in pq.ParquetFile(path).iter_batches(batch_size=chunk_rows, columns=columns)
+        )
+    else:
+        dtypes = dict.fromkeys(text_columns, str)
+        batches = pd.read_csv(path, usecols=columns, dtype=dtypes, chunksize=chunk_rows, keep_default_na=True)
+    start = 0
+    for frame in _rechunk(batches, chunk_rows):
+        frame = frame[columns]
+        for name in text_columns:
+            frame[name] = _as_text(frame[name])
+        frame.index = pd.RangeIndex(start, start + len(frame))
+        start += len(frame)
+        yield frame
+
+
+def read_column(path: str | Path, column: str) -> pd.Series:
+    """One whole column as text (used for id columns, which must fit in memory)."""
+    parts = list(iter_frames(path, [column], text_columns=(column,)))
+    return pd.concat(parts)[column] if parts else pd.Series([], dtype=str)
+
+
+def _as_text(values: pd.Series) -> pd.Series:
+    out = values.astype(object)
+    present = out.notna()
+    out[present] = out[present].map(_label_text)
+    return out
+
+
+def _label_text(value: object) -> str:
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)
+
+
+def _rechunk(frames: Iterator[pd.DataFrame], rows: int) -> Iterator[pd.DataFrame]:
+    buffer: list[pd.DataFrame] = []
+    held = 0
+    for frame in frames:
+        buffer.append(frame)
+        held += len(frame)
+        while held >= rows:
+            joined = pd.concat(buffer, ignore_index=True)
+            yield joined.iloc[:rows]
+            rest = joined.iloc[rows:]
+            buffer, held = [rest], len(rest)
+    if held:
+        yield pd.concat(buffer, ignore_index=True)
+
+
+def score_matrix(frame: pd.DataFrame, source: PredictionSource) -> np.ndarray:
+    """The chunk's score columns as a float matrix, after checking every value.
+
+    Raises DataError naming the file, column and 1-based data row of the first bad value:
+    non-numeric, NaN, infinite or negative.
+    """
+    assert source.classes is not None
+    block = frame[list(source.classes)]
+    for name, col in block.items():
+        if not pd.api.types.is_numeric_dtype(col) or pd.api.types.is_bool_dtype(col):
+            bad = pd.to_numeric(col, errors="coerce").isna() & col.notna()
+            row = int(bad.idxmax()) + 1 if bad.any() else int(frame.index[0]) + 1
+            raise DataError(
+                f"{source.path}: column '{name}' is not numeric (row {row}: {col.loc[row - 1]!r}); "
+                "score columns must hold numbers (if '{name}' identifies rows, pass --id-column {name}; "
+                "for hard labels use a single 'prediction' column)"
+            )
+    values = block.to_numpy()
+    if values.dtype.kind != "f":
+        values = values.astype(np.float64)
+    finite = np.isfinite(values)
+    if not finite.all():
+        _raise_at(source, frame, block, ~finite, "is NaN or infinite; scores must be finite numbers")
+    negative = values < 0
+    if negative.any():
+        _raise_at(source, frame, block, negative, "is negative; scores must be probabilities or non-negative scores")
+    return values
+
+
+def _raise_at(source: PredictionSource, frame: pd.DataFrame, block: pd.DataFrame, bad: np.ndarray, what: str) -> None:
+    r, c = np.argwhere(bad)[0]
+    raise DataError(
+        f"{source.path}: row {int(frame.index[r]) + 1}, column '{block.columns[c]}': value {block.iat[r, c]!r} {what}"
+    )
+
+
+def hard_labels(frame: pd.DataFrame, source: PredictionSource) -> pd.Series:
+    """The chunk's hard-label column as text, refusing missing values."""
+    labels = frame[HARD_LABEL_COLUMN]
+    missing = labels.isna()
+    if missing.any():
+        row = int(frame.index[np.argmax(missing.to_numpy())]) + 1
+        raise DataError(f"{source.path}: row {row}, column '{HARD_LABEL_COLUMN}' is empty; every sample needs a label")
+    return labels
+
+
+def _format(path: Path) -> str:
+    suffix = path.suffix.lower()
+    if suffix in (".parquet", ".pq"):
+        return "parquet"
+    if suffix in (".csv", ".txt"):
+        return "csv"
+    raise DataError(f"{path}: unknown file type '{suffix}'; use .csv or .parquet")

@@ -1,0 +1,215 @@
+"""Remediation: when the single candidate fails, train a DynSnap ensemble to gate instead.
+
+The config's ``remediation:`` block names the recipe, the training data and the method:
+
+    remediation:
+      enabled: true
+      recipe: mlp                # mlp, cnn, or package.module:function
+      recipe_options: {hidden: [64]}
+      data: train.csv            # CSV or Parquet with the feature columns and the label column
+      label_column: label
+      method: dynsnap-cyc        # dynsnap-step, snapshot, extbagging, mcdropout, singlebase
+      m: 20
+      N: 10
+      epochs: 40
+      beta: null                 # null: beta* per run
+      combination: avg           # mv, wmv, avg, wavg
+      seed: 0
+
+Everything is checked before any training starts (exit 2 for the config, 3 for the data).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from consistency_gate.combine import RULES
+from consistency_gate.ensemble_model import TorchEnsemble
+from consistency_gate.errors import DataError, UsageError
+from consistency_gate.predictions import file_columns, iter_frames, require_columns
+from consistency_gate.recipes import RecipeSpec, check_recipe
+from consistency_gate.snapshot import EnsembleBuild, TrainSettings, build_ensemble
+
+_SETTING_KEYS = {
+    "method": "method",
+    "m": "m",
+    "N": "n_snapshots",
+    "epochs": "epochs",
+    "beta": "beta",
+    "lr": "lr",
+    "batch_size": "batch_size",
+    "val_fraction": "val_fraction",
+    "seed": "seed",
+    "max_runs": "max_runs",
+}
+_OTHER_KEYS = {"enabled", "recipe", "recipe_options", "data", "label_column", "combination"}
+
+
+@dataclass(frozen=True)
+class RemediationConfig:
+    data: Path
+    recipe: str = "mlp"
+    recipe_options: dict = field(default_factory=dict)
+    label_column: str = "label"
+    combination: str = "avg"
+    settings: TrainSettings = field(default_factory=TrainSettings)
+    enabled: bool = True
+
+
+def parse_remediation(block: object, source: str = "config") -> RemediationConfig | None:
+    """The ``remediation:`` block, checked; None when absent or ``enabled: false``."""
+    if block is None:
+        return None
+    where = f"{source}: remediation"
+    if not isinstance(block, dict):
+        raise UsageError(f"{where}: expected a mapping, got {block!r}")
+    unknown = set(block) - set(_SETTING_KEYS) - _OTHER_KEYS
+    if unknown:
+        known = ", ".join(sorted(set(_SETTING_KEYS) | _OTHER_KEYS))
+        raise UsageError(f"{where}: unknown key '{sorted(unknown)[0]}' (known: {known})")
+    if not block.get("enabled", True):
+        return None
+    if "data" not in block:
+        raise UsageError(f"{where}: 'data' (the training data file) is required")
+    combination = str(block.get("combination", "avg")).lower()
+    if combination not in RULES:
+        raise UsageError(f"{where}: combination '{combination}' is unknown; use one of {', '.join(RULES)}")
+    options = block.get("recipe_options") or {}
+    if not isinstance(options, dict):
+        raise UsageError(f"{where}: recipe_options must be a mapping, got {options!r}")
+    settings = TrainSettings(**{_SETTING_KEYS[k]: v for k, v in block.items() if k in _SETTING_KEYS})
+    return RemediationConfig(
+        data=Path(block["data"]),
+        recipe=str(block.get("recipe", "mlp")),
+        recipe_options=options,
+        label_column=str(block.get("label_column", "label")),
+        combination=combination,
+        settings=settings,
+    )
+
+
+def train_ensemble(
+    config: RemediationConfig, features: list[str] | None, exclude: tuple[str, ...] = (), quiet: bool = False
+) -> tuple[TorchEnsemble, EnsembleBuild]:
+    """Read the training data, check the recipe, and build the ensemble.
+
+    ``features`` are the columns the models take (None: every column but the label and ``exclude``).
+    """
+    path = config.data
+    columns = file_columns(path)
+    require_columns(path, columns, [config.label_column])
+    if features is None:
+        features = [c for c in columns if c != config.label_column and c not in exclude]
+    require_columns(path, columns, features)
+    frame = pd.concat(list(iter_frames(path, features + [config.label_column], text_columns=(config.label_column,))))
+    if frame.empty:
+        raise DataError(f"{path}: the training data has no rows")
+    labels = frame[config.label_column]
+    if labels.isna().any():
+        raise DataError(f"{path}: column '{config.label_column}' has empty labels")
+    try:
+        x = frame[features].to_numpy(dtype=np.float32)
+    except (TypeError, ValueError):
+        bad = next(c for c in features if not pd.api.types.is_numeric_dtype(frame[c]))
+        raise DataError(f"{path}: feature column '{bad}' is not numeric") from None
+    if not np.isfinite(x).all():
+        raise DataError(f"{path}: the features hold NaN or infinite values")
+    return fit_ensemble(x, labels.to_numpy(), features, config, quiet=quiet)
+
+
+def fit_ensemble(
+    x: np.ndarray, labels: np.ndarray, features: list[str], config: RemediationConfig, quiet: bool = False
+) -> tuple[TorchEnsemble, EnsembleBuild]:
+    """Check the recipe, standardise the features and build the ensemble from arrays.
+
+    ``labels`` are class labels (any type; stored as text, sorted, as the class names).
+    """
+    labels = np.asarray(labels).astype(str)
+    classes = sorted(set(labels.tolist()))
+    y = pd.Categorical(labels, categories=classes).codes.astype(np.int64)
+    recipe = RecipeSpec(config.recipe, dict(config.recipe_options), n_features=len(features), n_classes=len(classes))
+    check_recipe(recipe)
+    mean, std = x.mean(axis=0), x.std(axis=0)
+    std[std == 0] = 1.0
+    build = build_ensemble(recipe, (x - mean) / std, y, config.settings, quiet=quiet)
+    settings = config.settings
+    metadata = {
+        "method": settings.method,
+        "m": settings.m,
+        "N": settings.n_snapshots,
+        "epochs": settings.epochs,
+        "combination": config.combination,
+        "classes": classes,
+        "member_val_acc": [round(mb.val_acc, 6) for mb in build.members],
+        "beta_per_run": [r.beta for r in build.runs],
+        "tau_per_run": [r.tau for r in build.runs],
+        "runs": len(build.runs),
+        "kappa": build.kappa,
+        "seed": settings.seed,
+    }
+    ensemble = TorchEnsemble(
+        recipe,
+        [mb.state for mb in build.members],
+        [mb.val_acc for mb in build.members],
+        classes,
+        features,
+        mean,
+        std,
+        config.combination,
+        build.mc_passes,
+        metadata,
+    )
+    return ensemble, build
+
+
+def log_build(build: EnsembleBuild) -> None:
+    """Log an ensemble's training to the active MLflow run: per-run accuracies, tau, kept, lr curve, kappa."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import mlflow
+
+    s = build.settings
+    mlflow.log_params(
+        {
+            "method": s.method,
+            "m": s.m,
+            "N": s.n_snapshots,
+            "epochs": s.epochs,
+            "beta": "beta*" if s.beta is None else s.beta,
+            "lr": s.lr,
+            "seed": s.seed,
+        }
+    )
+    mlflow.log_metrics(
+        {"kappa": build.kappa, "runs": len(build.runs), "members": len(build.members), "train_seconds": build.seconds}
+    )
+    rows = [
+        {
+            "run": r.run,
+            "snapshot": j,
+            "epoch": r.epochs[j],
+            "val_acc": acc,
+            "beta": r.beta,
+            "tau": r.tau,
+            "kept": j in r.kept,
+        }
+        for r in build.runs
+        for j, acc in enumerate(r.val_accs)
+    ]
+    mlflow.log_table(pd.DataFrame(rows), artifact_file="ensemble/snapshots.json")
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    for r in build.runs[:5]:
+        ax.plot(range(1, len(r.lr_curve) + 1), r.lr_curve, label=f"run {r.run + 1}")
+    ax.set_xlabel("epoch")
+    ax.set_ylabel("learning rate")
+    ax.set_title(f"{s.method}: learning-rate schedule")
+    ax.legend()
+    fig.tight_layout()
+    mlflow.log_figure(fig, "ensemble/lr_curve.png")
+    plt.close(fig)

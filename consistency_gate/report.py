@@ -1,0 +1,184 @@
+"""Rendering results for people: plain-text tables and number formatting."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+
+def fmt(value: object, digits: int = 4) -> str:
+    """A metric value for a table: floats rounded, None as 'null'."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        return f"{value:.{digits}f}"
+    return str(value)
+
+
+def table(rows: Sequence[Sequence[object]], header: Sequence[str]) -> str:
+    """A left-aligned text table with a rule under the header.
+
+    >>> print(table([["con", 0.5]], ["metric", "value"]))
+    metric  value
+    ------  ------
+    con     0.5000
+    """
+    cells = [[str(h) for h in header]] + [[fmt(c) for c in row] for row in rows]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(header))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in cells]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def comparison_table(result: dict) -> str:
+    """The ``compare --format table`` output from a comparison's JSON object."""
+    reasons = result.get("null_reasons", {})
+    rows = [[name, value, reasons.get(name, "")] for name, value in result["metrics"].items()]
+    unknown = result["unknown_labels"]
+    head = (
+        f"n = {result['n']} samples, {len(result['classes'])} classes; "
+        f"labels unknown to previous: {unknown['previous']}, to candidate: {unknown['candidate']}"
+    )
+    return head + "\n\n" + table(rows, ["metric", "value", "note"])
+
+
+def verdict_table(report: dict) -> str:
+    """The gate's verdict: one line per rule with its measured value, threshold and outcome."""
+    rows = [_rule_row(r) for r in report["rules"]]
+    cand, base = report["candidate"], report["baseline"]
+    against = (
+        f"v{base['version']} (@{base['alias']})"
+        if base and base.get("alias")
+        else (f"v{base['version']}" if base else "no baseline: first generation")
+    )
+    single = "FAILED" if any(r["held"] is False for r in report["rules"]) else "PASSED"
+    head = f"Gate {cand['name']} v{cand['version']} against {against} on {report['n']} samples: {single}"
+    lines = [head, "", table(rows, ["metric", "value", "rule", "outcome", "note"])]
+    ens = report.get("ensemble")
+    if ens:
+        lines += [
+            "",
+            f"Remediation: {ens['method']} ensemble of {ens['members']} members from {ens['runs']} runs "
+            f"(kappa {ens['kappa']:.1f}): {ens['verdict'].upper()}",
+            "",
+        ]
+        lines.append(table([_rule_row(r) for r in ens["rules"]], ["metric", "value", "rule", "outcome", "note"]))
+        if ens.get("registered_version"):
+            lines.append(
+                f"\nRegistered the ensemble as v{ens['registered_version']} "
+                "(tags consistency_gate.kind=ensemble, consistency_gate.verdict=passed)."
+            )
+    if ens:
+        lines.append(f"\nFinal verdict: {report['verdict'].upper()}")
+    if report.get("promoted"):
+        promoted = report.get("registered_version") or cand["version"]
+        lines.append(f"\nPromoted: the alias now points to v{promoted}.")
+    if report.get("run_id"):
+        lines.append(f"\nMLflow run: {report['run_id']}")
+    return "\n".join(lines)
+
+
+def _rule_row(r: dict) -> list:
+    outcome = "skipped" if r["held"] is None else ("held" if r["held"] else "FAILED")
+    op = {"min": ">=", "max": "<=", "min_delta": "delta >="}[r["kind"]]
+    return [r["metric"], r["value"], f"{op} {r['threshold']:g}", outcome, r.get("note", "")]
+
+
+def diagnose_text(report: dict) -> str:
+    """The ``diagnose --format table`` output."""
+    members = table([[k, v["acc"]] for k, v in report["members"].items()], ["member", "acc"])
+    pairs = table(
+        [
+            [k, v["con"], v["acc_con"], v["ctoi"], v["itoc"], v["pearson"], *v["table"].values()]
+            for k, v in report["pairs"].items()
+        ],
+        ["pair", "con", "acc_con", "ctoi", "itoc", "pearson", "both right", "only 1st", "only 2nd", "both wrong"],
+    )
+    ens = table(
+        [[k, v] for k, v in report["ensemble_acc"].items()] + [["oracle bound", report["oracle_upper_bound"]]],
+        ["ensemble rule", "acc"],
+    )
+    div = table(
+        [[k, v, report["diversity_null_reasons"].get(k, "")] for k, v in report["diversity"].items()],
+        ["diversity", "value", "note"],
+    )
+    dec = table([[k, v] for k, v in report["decomposition"].items()], ["decomposition", "value"])
+    parts = [
+        f"n = {report['n']} samples, {report['classes']} classes",
+        members,
+        pairs,
+        ens,
+        div,
+        dec,
+        "Findings:\n" + "\n".join(f"- {line}" for line in report["explanation"]),
+    ]
+    if report.get("selection"):
+        rows = [
+            [
+                r["method"],
+                r["teams_considered"],
+                r["teams_selected"],
+                r["acc_min"],
+                r["acc_max"],
+                r["above_best_single"],
+                r["share_above_best_single"],
+            ]
+            for r in report["selection"]["rows"]
+        ]
+        parts.append(
+            table(rows, ["method", "#EnsSet", "#GEnsSet", "acc min", "acc max", "# > best single", "share > best"])
+        )
+    return "\n\n".join(parts)
+
+
+def diagnose_html(report: dict, figures: dict[str, bytes]) -> str:
+    """One self-contained HTML page: the findings, the tables, and the plots as embedded PNGs."""
+    import base64
+    import html
+
+    images = "".join(
+        f'<figure><img src="data:image/png;base64,{base64.b64encode(png).decode()}" alt="{html.escape(name)}">'
+        f"<figcaption>{html.escape(name)}</figcaption></figure>"
+        for name, png in figures.items()
+    )
+    findings = "".join(f"<li>{html.escape(line)}</li>" for line in report["explanation"])
+    return (
+        "<!doctype html><html><head><meta charset='utf-8'><title>consistency-gate diagnose</title>"
+        "<style>body{font-family:sans-serif;max-width:1100px;margin:2em auto}pre{background:#f6f6f6;padding:1em}"
+        "figure{display:inline-block;margin:0.5em}img{max-width:520px}</style></head><body>"
+        f"<h1>Why the ensemble helps or not</h1><h2>Findings</h2><ul>{findings}</ul>{images}"
+        f"<h2>Numbers</h2><pre>{html.escape(diagnose_text(report))}</pre></body></html>"
+    )
+
+
+def verdict_markdown(report: dict) -> str:
+    """The verdict as Markdown, for a CI job summary (e.g. ``$GITHUB_STEP_SUMMARY``)."""
+    cand = report["candidate"]
+    icon = "✅" if report["verdict"] == "passed" else "❌"
+    lines = [f"## {icon} consistency-gate: {cand['name']} v{cand['version']} {report['verdict'].upper()}", ""]
+    base = report.get("baseline")
+    lines.append(
+        f"Compared with v{base['version']} on {report['n']} samples."
+        if base
+        else f"First generation (no baseline yet), {report['n']} samples."
+    )
+    sections = [("Candidate", report["rules"])]
+    if report.get("ensemble"):
+        ens = report["ensemble"]
+        sections.append(
+            (
+                f"Remediation: {ens['method']} ensemble ({ens['members']} members, kappa {ens['kappa']:.1f})",
+                ens["rules"],
+            )
+        )
+    for title, rules in sections:
+        lines += ["", f"### {title}", "", "| metric | value | rule | outcome |", "| --- | --- | --- | --- |"]
+        for r in rules:
+            metric, value, rule, outcome, _ = _rule_row(r)
+            lines.append(f"| {metric} | {fmt(value)} | {rule} | {outcome} |")
+    if report.get("registered_version"):
+        lines += ["", f"Registered ensemble as version {report['registered_version']}."]
+    if report.get("run_id"):
+        lines += ["", f"MLflow run: `{report['run_id']}`"]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,215 @@
+"""Gate configuration (YAML) and rule evaluation: pure logic, no MLflow.
+
+>>> config = parse_config("rules:\\n  - {metric: ctoi, max: 0.02}\\n  - {metric: acc, min_delta: 0}\\n")
+>>> results = evaluate_rules(config.rules, {"ctoi": 0.05, "acc_candidate": 0.9, "acc_previous": 0.88})
+>>> [(r.metric, r.held) for r in results]
+[('ctoi', False), ('acc', True)]
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass
+from importlib import resources
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import yaml
+
+from consistency_gate.errors import UsageError
+
+if TYPE_CHECKING:
+    from consistency_gate.remediation import RemediationConfig
+
+PAIR_METRICS = ("con", "acc_con", "ctoc", "ctoi", "itoc", "itoi", "com", "pearson", "cosine", "btc", "bec")
+LEARNER_METRICS = ("acc_previous", "acc_candidate")
+KINDS = ("min", "max", "min_delta")
+_PER_K = re.compile(r"^(ccon|cacc_previous|cacc_candidate|cacc)@([1-9][0-9]*)$")
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One threshold: ``metric`` ``kind`` ``threshold`` (kind is min, max or min_delta)."""
+
+    metric: str
+    kind: str
+    threshold: float
+    line: int | None = None
+
+    @property
+    def single_model(self) -> bool:
+        """Checkable without a previous generation (acc / cacc@K with min or max)."""
+        return self.kind != "min_delta" and (self.metric in ("acc", "acc_candidate") or self.metric.startswith("cacc@"))
+
+    def describe(self) -> str:
+        op = {"min": ">=", "max": "<=", "min_delta": "candidate - previous >="}[self.kind]
+        return f"{self.metric} {op} {self.threshold:g}"
+
+
+@dataclass
+class GateConfig:
+    rules: list[Rule]
+    ks: tuple[int, ...] = (1, 5)
+    remediation: RemediationConfig | None = None
+    classes: list[str] | None = None
+    source: str = "default"
+
+
+@dataclass(frozen=True)
+class RuleResult:
+    metric: str
+    kind: str
+    threshold: float
+    value: float | None
+    held: bool | None  # None: skipped
+    note: str = ""
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def default_config_text() -> str:
+    return resources.files("consistency_gate").joinpath("default_config.yaml").read_text()
+
+
+def load_config(path: str | Path | None) -> GateConfig:
+    """The gate configuration from a YAML file, or the packaged default when ``path`` is None."""
+    if path is None:
+        return parse_config(default_config_text(), "default config")
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise UsageError(f"--config {path}: cannot read the file ({exc.strerror})") from None
+    return parse_config(text, str(path))
+
+
+def parse_config(text: str, source: str = "config") -> GateConfig:
+    """Parse and check a configuration; errors name the key and line (exit 2)."""
+    try:
+        root = yaml.compose(text)
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark else ""
+        raise UsageError(f"{source}:{where} malformed YAML: {getattr(exc, 'problem', exc)}") from None
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise UsageError(f"{source}: expected a mapping with a 'rules' list at the top level")
+    known = {"rules", "ks", "remediation", "classes"}
+    for key in data:
+        if key not in known:
+            raise UsageError(
+                f"{source}: line {_line(root, key)}: unknown key '{key}' (known: {', '.join(sorted(known))})"
+            )
+    ks = data.get("ks", [1, 5])
+    if not isinstance(ks, list) or not ks or not all(isinstance(k, int) and k >= 1 for k in ks):
+        raise UsageError(f"{source}: line {_line(root, 'ks')}: 'ks' must be a list of integers >= 1, got {ks!r}")
+    rules_data = data.get("rules", [])
+    if not isinstance(rules_data, list):
+        raise UsageError(f"{source}: line {_line(root, 'rules')}: 'rules' must be a list")
+    rule_nodes = _rule_nodes(root)
+    rules = [_parse_rule(item, source, line, tuple(ks)) for item, line in zip(rules_data, rule_nodes, strict=False)]
+    classes = data.get("classes")
+    if classes is not None and not (isinstance(classes, list) and classes):
+        raise UsageError(f"{source}: line {_line(root, 'classes')}: 'classes' must be a non-empty list of labels")
+    from consistency_gate.remediation import parse_remediation
+
+    return GateConfig(
+        rules=rules,
+        ks=tuple(sorted(set(ks))),
+        remediation=parse_remediation(data.get("remediation"), source),
+        classes=[str(c) for c in classes] if classes else None,
+        source=source,
+    )
+
+
+def _parse_rule(item: object, source: str, line: int, ks: tuple[int, ...]) -> Rule:
+    where = f"{source}: line {line}"
+    if not isinstance(item, dict) or "metric" not in item:
+        raise UsageError(f"{where}: each rule needs 'metric' and one of min, max, min_delta; got {item!r}")
+    kinds = [k for k in item if k != "metric"]
+    if len(kinds) != 1 or kinds[0] not in KINDS:
+        raise UsageError(f"{where}: rule for '{item['metric']}' needs exactly one of min, max, min_delta; got {kinds}")
+    kind, metric = kinds[0], str(item["metric"])
+    threshold = item[kind]
+    if isinstance(threshold, bool) or not isinstance(threshold, int | float):
+        raise UsageError(f"{where}: '{kind}' of rule '{metric}' must be a number, got {threshold!r}")
+    _check_metric(metric, kind, where, ks)
+    return Rule(metric, kind, float(threshold), line)
+
+
+def _check_metric(metric: str, kind: str, where: str, ks: tuple[int, ...]) -> None:
+    per_k = _PER_K.match(metric)
+    if per_k and int(per_k.group(2)) not in ks:
+        raise UsageError(f"{where}: metric '{metric}' needs k={per_k.group(2)} in 'ks' (now {list(ks)})")
+    learner = metric == "acc" or (per_k is not None and per_k.group(1) == "cacc")
+    if kind == "min_delta" and not learner:
+        raise UsageError(f"{where}: min_delta applies to per-learner metrics (acc, cacc@K), not '{metric}'")
+    if not (learner or per_k or metric in PAIR_METRICS or metric in LEARNER_METRICS):
+        names = ", ".join(("acc", "cacc@K", "ccon@K") + PAIR_METRICS + LEARNER_METRICS)
+        raise UsageError(f"{where}: unknown metric '{metric}'; known: {names}")
+
+
+def _line(root: yaml.Node | None, key: str) -> int:
+    if isinstance(root, yaml.MappingNode):
+        for k, _ in root.value:
+            if k.value == key:
+                return k.start_mark.line + 1
+    return 1
+
+
+def _rule_nodes(root: yaml.Node | None) -> list[int]:
+    if isinstance(root, yaml.MappingNode):
+        for k, v in root.value:
+            if k.value == "rules" and isinstance(v, yaml.SequenceNode):
+                return [item.start_mark.line + 1 for item in v.value]
+    return []
+
+
+def candidate_key(metric: str) -> str:
+    """The metrics-dict key a rule reads for the candidate (acc -> acc_candidate)."""
+    if metric == "acc":
+        return "acc_candidate"
+    if metric.startswith("cacc@"):
+        return "cacc_candidate@" + metric.split("@")[1]
+    return metric
+
+
+def evaluate_rules(
+    rules: list[Rule], metrics: dict[str, float | None], first_generation: bool = False
+) -> list[RuleResult]:
+    """Check each rule against the measured metrics; a null metric fails its rule."""
+    results = []
+    for rule in rules:
+        if first_generation and not rule.single_model:
+            results.append(
+                RuleResult(
+                    rule.metric,
+                    rule.kind,
+                    rule.threshold,
+                    None,
+                    None,
+                    "skipped: first generation, no baseline to compare with",
+                )
+            )
+            continue
+        value = metrics.get(candidate_key(rule.metric))
+        if rule.kind == "min_delta" and value is not None:
+            previous = metrics.get(candidate_key(rule.metric).replace("candidate", "previous"))
+            value = None if previous is None else value - previous
+        if value is None:
+            results.append(
+                RuleResult(rule.metric, rule.kind, rule.threshold, None, False, "metric is null: rule fails")
+            )
+            continue
+        # a tolerance of 1e-12 absorbs float rounding (e.g. a delta of exactly -0.01 computed as -0.0100...02)
+        held = value <= rule.threshold + 1e-12 if rule.kind == "max" else value >= rule.threshold - 1e-12
+        results.append(RuleResult(rule.metric, rule.kind, rule.threshold, value, held))
+    return results
+
+
+def verdict(results: list[RuleResult]) -> str:
+    """'passed' when no checked rule failed."""
+    return "failed" if any(r.held is False for r in results) else "passed"

@@ -1,0 +1,78 @@
+"""Logging a gate run to MLflow so a reviewer can read it in the MLflow UI."""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from pathlib import Path
+
+import pandas as pd
+
+from consistency_gate import plots
+
+EXPERIMENT_PREFIX = "consistency-gate"
+
+
+def experiment_name(model: str) -> str:
+    return f"{EXPERIMENT_PREFIX}/{model}"
+
+
+def use_experiment(name: str, tracking_uri: str) -> None:
+    """Make ``name`` the active experiment, creating it if needed.
+
+    On a local SQLite store, a new experiment keeps its artifacts in ``mlartifacts/`` beside
+    the database file (MLflow's default would be the current directory).
+    """
+    import mlflow
+
+    if mlflow.get_experiment_by_name(name) is None and tracking_uri.startswith("sqlite:///"):
+        root = Path(tracking_uri.removeprefix("sqlite:///")).expanduser().resolve().parent / "mlartifacts"
+        mlflow.create_experiment(name, artifact_location=root.as_uri())
+    mlflow.set_experiment(name)
+
+
+def mlflow_metric_name(key: str) -> str:
+    """MLflow metric names cannot hold '@': ``ccon@5`` is logged as ``ccon_at_5``."""
+    return key.replace("@", "_at_")
+
+
+def log_metrics(metrics: dict[str, float | None], prefix: str = "") -> None:
+    import mlflow
+
+    mlflow.log_metrics({prefix + mlflow_metric_name(k): float(v) for k, v in metrics.items() if v is not None})
+
+
+def log_json(payload: object, artifact_file: str) -> None:
+    import mlflow
+
+    mlflow.log_text(json.dumps(payload, indent=2, default=str), artifact_file)
+
+
+def log_rules(rule_rows: list[dict]) -> None:
+    import mlflow
+
+    mlflow.log_table(pd.DataFrame(rule_rows), artifact_file="gate/rules.json")
+
+
+def log_samples(samples: pd.DataFrame) -> None:
+    import mlflow
+
+    mlflow.log_table(samples.reset_index(drop=True), artifact_file="gate/flips.json")
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "flips.csv"
+        samples.to_csv(path, index=False)
+        mlflow.log_artifact(str(path), artifact_path="gate")
+
+
+def log_plots(samples: pd.DataFrame, flip_counts: tuple[int, int, int, int], metrics: dict, ks: list[int]) -> None:
+    import matplotlib.pyplot as plt
+    import mlflow
+
+    figures = {
+        "gate/plots/flips_per_class.png": plots.flips_per_class(samples),
+        "gate/plots/correctness_matrix.png": plots.correctness_matrix(*flip_counts),
+        "gate/plots/topk_curve.png": plots.topk_curve(metrics, ks),
+    }
+    for name, fig in figures.items():
+        mlflow.log_figure(fig, name)
+        plt.close(fig)

@@ -1,0 +1,84 @@
+"""Evaluation-data validation with great-expectations 1.x, before anything is predicted.
+
+Checks: the set is not empty, the label column exists and has no nulls, every feature
+column the models' signatures name exists with a compatible type, and every label is a
+class of at least one generation.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pandas as pd
+
+_NUMERIC = ["int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "float16", "float32", "float64"]
+_TYPES = {
+    "double": _NUMERIC,
+    "float": _NUMERIC,
+    "long": _NUMERIC[:8],
+    "integer": _NUMERIC[:8],
+    "boolean": ["bool", "boolean"],
+    "string": ["object", "str", "string"],
+}
+
+
+@dataclass
+class ValidationReport:
+    success: bool
+    failures: list[str]
+    result: dict  # the GX validation result as JSON
+
+    def summary(self) -> str:
+        return "; ".join(self.failures)
+
+
+def validate_evaluation_data(
+    frame: pd.DataFrame,
+    label_column: str,
+    features: dict[str, str | None],
+    known_classes: list[str],
+) -> ValidationReport:
+    """Run the expectations on ``frame``; ``features`` maps column -> MLflow type name (or None)."""
+    import great_expectations as gx
+    import great_expectations.expectations as gxe
+
+    context = gx.get_context(mode="ephemeral")
+    _quiet(context)
+    asset = context.data_sources.add_pandas("consistency_gate").add_dataframe_asset("evaluation")
+    batch = asset.add_batch_definition_whole_dataframe("all").get_batch(batch_parameters={"dataframe": frame})
+    suite = gx.ExpectationSuite(name="evaluation_data")
+    suite.add_expectation(gxe.ExpectTableRowCountToBeBetween(min_value=1))
+    suite.add_expectation(gxe.ExpectColumnToExist(column=label_column))
+    if label_column in frame.columns:
+        suite.add_expectation(gxe.ExpectColumnValuesToNotBeNull(column=label_column))
+        suite.add_expectation(gxe.ExpectColumnValuesToBeInSet(column=label_column, value_set=known_classes))
+    for name, mlflow_type in features.items():
+        suite.add_expectation(gxe.ExpectColumnToExist(column=name))
+        if name in frame.columns and mlflow_type in _TYPES:
+            suite.add_expectation(gxe.ExpectColumnValuesToBeInTypeList(column=name, type_list=_TYPES[mlflow_type]))
+    result = batch.validate(suite)
+    failures = [_describe(r) for r in result.results if not r.success]
+    return ValidationReport(bool(result.success), failures, result.to_json_dict())
+
+
+def _quiet(context) -> None:
+    try:
+        from great_expectations.data_context.types.base import ProgressBarsConfig
+
+        context.variables.progress_bars = ProgressBarsConfig(globally=False)
+    except Exception:  # noqa: BLE001 - only cosmetic
+        pass
+
+
+def _describe(result) -> str:
+    cfg = result.expectation_config
+    kwargs = {k: v for k, v in cfg.kwargs.items() if k not in ("batch_id", "value_set", "type_list")}
+    detail = result.result or {}
+    extra = ""
+    if detail.get("unexpected_count"):
+        sample = detail.get("partial_unexpected_list", [])[:5]
+        extra = f": {detail['unexpected_count']} unexpected, e.g. {sample}"
+    elif "observed_value" in detail:
+        extra = f": observed {detail['observed_value']}"
+    args = ", ".join(f"{k}={v}" for k, v in kwargs.items())
+    return f"{cfg.type}({args}){extra}"

@@ -1,0 +1,39 @@
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+
+def run_cli(*args: str, cwd: Path | None = None, env: dict | None = None, timeout: float = 300):
+    """Run ``consistency-gate`` as a subprocess; returns the CompletedProcess."""
+    return subprocess.run(
+        [sys.executable, "-m", "consistency_gate", *map(str, args)],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env=env,
+        timeout=timeout,
+    )
+
+
+def start_cli(*args: str) -> subprocess.Popen:
+    """Start ``consistency-gate`` in the background, capturing its output as text."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "consistency_gate", *map(str, args)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def run_json(*args: str, **kw):
+    proc = run_cli(*args, **kw)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
+@pytest.fixture
+def cli():
+    return run_cli

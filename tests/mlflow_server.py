@@ -1,0 +1,64 @@
+"""A real `mlflow server` process on 127.0.0.1 (free port, SQLite backend) for tests."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class MlflowServer:
+    """Start, kill and restart a tracking server that keeps its store in ``root``."""
+
+    def __init__(self, root: Path, port: int | None = None) -> None:
+        self.root, self.port = root, port or free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.db = f"sqlite:///{root / 'server.db'}"
+        self.proc: subprocess.Popen | None = None
+
+    def start(self, timeout: float = 120) -> MlflowServer:
+        self.proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "mlflow",
+                "server",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(self.port),
+                "--backend-store-uri",
+                self.db,
+                "--artifacts-destination",
+                str(self.root / "artifacts"),
+                "--workers",
+                "2",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=1):
+                    return self
+            except OSError:
+                time.sleep(0.5)
+        self.kill()
+        raise RuntimeError(f"mlflow server did not start within {timeout} s")
+
+    def kill(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()

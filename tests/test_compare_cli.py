@@ -1,0 +1,285 @@
+"""`consistency-gate compare` as a subprocess: the SPEC section 6 contract and bad input."""
+
+import numpy as np
+import pandas as pd
+import pytest
+from conftest import run_cli, run_json
+
+from consistency_gate import metrics as m
+
+SPEC_KEYS = {
+    "acc_previous",
+    "acc_candidate",
+    "con",
+    "acc_con",
+    "ctoc",
+    "ctoi",
+    "itoc",
+    "itoi",
+    "com",
+    "pearson",
+    "cosine",
+    "btc",
+    "bec",
+}
+
+
+def _probs(rng, n, p):
+    x = rng.random((n, p)) ** 4
+    return x / x.sum(1, keepdims=True)
+
+
+@pytest.fixture
+def files(tmp_path):
+    rng = np.random.default_rng(0)
+    n, classes = 500, ["cat", "dog", "eel", "fox", "gnu", "hen"]
+    y = rng.integers(0, 6, n)
+    a, b = _probs(rng, n, 6), _probs(rng, n, 6)
+    a[np.arange(n), y] += 0.5
+    b[np.arange(n), y] += 0.4
+    labels = pd.DataFrame({"id": [f"s{i}" for i in range(n)], "label": np.array(classes)[y]})
+    prev = pd.DataFrame(a, columns=classes)
+    cand = pd.DataFrame(b, columns=classes)
+    paths = {k: tmp_path / f"{k}.csv" for k in ("labels", "prev", "cand")}
+    labels.to_csv(paths["labels"], index=False)
+    prev.to_csv(paths["prev"], index=False)
+    cand.to_csv(paths["cand"], index=False)
+    return paths, y, a, b
+
+
+def test_json_contract_and_values(files):
+    paths, y, a, b = files
+    out = run_json(
+        "compare",
+        "--labels",
+        paths["labels"],
+        "--previous",
+        paths["prev"],
+        "--candidate",
+        paths["cand"],
+        "--k",
+        "1",
+        "--k",
+        "3",
+        "--format",
+        "json",
+    )
+    assert set(out) >= {"n", "metrics", "classes", "unknown_labels"}
+    assert out["n"] == 500
+    assert out["unknown_labels"] == {"previous": 0, "candidate": 0}
+    assert set(out["metrics"]) == SPEC_KEYS | {
+        f"{x}@{k}" for k in (1, 3) for x in ("ccon", "cacc_previous", "cacc_candidate")
+    }
+    pa, pb = m.predicted_classes(a), m.predicted_classes(b)
+    assert out["metrics"]["con"] == pytest.approx(m.consistency(pa, pb))
+    assert out["metrics"]["ctoi"] == pytest.approx(m.flip_rates(y, pa, pb)["ctoi"])
+    assert out["metrics"]["ccon@3"] == pytest.approx(m.topk_consistency(a, b, 3))
+    assert out["metrics"]["pearson"] == pytest.approx(m.pearson(a, b), abs=1e-9)
+
+
+def test_shuffled_columns_rows_and_parquet_give_same_result(files, tmp_path):
+    paths, *_ = files
+    base = run_json(
+        "compare",
+        "--labels",
+        paths["labels"],
+        "--previous",
+        paths["prev"],
+        "--candidate",
+        paths["cand"],
+        "--format",
+        "json",
+    )
+    ids = pd.read_csv(paths["labels"])["id"]
+    pd.read_csv(paths["prev"]).assign(id=ids).to_csv(tmp_path / "prev_id.csv", index=False)
+    cand = pd.read_csv(paths["cand"]).assign(id=ids)
+    shuffled = cand.sample(frac=1, random_state=3)[["fox", "id", "cat", "eel", "dog", "hen", "gnu"]]
+    shuffled.to_parquet(tmp_path / "cand.parquet")
+    out = run_json(
+        "compare",
+        "--labels",
+        paths["labels"],
+        "--previous",
+        tmp_path / "prev_id.csv",
+        "--candidate",
+        tmp_path / "cand.parquet",
+        "--id-column",
+        "id",
+        "--format",
+        "json",
+    )
+    for key, value in base["metrics"].items():
+        assert out["metrics"][key] == pytest.approx(value, abs=1e-9), key
+
+
+def test_table_is_default(files):
+    paths, *_ = files
+    proc = run_cli("compare", "--labels", paths["labels"], "--previous", paths["prev"], "--candidate", paths["cand"])
+    assert proc.returncode == 0
+    assert "ctoi" in proc.stdout and "n = 500" in proc.stdout
+
+
+def test_new_class_in_candidate_is_reported_not_dropped(tmp_path):
+    labels = pd.DataFrame({"label": ["a", "b", "c", "c"]})
+    prev = pd.DataFrame({"a": [0.9, 0.2, 0.5, 0.4], "b": [0.1, 0.8, 0.5, 0.6]})
+    cand = pd.DataFrame({"c": [0.1, 0.1, 0.8, 0.7], "a": [0.8, 0.2, 0.1, 0.2], "b": [0.1, 0.7, 0.1, 0.1]})
+    for name, df in (("labels", labels), ("prev", prev), ("cand", cand)):
+        df.to_csv(tmp_path / f"{name}.csv", index=False)
+    out = run_json(
+        "compare",
+        "--labels",
+        tmp_path / "labels.csv",
+        "--previous",
+        tmp_path / "prev.csv",
+        "--candidate",
+        tmp_path / "cand.csv",
+        "--format",
+        "json",
+    )
+    assert out["n"] == 4
+    assert out["unknown_labels"] == {"previous": 2, "candidate": 0}
+    assert out["metrics"]["acc_previous"] == 0.5
+    assert out["metrics"]["acc_candidate"] == 1.0
+    assert out["metrics"]["itoc"] == 0.5
+    assert set(out["classes"]) == {"a", "b", "c"}
+
+
+def test_hard_labels_vs_scores(files, tmp_path):
+    paths, y, a, b = files
+    hard = pd.DataFrame({"prediction": np.array(["cat", "dog", "eel", "fox", "gnu", "hen"])[b.argmax(1)]})
+    hard.to_csv(tmp_path / "hard.csv", index=False)
+    out = run_json(
+        "compare",
+        "--labels",
+        paths["labels"],
+        "--previous",
+        paths["prev"],
+        "--candidate",
+        tmp_path / "hard.csv",
+        "--k",
+        "1",
+        "--k",
+        "2",
+        "--format",
+        "json",
+    )
+    assert out["metrics"]["pearson"] is None and out["metrics"]["cosine"] is None
+    assert out["metrics"]["ccon@2"] is None and "ccon@2" in out["null_reasons"]
+    assert out["metrics"]["con"] == pytest.approx(m.consistency(a.argmax(1), b.argmax(1)))
+
+
+def _write(tmp_path, name, text):
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+BAD_CASES = {
+    "missing label column": ("id,truth\n1,a\n", "a,b\n0.5,0.5\n", "a,b\n0.5,0.5\n", [], "column 'label'"),
+    "missing id column": (
+        "id,label\n1,a\n",
+        "a,b\n0.5,0.5\n",
+        "id,a,b\n1,0.5,0.5\n",
+        ["--id-column", "id"],
+        "column 'id'",
+    ),
+    "duplicate ids": (
+        "id,label\n1,a\n1,b\n",
+        "id,a,b\n1,0.5,0.5\n1,0.2,0.8\n",
+        "id,a,b\n1,0.5,0.5\n2,0.5,0.5\n",
+        ["--id-column", "id"],
+        "more than once",
+    ),
+    "ids not matching": (
+        "id,label\n1,a\n2,b\n",
+        "id,a,b\n1,0.5,0.5\n2,0.2,0.8\n",
+        "id,a,b\n1,0.5,0.5\n3,0.5,0.5\n",
+        ["--id-column", "id"],
+        "id '2'",
+    ),
+    "row counts differ": ("label\na\nb\n", "a,b\n0.5,0.5\n", "a,b\n0.5,0.5\n0.1,0.9\n", [], "row counts differ"),
+    "nan score": ("label\na\nb\n", "a,b\n0.5,0.5\n,0.5\n", "a,b\n0.5,0.5\n0.1,0.9\n", [], "row 2, column 'a'"),
+    "inf score": ("label\na\n", "a,b\ninf,0.5\n", "a,b\n0.5,0.5\n", [], "NaN or infinite"),
+    "negative score": ("label\na\n", "a,b\n0.5,-0.5\n", "a,b\n0.5,0.5\n", [], "negative"),
+    "non-numeric score": (
+        "label\na\nb\n",
+        "a,b\n0.5,0.5\n0.1,high\n",
+        "a,b\n0.5,0.5\n0.1,0.9\n",
+        [],
+        "column 'b' is not numeric",
+    ),
+    "empty file": ("", "a,b\n0.5,0.5\n", "a,b\n0.5,0.5\n", [], "empty"),
+    "header only": ("label\n", "a,b\n", "a,b\n", [], "no rows"),
+    "label no generation knows": (
+        "label\na\nz\n",
+        "a,b\n0.5,0.5\n0.1,0.9\n",
+        "a,b\n0.5,0.5\n0.1,0.9\n",
+        [],
+        "label 'z'",
+    ),
+    "k below 1": ("label\na\n", "a,b\n0.5,0.5\n", "a,b\n0.5,0.5\n", ["--k", "0"], "at least 1"),
+    "k above classes": ("label\na\n", "a,b\n0.5,0.5\n", "a,b\n0.5,0.5\n", ["--k", "3"], "larger than the 2 classes"),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_CASES))
+def test_bad_input_exits_3_with_one_line(case, tmp_path):
+    labels, prev, cand, extra, expected = BAD_CASES[case]
+    proc = run_cli(
+        "compare",
+        "--labels",
+        _write(tmp_path, "labels.csv", labels),
+        "--previous",
+        _write(tmp_path, "prev.csv", prev),
+        "--candidate",
+        _write(tmp_path, "cand.csv", cand),
+        *extra,
+        "--format",
+        "json",
+    )
+    assert proc.returncode == 3, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), proc.stderr
+    assert expected in lines[0]
+    assert "Traceback" not in proc.stderr
+
+
+def test_missing_file_and_verbose_traceback(tmp_path):
+    proc = run_cli(
+        "--verbose",
+        "compare",
+        "--labels",
+        tmp_path / "nope.csv",
+        "--previous",
+        tmp_path / "a.csv",
+        "--candidate",
+        tmp_path / "b.csv",
+    )
+    assert proc.returncode == 3
+    assert "nope.csv: file not found" in proc.stderr and "Traceback" in proc.stderr
+
+
+def test_usage_error_exits_2(tmp_path):
+    proc = run_cli("compare", "--labels", tmp_path / "x.csv")
+    assert proc.returncode == 2
+
+
+def test_generations_report(files, tmp_path):
+    paths, y, a, b = files
+    out = run_json(
+        "generations",
+        "--labels",
+        paths["labels"],
+        "--generation",
+        f"g1={paths['prev']}",
+        "--generation",
+        f"g2={paths['cand']}",
+        "--generation",
+        f"g3={paths['prev']}",
+        "--format",
+        "json",
+    )
+    pa, pb = a.argmax(1), b.argmax(1)
+    assert out["acc_mean"] == pytest.approx((2 * m.accuracy(y, pa) + m.accuracy(y, pb)) / 3)
+    assert out["con_mean"] == pytest.approx((2 * m.consistency(pa, pb) + 1.0) / 3)
+    assert out["consecutive_flips"]["g2->g3"]["ctoi"] == pytest.approx(m.flip_rates(y, pb, pa)["ctoi"])

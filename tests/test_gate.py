@@ -1,0 +1,213 @@
+"""The gate on a real SQLite MLflow store with real registered sklearn and torch models."""
+
+import json
+
+import mlflow
+import pandas as pd
+import pytest
+from conftest import run_cli
+from mlflow import MlflowClient
+from registry_fixtures import MODEL, build_store, check_args
+
+from consistency_gate.errors import DataError, ModelError, TrackingError, UsageError
+from consistency_gate.gate import run_gate
+from consistency_gate.rules import parse_config
+
+LENIENT = parse_config("rules:\n  - {metric: con, min: 0.9}\n  - {metric: acc, min_delta: -0.05}\n")
+STRICT = parse_config("rules:\n  - {metric: ctoi, max: 0.0}\n  - {metric: con, min: 1.0}\n")
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    return build_store(tmp_path_factory.mktemp("store"))
+
+
+def _client(store):
+    return MlflowClient(tracking_uri=store["uri"], registry_uri=store["uri"])
+
+
+def test_passing_candidate_is_logged_tagged_and_reported(store, tmp_path):
+    report = tmp_path / "report.json"
+    result = run_gate(
+        MODEL,
+        store["data"],
+        candidate="2",
+        config=LENIENT,
+        tracking_uri=store["uri"],
+        id_column="id",
+        report_path=report,
+    )
+    assert result.verdict == "passed" and result.exit_code == 0
+    assert result.baseline["version"] == "1" and result.candidate["version"] == "2"
+    saved = json.loads(report.read_text())
+    assert set(saved) >= {"verdict", "rules", "metrics", "run_id", "candidate", "baseline", "registered_version"}
+    assert saved["registered_version"] is None
+    assert all(r["held"] for r in saved["rules"])
+    client = _client(store)
+    tags = client.get_model_version(MODEL, "2").tags
+    assert tags["consistency_gate.verdict"] == "passed"
+    assert tags["consistency_gate.kind"] == "single"
+    assert tags["consistency_gate.run_id"] == result.run_id
+    run = client.get_run(result.run_id)
+    assert run.info.status == "FINISHED"
+    assert run.data.metrics["con"] == pytest.approx(result.metrics["con"])
+    assert "ccon_at_1" in run.data.metrics
+    artifacts = {a.path for a in client.list_artifacts(result.run_id, "gate")}
+    assert {
+        "gate/rules.json",
+        "gate/flips.json",
+        "gate/report.json",
+        "gate/data_validation.json",
+        "gate/diagnose.json",
+        "gate/diagnose.md",
+    } <= artifacts
+    plots = {a.path for a in client.list_artifacts(result.run_id, "gate/plots")}
+    assert plots == {f"gate/plots/{p}.png" for p in ("flips_per_class", "correctness_matrix", "topk_curve")}
+    flips = pd.read_csv(client.download_artifacts(result.run_id, "gate/flips.csv", str(tmp_path)))
+    assert list(flips.columns) == ["id", "label", "previous_prediction", "candidate_prediction", "flip"]
+    assert len(flips) == 150 and flips["id"].iloc[0] == "s0"
+    assert (flips["flip"] == "CtoI").mean() == pytest.approx(result.metrics["ctoi"])
+
+
+def test_failing_candidate_fails_and_promote_does_not_move_alias(store):
+    result = run_gate(MODEL, store["data"], candidate="3", config=STRICT, tracking_uri=store["uri"], promote=True)
+    assert result.verdict == "failed" and result.exit_code == 1 and not result.promoted
+    client = _client(store)
+    assert str(client.get_model_version_by_alias(MODEL, "champion").version) == "1"
+    assert client.get_model_version(MODEL, "3").tags["consistency_gate.verdict"] == "failed"
+    failed = [r for r in result.rules if r.held is False]
+    assert failed and all(r.value is not None for r in failed)
+
+
+def test_promote_on_pass_moves_alias(tmp_path):
+    store = build_store(tmp_path)
+    result = run_gate(MODEL, store["data"], candidate="2", config=LENIENT, tracking_uri=store["uri"], promote=True)
+    assert result.promoted
+    assert str(_client(store).get_model_version_by_alias(MODEL, "champion").version) == "2"
+
+
+def test_first_generation_checks_only_single_model_rules(store):
+    config = parse_config("rules:\n  - {metric: acc, min: 0.9}\n  - {metric: con, min: 0.99}\n")
+    with pytest.raises(DataError, match="column 'id' is not numeric"):
+        run_gate("iris-torch", store["data"], config=config, tracking_uri=store["uri"])
+    result = run_gate("iris-torch", store["data"], config=config, tracking_uri=store["uri"], id_column="id")
+    assert result.first_generation and result.baseline is None
+    assert [r.held for r in result.rules] == [True, None]
+    assert "first generation" in result.rules[1].note
+    assert result.verdict == "passed"
+    assert set(result.metrics) == {"acc_candidate", "cacc_candidate@1"}
+
+
+def test_torch_candidate_against_sklearn_baseline(store, tmp_path):
+    # the torch model registered under the sklearn model's name as a new version
+    client = _client(store)
+    src = client.get_model_version("iris-torch", "1")
+    mv = client.create_model_version(MODEL, src.source, run_id=src.run_id)
+    client.set_model_version_tag(MODEL, mv.version, "consistency_gate.classes", '["setosa", "versicolor", "virginica"]')
+    result = run_gate(
+        MODEL, store["data"], candidate=mv.version, config=LENIENT, tracking_uri=store["uri"], id_column="id"
+    )
+    assert result.metrics["pearson"] is not None and result.metrics["acc_candidate"] > 0.8
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "text"),
+    [
+        ({"model": "no-such-model"}, ModelError, "not found"),
+        ({"candidate": "99"}, ModelError, "version '99'"),
+        ({"baseline": "@staging"}, ModelError, "alias '@staging' is not set"),
+    ],
+)
+def test_registry_errors(store, kwargs, error, text):
+    args = {"model": MODEL, "candidate": "2", "config": LENIENT, "tracking_uri": store["uri"], **kwargs}
+    with pytest.raises(error, match=text):
+        run_gate(args.pop("model"), store["data"], **args)
+
+
+def test_data_errors(store, tmp_path):
+    frame = pd.read_csv(store["data"])
+    cases = {
+        "nolabel.csv": (frame.drop(columns=["label"]), "column 'label' not found"),
+        "nofeature.csv": (frame.drop(columns=["petal_width"]), "petal_width"),
+        "empty.csv": (frame.iloc[:0], "no rows"),
+        "badlabel.csv": (frame.assign(label=["tulip"] + list(frame["label"][1:])), "tulip"),
+    }
+    for name, (data, text) in cases.items():
+        data.to_csv(tmp_path / name, index=False)
+        with pytest.raises(DataError, match=text):
+            run_gate(MODEL, tmp_path / name, candidate="2", config=LENIENT, tracking_uri=store["uri"])
+
+
+def test_validation_failure_is_logged_and_run_failed(store, tmp_path):
+    frame = pd.read_csv(store["data"]).drop(columns=["petal_width"])
+    frame.to_csv(tmp_path / "bad.csv", index=False)
+    with pytest.raises(DataError):
+        run_gate(MODEL, tmp_path / "bad.csv", candidate="2", config=LENIENT, tracking_uri=store["uri"])
+    runs = mlflow.search_runs(experiment_names=[f"consistency-gate/{MODEL}"], order_by=["start_time DESC"])
+    run_id = runs.iloc[0]["run_id"]
+    assert runs.iloc[0]["status"] == "FAILED"
+    assert "tags.consistency_gate.verdict" not in runs.columns or pd.isna(runs.iloc[0]["tags.consistency_gate.verdict"])
+    validation = json.loads(mlflow.artifacts.load_text(f"runs:/{run_id}/gate/data_validation.json"))
+    assert validation["success"] is False
+
+
+def test_model_without_class_scores(store):
+    class HardLabels(mlflow.pyfunc.PythonModel):
+        def predict(self, context, model_input, params=None):
+            return ["setosa"] * len(model_input)
+
+    with mlflow.start_run(experiment_id=mlflow.get_experiment_by_name("training").experiment_id):
+        mlflow.pyfunc.log_model(name="model", python_model=HardLabels(), registered_model_name="hard-only")
+    _client(store).set_registered_model_alias("hard-only", "champion", "1")
+    with pytest.raises(ModelError, match="no class scores"):
+        run_gate("hard-only", store["data"], candidate="1", config=LENIENT, tracking_uri=store["uri"])
+
+
+def test_config_errors(tmp_path):
+    bad = {
+        "malformed.yaml": ("rules: [ {metric: con, min: 0.9\n", "malformed YAML"),
+        "unknown.yaml": ("rules:\n  - {metric: con, min: 0.9}\n  - {metric: bogus, max: 1}\n", "line 3"),
+        "delta.yaml": ("rules:\n  - {metric: con, min_delta: 0.1}\n", "min_delta applies"),
+        "key.yaml": ("rulez: []\n", "unknown key 'rulez'"),
+    }
+    for name, (text, expected) in bad.items():
+        (tmp_path / name).write_text(text)
+        with pytest.raises(UsageError, match=expected):
+            run_gate(MODEL, tmp_path / "x.csv", config=tmp_path / name, tracking_uri="sqlite:///unused.db")
+
+
+def test_unreachable_server_fails_fast():
+    with pytest.raises(TrackingError, match="unreachable"):
+        run_gate(MODEL, "eval.csv", config=LENIENT, tracking_uri="http://127.0.0.1:9")
+
+
+def test_cli_check_exit_codes_and_report(store, tmp_path):
+    config = tmp_path / "gate.yaml"
+    config.write_text("rules:\n  - {metric: ctoi, max: 0.0}\n  - {metric: con, min: 1.0}\n")
+    proc = run_cli(*check_args("3", store["data"], config, store["uri"], "--report", tmp_path / "r.json"))
+    assert proc.returncode == 1, proc.stderr
+    assert "FAILED" in proc.stdout
+    assert json.loads((tmp_path / "r.json").read_text())["verdict"] == "failed"
+    config.write_text("rules:\n  - {metric: nope, max: 0.0}\n")
+    proc = run_cli(
+        "check", "--model", MODEL, "--data", store["data"], "--config", config, "--tracking-uri", store["uri"]
+    )
+    assert proc.returncode == 2 and "unknown metric 'nope'" in proc.stderr
+    proc = run_cli("check", "--model", "ghost", "--data", store["data"], "--tracking-uri", store["uri"])
+    assert proc.returncode == 4 and proc.stderr.startswith("error: ")
+    proc = run_cli("check", "--model", MODEL, "--data", store["data"], "--tracking-uri", "http://127.0.0.1:9")
+    assert proc.returncode == 5
+
+
+def test_config_default_prints_parsable_yaml():
+    proc = run_cli("config", "--default")
+    assert proc.returncode == 0
+    assert parse_config(proc.stdout).rules
+
+
+def test_gate_nests_under_a_pipeline_run(store):
+    mlflow.set_tracking_uri(store["uri"])
+    with mlflow.start_run(experiment_id=mlflow.get_experiment_by_name("training").experiment_id) as parent:
+        result = run_gate(MODEL, store["data"], candidate="2", config=LENIENT, tracking_uri=store["uri"])
+        assert mlflow.active_run().info.run_id == parent.info.run_id
+    assert _client(store).get_run(result.run_id).data.tags["mlflow.parentRunId"] == parent.info.run_id

@@ -1,0 +1,170 @@
+"""Hand-computed cases and the paper's invariants (SPEC section 1) as property tests."""
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra.numpy import arrays
+
+from consistency_gate import metrics as m
+from consistency_gate.accumulator import ConsistencyCounts, Outputs
+
+
+def test_hand_computed_flips_and_rates():
+    y = np.array([0, 0, 1, 1, 2, 2])
+    a = np.array([0, 0, 1, 2, 0, 1])  # right on 0, 1, 2
+    b = np.array([0, 1, 1, 1, 2, 0])  # right on 0, 2, 3, 4
+    assert m.accuracy(y, a) == pytest.approx(3 / 6)
+    assert m.accuracy(y, b) == pytest.approx(4 / 6)
+    assert m.consistency(a, b) == pytest.approx(2 / 6)  # samples 0 and 2
+    assert m.flip_rates(y, a, b) == pytest.approx({"ctoc": 2 / 6, "ctoi": 1 / 6, "itoc": 2 / 6, "itoi": 1 / 6})
+    assert m.com(y, a, b) == pytest.approx((2 + 2 - 1) / 6)
+    assert m.backward_trust_compatibility(y, a, b) == pytest.approx(2 / 3)
+    assert m.backward_error_compatibility(y, a, b) == pytest.approx(1 / 2)
+
+
+def test_compatibility_scores_are_none_when_undefined():
+    y = np.array([0, 1])
+    assert m.backward_trust_compatibility(y, np.array([1, 0]), y) is None
+    assert m.backward_error_compatibility(y, np.array([1, 0]), y) is None
+
+
+def test_tie_rule_lowest_index_wins():
+    scores = np.array([[0.3, 0.3, 0.3, 0.1], [0.0, 0.0, 0.0, 0.0]])
+    assert m.predicted_classes(scores).tolist() == [0, 0]
+    assert m.top_k(scores, 3).tolist() == [[0, 1, 2], [0, 1, 2]]
+
+
+def test_top_k_matches_stable_sort_on_wide_rows_with_ties():
+    rng = np.random.default_rng(1)
+    scores = rng.integers(0, 5, size=(300, 97)).astype(np.float32)  # many ties
+    scores[:5] = 0.0
+    expected = np.argsort(-scores, axis=1, kind="stable")[:, :7]
+    assert (m.top_k(scores, 7) == expected).all()
+
+
+def test_topk_hand_case():
+    y = np.array([2, 0])
+    a = np.array([[0.5, 0.3, 0.2], [0.1, 0.6, 0.3]])  # top2: {0,1}, {1,2}
+    b = np.array([[0.1, 0.3, 0.6], [0.7, 0.2, 0.1]])  # top2: {2,1}, {0,1}
+    assert m.topk_consistency(a, b, 1) == 0.0
+    assert m.topk_consistency(a, b, 2) == 1.0  # share class 1 in both rows
+    assert m.topk_accuracy(y, a, 2) == 0.0
+    assert m.topk_accuracy(y, b, 2) == 1.0
+    assert m.topk_accuracy(y, a, 3) == 1.0
+
+
+def test_pearson_and_cosine_hand_case():
+    a = np.array([[1.0, 0.0], [0.5, 0.5]])
+    b = np.array([[0.0, 1.0], [0.2, 0.8]])
+    # row 0: r = -1, cos = 0; row 1: a constant -> r undefined, cos = (0.5) / (0.7071 * 0.8246)
+    assert m.pearson(a, b) == pytest.approx(-1.0)
+    assert m.cosine(a, b) == pytest.approx((0.0 + 0.5 / (np.sqrt(0.5) * np.sqrt(0.68))) / 2)
+
+
+@st.composite
+def two_generations(draw, max_n=60, max_p=12):
+    n = draw(st.integers(1, max_n))
+    p = draw(st.integers(1, max_p))
+    elems = st.floats(0, 1, width=32)
+    a = draw(arrays(np.float32, (n, p), elements=elems))
+    b = draw(arrays(np.float32, (n, p), elements=elems))
+    y = draw(arrays(np.int64, (n,), elements=st.integers(0, p - 1)))
+    return y, a, b
+
+
+def _counts(y, a, b, ks):
+    p = a.shape[1]
+    prev = Outputs.from_scores(a, range(p), max(ks))
+    cand = Outputs.from_scores(b, range(p), max(ks))
+    return ConsistencyCounts(ks=ks).update(y, prev, cand)
+
+
+@settings(max_examples=200, deadline=None)
+@given(two_generations())
+def test_theorem5_and_flip_identities(data):
+    y, a, b = data
+    values, _ = _counts(y, a, b, (1,)).compute()
+    acc_a, acc_b, acc_con = values["acc_previous"], values["acc_candidate"], values["acc_con"]
+    eps = 1e-12
+    assert max(acc_a + acc_b - 1, 0) - eps <= acc_con <= min(acc_a, acc_b) + eps
+    assert values["ctoc"] == pytest.approx(acc_con)
+    assert values["ctoc"] + values["ctoi"] == pytest.approx(acc_a)
+    assert values["ctoc"] + values["itoc"] == pytest.approx(acc_b)
+    assert sum(values[f] for f in m.FLIP_NAMES) == pytest.approx(1.0)
+    assert values["ccon@1"] == pytest.approx(values["con"])
+    assert values["cacc_previous@1"] == pytest.approx(acc_a)
+
+
+@settings(max_examples=200, deadline=None)
+@given(two_generations())
+def test_ccon_non_decreasing_in_k_and_matches_direct_functions(data):
+    y, a, b = data
+    p = a.shape[1]
+    ks = tuple(range(1, p + 1))
+    values, _ = _counts(y, a, b, ks).compute()
+    cc = [values[f"ccon@{k}"] for k in ks]
+    assert all(x <= z + 1e-12 for x, z in zip(cc, cc[1:], strict=False))
+    assert cc[-1] == 1.0
+    for k in ks:
+        assert values[f"ccon@{k}"] == pytest.approx(m.topk_consistency(a, b, k))
+        assert values[f"cacc_candidate@{k}"] == pytest.approx(m.topk_accuracy(y, b, k))
+    assert values["con"] == pytest.approx(m.consistency(m.predicted_classes(a), m.predicted_classes(b)))
+
+
+@settings(max_examples=150, deadline=None)
+@given(two_generations(), st.lists(st.integers(0, 60), max_size=4))
+def test_merge_equals_single_pass_for_any_split(data, cuts):
+    y, a, b = data
+    ks = (1, min(2, a.shape[1]))
+    whole = _counts(y, a, b, ks)
+    bounds = sorted({0, len(y), *[c for c in cuts if c <= len(y)]})
+    parts = [_counts(y[s:e], a[s:e], b[s:e], ks) for s, e in zip(bounds, bounds[1:], strict=False) if e > s]
+    merged = parts[0]
+    for part in parts[1:]:
+        merged = merged.merge(part)
+    streamed = ConsistencyCounts(ks=ks)
+    for s, e in zip(bounds, bounds[1:], strict=False):
+        if e > s:
+            streamed.update(
+                y[s:e],
+                Outputs.from_scores(a[s:e], range(a.shape[1]), ks[-1]),
+                Outputs.from_scores(b[s:e], range(b.shape[1]), ks[-1]),
+            )
+    for other in (merged, streamed):
+        v1, r1 = whole.compute()
+        v2, r2 = other.compute()
+        assert r1 == r2
+        for key in v1:
+            if v1[key] is None:
+                assert v2[key] is None
+            else:
+                assert v2[key] == pytest.approx(v1[key], abs=1e-9)
+
+
+def test_hard_labels_give_null_score_metrics_with_reasons():
+    y = np.array([0, 1, 1])
+    prev = Outputs.from_scores(np.array([[0.9, 0.1], [0.2, 0.8], [0.6, 0.4]]), [0, 1], 2)
+    cand = Outputs.from_labels(np.array([0, 1, 0]))
+    values, reasons = ConsistencyCounts(ks=(1, 2)).update(y, prev, cand).compute()
+    assert values["con"] == 1.0
+    assert values["pearson"] is None and "hard labels" in reasons["pearson"]
+    assert values["ccon@2"] is None and "ccon@2" in reasons
+    assert values["cacc_previous@2"] == 1.0
+    assert values["cacc_candidate@1"] == values["acc_candidate"]
+
+
+def test_different_class_sets_align_by_id():
+    # previous knows classes {0, 1}; candidate knows {1, 0, 2} in another order
+    y = np.array([2, 0])
+    prev = Outputs.from_scores(np.array([[0.3, 0.7], [0.8, 0.2]]), [0, 1], 1)
+    cand = Outputs.from_scores(np.array([[0.1, 0.1, 0.8], [0.2, 0.7, 0.1]]), [1, 0, 2], 1)
+    counts = ConsistencyCounts().update(y, prev, cand)
+    values, _ = counts.compute()
+    assert counts.unknown_labels() == {"previous": 1, "candidate": 0}
+    assert values["acc_previous"] == 0.5 and values["acc_candidate"] == 1.0
+    # row 1 on the union (0, 1, 2): prev (0.8, 0.2, 0), cand (0.7, 0.2, 0.1)
+    a1, b1 = np.array([0.8, 0.2, 0.0]), np.array([0.7, 0.2, 0.1])
+    a0, b0 = np.array([0.3, 0.7, 0.0]), np.array([0.1, 0.1, 0.8])
+    expected = np.mean([np.corrcoef(a0, b0)[0, 1], np.corrcoef(a1, b1)[0, 1]])
+    assert values["pearson"] == pytest.approx(expected)

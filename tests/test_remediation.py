@@ -1,0 +1,120 @@
+"""Remediation inside the gate: a failing candidate repaired by a registered DynSnap ensemble."""
+
+import mlflow
+import pandas as pd
+import pytest
+from mlflow import MlflowClient
+from registry_fixtures import MODEL, build_store
+
+from consistency_gate.errors import DataError, UsageError
+from consistency_gate.gate import run_gate
+from consistency_gate.rules import parse_config
+
+REMEDIATION = """
+remediation:
+  recipe: {recipe}
+  recipe_options: {{hidden: [16]}}
+  data: {train}
+  label_column: {label}
+  method: dynsnap-cyc
+  m: 4
+  N: 3
+  epochs: 40
+  lr: 0.05
+  seed: 0
+"""
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    root = tmp_path_factory.mktemp("remediation")
+    store = build_store(root)
+    pd.read_csv(store["data"]).drop(columns=["id"]).to_csv(root / "train.csv", index=False)
+    store["train"] = root / "train.csv"
+    return store
+
+
+def _config(store, rules, recipe="mlp", label="label"):
+    return parse_config(rules + REMEDIATION.format(recipe=recipe, train=store["train"], label=label))
+
+
+def _versions(store):
+    client = MlflowClient(tracking_uri=store["uri"], registry_uri=store["uri"])
+    return client, sorted(int(v.version) for v in client.search_model_versions(f"name='{MODEL}'"))
+
+
+def _gate_v3(store, config):
+    """Gate the poor version 3 with promotion asked for."""
+    return run_gate(
+        MODEL,
+        store["data"],
+        candidate="3",
+        config=config,
+        tracking_uri=store["uri"],
+        id_column="id",
+        promote=True,
+        quiet=True,
+    )
+
+
+def test_failing_candidate_is_repaired_registered_and_promoted(store):
+    config = _config(store, "rules:\n  - {metric: con, min: 0.9}\n  - {metric: acc, min_delta: -0.05}\n")
+    client, before = _versions(store)
+    result = _gate_v3(store, config)
+    assert [r.held for r in result.rules] != [True, True]  # the single candidate failed
+    assert result.ensemble["verdict"] == "passed" and result.verdict == "passed" and result.exit_code == 0
+    new = result.registered_version
+    assert new is not None and int(new) == max(before) + 1
+    tags = client.get_model_version(MODEL, new).tags
+    assert tags["consistency_gate.kind"] == "ensemble" and tags["consistency_gate.verdict"] == "passed"
+    assert client.get_model_version(MODEL, "3").tags["consistency_gate.verdict"] == "failed"
+    assert str(client.get_model_version_by_alias(MODEL, "champion").version) == new
+    child = result.ensemble["run_id"]
+    assert client.get_run(child).data.tags["mlflow.parentRunId"] == result.run_id
+    paths = {a.path for a in client.list_artifacts(child, "ensemble")}
+    assert {"ensemble/snapshots.json", "ensemble/lr_curve.png"} <= paths
+    assert client.get_run(child).data.metrics["kappa"] == result.ensemble["kappa"]
+
+    # round trip: the registered ensemble is gated like any other version, with the same numbers
+    client.set_registered_model_alias(MODEL, "champion", "1")
+    again = run_gate(MODEL, store["data"], candidate=new, config=config, tracking_uri=store["uri"], id_column="id")
+    assert again.metrics["con"] == pytest.approx(result.ensemble["metrics"]["con"])
+    assert again.verdict == "passed"
+    assert client.get_model_version(MODEL, new).tags["consistency_gate.kind"] == "ensemble"
+    info = mlflow.models.get_model_info(f"models:/{MODEL}/{new}")
+    assert info.metadata["method"] == "dynsnap-cyc" and len(info.metadata["member_val_acc"]) == 4
+    assert info.metadata["classes"] == ["setosa", "versicolor", "virginica"]
+
+
+def test_both_failing_registers_nothing(store):
+    config = _config(store, "rules:\n  - {metric: con, min: 1.0}\n  - {metric: ctoi, max: 0.0}\n")
+    _, before = _versions(store)
+    result = _gate_v3(store, config)
+    assert result.verdict == "failed" and result.exit_code == 1
+    assert result.ensemble["verdict"] == "failed" and result.registered_version is None
+    assert _versions(store)[1] == before
+
+
+@pytest.mark.parametrize(
+    ("recipe", "label", "error", "text"),
+    [
+        ("no_such_module:build", "label", UsageError, "cannot import"),
+        ("torch.nn:Identity", "label", UsageError, "expected"),
+        ("mlp", "species", DataError, "column 'species' not found"),
+    ],
+)
+def test_bad_remediation_fails_before_training_and_registers_nothing(store, recipe, label, error, text):
+    config = _config(store, "rules:\n  - {metric: con, min: 1.0}\n", recipe=recipe, label=label)
+    _, before = _versions(store)
+    with pytest.raises(error, match=text):
+        run_gate(MODEL, store["data"], candidate="3", config=config, tracking_uri=store["uri"], id_column="id")
+    assert _versions(store)[1] == before
+
+
+@pytest.mark.parametrize(
+    ("line", "text"),
+    [("m: 0", "m must be"), ("N: 0", "N must be"), ("beta: 2", "beta must be"), ("m: 2\n  colour: red", "unknown key")],
+)
+def test_invalid_remediation_options_are_usage_errors(store, line, text):
+    with pytest.raises(UsageError, match=text):
+        parse_config(f"rules: []\nremediation:\n  data: {store['train']}\n  {line}\n")

@@ -1,0 +1,88 @@
+"""Pipelines, Docker files and the Markdown summary: the CI recipes run here end to end."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _bash(script: str, env: dict, cwd: Path = ROOT) -> subprocess.CompletedProcess:
+    full_env = {**os.environ, **env, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+    return subprocess.run(["bash", "-c", script], cwd=cwd, env=full_env, capture_output=True, text=True, timeout=600)
+
+
+def test_compose_file_names_the_documented_services_and_volumes():
+    compose = yaml.safe_load((ROOT / "docker/compose.yaml").read_text())
+    assert set(compose["services"]) == {"postgres", "mlflow", "gate"}
+    assert set(compose["volumes"]) == {"pgdata", "mlartifacts"}
+    command = compose["services"]["mlflow"]["command"]
+    assert "postgresql://" in command and "--artifacts-destination /mlartifacts" in command
+    assert "mlartifacts:/mlartifacts" in compose["services"]["mlflow"]["volumes"]
+    assert compose["services"]["gate"]["environment"]["MLFLOW_TRACKING_URI"] == "http://mlflow:5000"
+    readme = (ROOT / "README.md").read_text()
+    section = readme.split("## Running with Docker Compose")[1].split("\n## ")[0]
+    for name in ("postgres", "mlflow", "gate", "pgdata", "mlartifacts"):
+        assert f"`{name}`" in section
+
+
+def test_dockerfile_installs_as_ci_does():
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    ci = (ROOT / ".ci/run").read_text()
+    assert "python -m pip install -q torch==2.13.0 && python -m pip install -q" in dockerfile
+    assert "python -m pip install -q torch==2.13.0 && python -m pip install -q" in ci
+    assert 'ENTRYPOINT ["consistency-gate"]' in dockerfile
+
+
+def _steps(workflow: dict) -> dict[str, str]:
+    job = workflow["jobs"]["retrain-and-gate"]
+    return {step["name"]: step["run"] for step in job["steps"] if "run" in step and "name" in step}
+
+
+def test_github_workflow_commands_gate_and_block(tmp_path):
+    steps = _steps(yaml.safe_load((ROOT / "pipelines/github/consistency-gate.yml").read_text()))
+    summary = tmp_path / "summary.md"
+    env = {"GATE_WORKDIR": str(tmp_path / "work"), "GITHUB_STEP_SUMMARY": str(summary)}
+    env.pop("MLFLOW_TRACKING_URI", None)
+    train = _bash(steps["Retrain and register a new generation"], env)
+    assert train.returncode == 0, train.stderr
+    gate = _bash(steps["Consistency gate"], env, cwd=tmp_path)
+    assert gate.returncode == 0, gate.stdout + gate.stderr
+    assert "consistency gate passed" in gate.stdout
+    assert "PASSED" in summary.read_text() and (tmp_path / "gate-report.json").exists()
+    (tmp_path / "work" / "eval.csv").unlink()
+    bad = _bash(steps["Consistency gate"], env, cwd=tmp_path)
+    assert bad.returncode == 3 and "invalid evaluation data" in bad.stdout
+
+
+def test_gitlab_job_commands(tmp_path):
+    ci = yaml.safe_load((ROOT / "pipelines/gitlab/.gitlab-ci.yml").read_text())
+    env = {"GATE_WORKDIR": str(tmp_path / "work")}
+    for line in ci["retrain"]["script"]:
+        assert _bash(line, env).returncode == 0
+    gate = _bash("\n".join(ci["consistency-gate"]["script"]), env, cwd=tmp_path)
+    assert gate.returncode == 0, gate.stdout + gate.stderr
+    assert "| metric | value | rule | outcome |" in (tmp_path / "gate-summary.md").read_text()
+
+
+def test_python_pipeline_step_runs_end_to_end(tmp_path):
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "pipelines/retrain_and_gate.py"),
+            "all",
+            "--workdir",
+            str(tmp_path),
+            "--report",
+            str(tmp_path / "r.json"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"},
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "registered digits-classifier v1" in proc.stdout and (tmp_path / "r.json").exists()

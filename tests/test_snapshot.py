@@ -1,0 +1,141 @@
+"""DynSnap pruning, schedules, combination rules, recipes and the baselines, on tiny data."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from consistency_gate.combine import combine
+from consistency_gate.ensemble_model import TorchEnsemble
+from consistency_gate.errors import UsageError
+from consistency_gate.recipes import RecipeSpec, check_recipe
+from consistency_gate.snapshot import (
+    METHODS,
+    TrainSettings,
+    beta_star,
+    build_ensemble,
+    cyclic_cosine_lr,
+    kept_snapshots,
+    pruning_threshold,
+    step_decay_lr,
+)
+
+
+def test_tau_and_beta_star_by_hand():
+    w = [0.70, 0.80, 0.90, 0.60]  # max .9, min .6, mean .75
+    assert beta_star(w) == pytest.approx((0.9 - 0.75) / 0.3)
+    assert pruning_threshold(w, None) == pytest.approx(0.75)  # beta* puts tau at the mean
+    assert kept_snapshots(w, None) == [1, 2]
+    assert pruning_threshold(w, 0.0) == pytest.approx(0.9)  # beta 0: only the best
+    assert kept_snapshots(w, 0.0) == [2]
+    assert pruning_threshold(w, 1.0) == pytest.approx(0.6)  # beta 1 (Snapshot): keep all
+    assert kept_snapshots(w, 1.0) == [0, 1, 2, 3]
+    assert pruning_threshold(w, 0.5) == pytest.approx(0.75)
+    assert kept_snapshots([0.8, 0.8, 0.8], None) == [0, 1, 2]  # max = min: keep all
+    assert beta_star([0.8, 0.8]) is None
+
+
+def test_learning_rate_schedules_by_hand():
+    # T = 10 epochs, N = 5 cycles of ceil(10/5) = 2 epochs: alpha0, alpha0/2 * (cos(pi/2) + 1) = alpha0/2
+    assert [cyclic_cosine_lr(0.1, t, 10, 5) for t in (1, 2, 3, 4)] == pytest.approx([0.1, 0.05, 0.1, 0.05])
+    # T = 9, N = 2: cycles of 5 epochs
+    assert cyclic_cosine_lr(1.0, 3, 9, 2) == pytest.approx(0.5 * (math.cos(math.pi * 2 / 5) + 1))
+    assert [step_decay_lr(1.0, t, 10) for t in (1, 4, 5, 7, 9, 10)] == pytest.approx(
+        [1.0, 1.0, 0.1, 0.01, 0.001, 0.001]
+    )
+
+
+def test_each_combination_rule_by_hand():
+    probs = np.array(
+        [
+            [[0.6, 0.4, 0.0], [0.2, 0.3, 0.5]],
+            [[0.1, 0.8, 0.1], [0.2, 0.5, 0.3]],
+            [[0.5, 0.2, 0.3], [0.1, 0.1, 0.8]],
+        ]
+    )  # 3 members x 2 samples x 3 classes
+    w = [0.5, 0.3, 0.2]
+    assert combine(probs, "avg") == pytest.approx(probs.mean(0))
+    assert combine(probs, "wavg", w) == pytest.approx(np.tensordot(np.array(w), probs, 1))
+    # votes: sample 0 -> classes 0, 1, 0; sample 1 -> 2, 1, 2
+    assert combine(probs, "mv") == pytest.approx(np.array([[2 / 3, 1 / 3, 0], [0, 1 / 3, 2 / 3]]))
+    assert combine(probs, "wmv", w) == pytest.approx(np.array([[0.7, 0.3, 0], [0, 0.3, 0.7]]))
+    # a vote tie goes to the lowest class index
+    tie = np.array([[[0.9, 0.1]], [[0.1, 0.9]]])
+    assert combine(tie, "mv").argmax(1).tolist() == [0]
+    with pytest.raises(ValueError, match="needs one weight"):
+        combine(probs, "wmv")
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "text"),
+    [
+        ({"m": 0}, "m must be"),
+        ({"n_snapshots": 0}, "N must be"),
+        ({"beta": 1.5}, "beta must be in"),
+        ({"beta": -0.1}, "beta must be in"),
+        ({"method": "boosting"}, "unknown"),
+    ],
+)
+def test_settings_refused_before_training(kwargs, text):
+    with pytest.raises(UsageError, match=text):
+        TrainSettings(**kwargs)
+
+
+def test_recipe_errors_before_training():
+    with pytest.raises(UsageError, match="cannot import module"):
+        check_recipe(RecipeSpec("no_such_pkg.models:build", {}, 4, 3))
+    with pytest.raises(UsageError, match="not a torch.nn.Module"):
+        check_recipe(RecipeSpec("builtins:max", {}, 4, 3))
+    with pytest.raises(UsageError, match=r"expected \(batch, 3\)"):
+        check_recipe(RecipeSpec("torch.nn:Identity", {}, 4, 3))  # 4 outputs for 3 classes
+    check_recipe(RecipeSpec("cnn", {"image_shape": [1, 4, 4]}, 16, 3))
+
+
+def _blobs(n=240, classes=3, seed=0):
+    rng = np.random.default_rng(seed)
+    y = rng.integers(0, classes, n)
+    centers = rng.normal(0, 2.5, (classes, 5))
+    return (centers[y] + rng.normal(0, 1.0, (n, 5))).astype(np.float32), y
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_every_method_builds_m_members(method):
+    x, y = _blobs()
+    settings = TrainSettings(method=method, m=4, n_snapshots=3, epochs=6, seed=3)
+    build = build_ensemble(RecipeSpec("mlp", {"hidden": [16]}, 5, 3), x, y, settings, quiet=True)
+    expected = 1 if method in ("mcdropout", "singlebase") else 4
+    assert len(build.members) == expected
+    assert build.mc_passes == (4 if method == "mcdropout" else 1)
+    assert build.kappa == len(build.runs)
+    if method == "extbagging":
+        assert len(build.runs) == 4
+    if method == "snapshot":  # beta = 1 keeps every snapshot: 2 runs of 3 give 4 members
+        assert all(len(r.kept) == 3 for r in build.runs)
+    for run in build.runs:
+        if run.tau is not None:
+            assert run.kept == [j for j, acc in enumerate(run.val_accs) if acc >= run.tau - 1e-12]
+
+
+def test_seeds_make_builds_reproducible_and_ensemble_predicts():
+    x, y = _blobs()
+    spec = RecipeSpec("mlp", {"hidden": [16]}, 5, 3)
+    settings = TrainSettings(method="dynsnap-step", m=3, n_snapshots=3, epochs=6, seed=7)
+    a = build_ensemble(spec, x, y, settings, quiet=True)
+    b = build_ensemble(spec, x, y, settings, quiet=True)
+    assert [r.val_accs for r in a.runs] == [r.val_accs for r in b.runs]
+    for ma, mb in zip(a.members, b.members, strict=True):
+        assert all(torch.equal(ma.state[k], mb.state[k]) for k in ma.state)
+    ens = TorchEnsemble(
+        spec,
+        [m.state for m in a.members],
+        [m.val_acc for m in a.members],
+        ["a", "b", "c"],
+        [f"f{i}" for i in range(5)],
+        np.zeros(5, np.float32),
+        np.ones(5, np.float32),
+        "wavg",
+    )
+    probs = ens.predict_proba(x)
+    assert probs.shape == (len(x), 3) and np.allclose(probs.sum(1), 1)
+    assert (probs.argmax(1) == y).mean() > 0.8
