@@ -1,7 +1,9 @@
 """Throughput of every consistency metric (top-5 included) on a stream of score batches.
 
 Prints, in one run on the same data: the time of all metrics through ConsistencyCounts,
-the time of a bare ``np.argmax`` over both matrices, their ratio, and the peak RSS.
+the time of a bare ``np.argmax`` over both matrices, their ratio, and the peak RSS. The
+metrics run twice: with numba's default thread count (one per core) and with one thread,
+since ``np.argmax`` itself uses one core.
 
     python benchmarks/metrics_throughput.py              # n = 1,000,000, p = 1,000 float32
     python benchmarks/metrics_throughput.py --n 100000   # quicker
@@ -13,6 +15,7 @@ import argparse
 import resource
 import time
 
+import numba
 import numpy as np
 
 from consistency_gate.accumulator import ConsistencyCounts, Outputs
@@ -37,28 +40,36 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=20_000)
     args = parser.parse_args()
 
-    columns = np.arange(args.p)
     ks = (1, 5)
-    counts = ConsistencyCounts(ks=ks)
-    t_metrics = t_argmax = 0.0
-    for y, a, b in batches(args.n, args.p, args.batch):
-        t0 = time.perf_counter()
-        a.argmax(axis=1)
-        b.argmax(axis=1)
-        t1 = time.perf_counter()
-        counts.update(y, Outputs.from_scores(a, columns, 5), Outputs.from_scores(b, columns, 5))
-        t2 = time.perf_counter()
-        t_argmax += t1 - t0
-        t_metrics += t2 - t1
-    values, _ = counts.compute()
-    peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    ConsistencyCounts(ks=ks).update(*_outputs(*next(batches(10, args.p, 10))))  # numba compiles outside the timings
     print(f"n = {args.n:,} x p = {args.p:,} float32, batches of {args.batch:,} rows, k = {ks}")
-    print(f"all metrics (incl. top-5, Pearson, cosine): {t_metrics:8.2f} s")
-    print(f"bare np.argmax over both matrices:          {t_argmax:8.2f} s")
-    print(f"ratio metrics / argmax:                     {t_metrics / t_argmax:8.2f}")
-    print(f"throughput:                                 {args.n / t_metrics:,.0f} samples/s")
+    for threads in dict.fromkeys((numba.config.NUMBA_NUM_THREADS, 1)):
+        numba.set_num_threads(threads)
+        counts = ConsistencyCounts(ks=ks)
+        t_metrics = t_argmax = 0.0
+        for y, a, b in batches(args.n, args.p, args.batch):
+            t0 = time.perf_counter()
+            a.argmax(axis=1)
+            b.argmax(axis=1)
+            t1 = time.perf_counter()
+            counts.update(*_outputs(y, a, b))
+            t2 = time.perf_counter()
+            t_argmax += t1 - t0
+            t_metrics += t2 - t1
+        values, _ = counts.compute()
+        print(f"-- metrics on {threads} thread(s)")
+        print(f"all metrics (incl. top-5, Pearson, cosine): {t_metrics:8.2f} s")
+        print(f"bare np.argmax over both matrices:          {t_argmax:8.2f} s")
+        print(f"ratio metrics / argmax:                     {t_metrics / t_argmax:8.2f}")
+        print(f"throughput:                                 {args.n / t_metrics:,.0f} samples/s")
+    peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(f"peak RSS:                                   {peak_mb:8.0f} MB")
     print(f"check: con = {values['con']:.4f}, ccon@5 = {values['ccon@5']:.4f}, pearson = {values['pearson']:.4f}")
+
+
+def _outputs(y: np.ndarray, a: np.ndarray, b: np.ndarray) -> tuple:
+    columns = np.arange(a.shape[1])
+    return y, Outputs.from_scores(a, columns, 5), Outputs.from_scores(b, columns, 5)
 
 
 if __name__ == "__main__":

@@ -149,17 +149,12 @@ class ConsistencyCounts:
 
     def _update_similarity(self, previous: Outputs, candidate: Outputs) -> None:
         a, b = previous.scores, candidate.scores
-        if np.array_equal(previous.columns, candidate.columns):
-            dot = m.rowwise_dot(a, b)
-            width = a.shape[1]
-        else:
-            _, ia, ib = np.intersect1d(previous.columns, candidate.columns, return_indices=True)
-            dot = m.rowwise_dot(a[:, ia], b[:, ib])
-            width = np.union1d(previous.columns, candidate.columns).size
-        sq_a, sq_b = m.rowwise_dot(a, a), m.rowwise_dot(b, b)
-        r = m.rowwise_pearson(
-            m.rowwise_sum(a), m.rowwise_sum(b), sq_a, sq_b, dot, width, rel_tol=m.rounding_tolerance(a, b)
-        )
+        if not np.array_equal(previous.columns, candidate.columns):
+            # over the union of both class sets; a class a generation lacks scores 0 there
+            union = np.union1d(previous.columns, candidate.columns)
+            a, b = _on_classes(a, previous.columns, union), _on_classes(b, candidate.columns, union)
+        sum_a, sum_b, sq_a, sq_b, dot = m.row_moments(a, b)
+        r = m.rowwise_pearson(sum_a, sum_b, sq_a, sq_b, dot, a.shape[1], rel_tol=m.rounding_tolerance(a, b))
         c = m.rowwise_cosine(sq_a, sq_b, dot)
         self.pearson_sum += float(np.nansum(r))
         self.pearson_n += int((~np.isnan(r)).sum())
@@ -265,6 +260,13 @@ _ADDITIVE = (
     "cosine_sum",
     "cosine_n",
 )
+
+
+def _on_classes(scores: np.ndarray, columns: np.ndarray, classes: np.ndarray) -> np.ndarray:
+    """The score matrix laid out on ``classes`` (sorted ids), zeros where it has no column."""
+    out = np.zeros((scores.shape[0], classes.size), dtype=scores.dtype)
+    out[:, np.searchsorted(classes, columns)] = scores
+    return out
 
 
 def _unknown(y_true: np.ndarray, out: Outputs) -> int:

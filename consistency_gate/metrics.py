@@ -23,10 +23,9 @@ from __future__ import annotations
 
 import numpy as np
 
-FLIP_NAMES = ("ctoc", "ctoi", "itoc", "itoi")
+from consistency_gate import kernels
 
-# Rows are split into this many strided groups to bound the k-th largest score cheaply.
-_GROUPS_PER_ROW = 8
+FLIP_NAMES = ("ctoc", "ctoi", "itoc", "itoi")
 
 
 def predicted_classes(scores: np.ndarray) -> np.ndarray:
@@ -41,53 +40,27 @@ def predicted_classes(scores: np.ndarray) -> np.ndarray:
 def top_k(scores: np.ndarray, k: int) -> np.ndarray:
     """The k best class indices of each row, best first (ties: lowest index first).
 
-    Exact for any input, and fast on wide rows: the columns are split into 8 strided
-    groups per row position (group g holds columns g, g + s, g + 2s, ...). The k groups
-    with the highest maxima hold the row's top k unless another group ties the k-th
-    group maximum; only their 8k columns are ranked. Rows with such a tie (common with
-    many zero probabilities) are ranked over all their columns instead.
+    One compiled pass over the matrix (:func:`consistency_gate.kernels.top_k_rows`).
+    Scores must not be NaN (the prediction readers refuse them).
 
     >>> top_k(np.array([[0.1, 0.4, 0.4, 0.1]]), 3).tolist()
     [[1, 2, 0]]
     """
-    scores = np.asarray(scores)
-    n, p = scores.shape
+    scores = _float_matrix(scores)
+    p = scores.shape[1]
     if not 1 <= k <= p:
         raise ValueError(f"k must be between 1 and the number of classes ({p}), got {k}")
-    if k == 1:
-        return scores.argmax(axis=1)[:, None]
-    if scores.dtype.kind != "f":
+    return kernels.top_k_rows(scores, k)
+
+
+def _float_matrix(scores: np.ndarray) -> np.ndarray:
+    """A C-contiguous (n, p) float matrix: float32 and float64 kept, anything else as float64."""
+    scores = np.asarray(scores)
+    if scores.ndim != 2:
+        raise ValueError(f"expected an (n, p) score matrix, got shape {scores.shape}")
+    if scores.dtype not in (np.float32, np.float64):
         scores = scores.astype(np.float64)
-    size = p // _GROUPS_PER_ROW
-    if size <= k:
-        return _rank_columns(scores, np.broadcast_to(np.arange(p), (n, p)), k)
-    width = size * _GROUPS_PER_ROW
-    group_max = scores[:, :width].reshape(n, _GROUPS_PER_ROW, size).max(axis=1)
-    groups = _rank_columns(group_max, np.broadcast_to(np.arange(size), (n, size)), k)
-    theta = group_max[np.arange(n), groups[:, -1]]
-    tied = (group_max >= theta[:, None]).sum(axis=1) > k
-    # columns of the k groups, ascending in each row (j-major), then the columns past the last group
-    groups.sort(axis=1)
-    columns = (groups[:, None, :] + size * np.arange(_GROUPS_PER_ROW)[None, :, None]).reshape(n, -1)
-    if width < p:
-        columns = np.concatenate([columns, np.broadcast_to(np.arange(width, p), (n, p - width))], axis=1)
-    out = _rank_columns(scores, columns, k)
-    if tied.any():
-        out[tied] = _rank_columns(scores[tied], np.broadcast_to(np.arange(p), (int(tied.sum()), p)), k)
-    return out
-
-
-def _rank_columns(scores: np.ndarray, columns: np.ndarray, k: int) -> np.ndarray:
-    """The k best of the given columns per row, best first; ``columns`` ascend in each row,
-    so argmax (first occurrence) keeps the lowest-index tie rule."""
-    rows = np.arange(scores.shape[0])
-    values = np.take_along_axis(scores, columns, axis=1) if columns.shape[1] < scores.shape[1] else scores.copy()
-    out = np.empty((len(rows), k), dtype=np.int64)
-    for rank in range(k):
-        best = values.argmax(axis=1)
-        out[:, rank] = columns[rows, best]
-        values[rows, best] = -np.inf
-    return out
+    return np.ascontiguousarray(scores)
 
 
 def accuracy(y_true: np.ndarray, y_pred: np.ndarray) -> float:
@@ -159,14 +132,17 @@ def topk_accuracy(y_true: np.ndarray, scores: np.ndarray, k: int) -> float:
     return float(np.mean(true_class_rank(y_true, top_k(scores, k)) <= k))
 
 
-def rowwise_dot(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """Per-row dot product in the inputs' precision, without a temporary (n, p) array."""
-    return np.einsum("ij,ij->i", a, b).astype(np.float64)
+def row_moments(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, ...]:
+    """Per-row float64 (sum a, sum b, sum a², sum b², sum ab) of two (n, p) score matrices,
+    in one compiled pass; a row's values do not depend on the batch it came in.
 
-
-def rowwise_sum(a: np.ndarray) -> np.ndarray:
-    """Per-row sum; each row's value does not depend on the batch it came in."""
-    return a.sum(axis=1).astype(np.float64)
+    >>> [v.tolist() for v in row_moments(np.array([[1.0, 2.0]]), np.array([[3.0, 4.0]]))]
+    [[3.0], [7.0], [5.0], [25.0], [11.0]]
+    """
+    a, b = _float_matrix(a), _float_matrix(b)
+    if a.shape != b.shape:
+        raise ValueError(f"score matrices differ in shape: {a.shape} and {b.shape}")
+    return tuple(kernels.pair_moments(a, b))
 
 
 def rowwise_pearson(
@@ -217,15 +193,14 @@ def pearson(scores_a: np.ndarray, scores_b: np.ndarray) -> float:
     1.0
     """
     a, b = np.asarray(scores_a), np.asarray(scores_b)
-    sums = rowwise_sum(a), rowwise_sum(b), rowwise_dot(a, a), rowwise_dot(b, b), rowwise_dot(a, b)
-    r = rowwise_pearson(*sums, a.shape[1], rel_tol=rounding_tolerance(a, b))
+    r = rowwise_pearson(*row_moments(a, b), a.shape[1], rel_tol=rounding_tolerance(a, b))
     return _nanmean(r)
 
 
 def cosine(scores_a: np.ndarray, scores_b: np.ndarray) -> float:
     """Mean over samples of the cosine similarity of the two score vectors."""
-    a, b = np.asarray(scores_a), np.asarray(scores_b)
-    return _nanmean(rowwise_cosine(rowwise_dot(a, a), rowwise_dot(b, b), rowwise_dot(a, b)))
+    _, _, sq_a, sq_b, dot_ab = row_moments(scores_a, scores_b)
+    return _nanmean(rowwise_cosine(sq_a, sq_b, dot_ab))
 
 
 def _nanmean(values: np.ndarray) -> float:

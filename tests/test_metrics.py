@@ -43,6 +43,31 @@ def test_top_k_matches_stable_sort_on_wide_rows_with_ties():
     assert (m.top_k(scores, 7) == expected).all()
 
 
+@settings(max_examples=200, deadline=None)
+@given(
+    st.integers(1, 90).flatmap(
+        lambda p: st.tuples(
+            arrays(np.float32, st.tuples(st.integers(1, 6), st.just(p)), elements=st.integers(0, 4).map(float)),
+            st.integers(1, p),
+        )
+    )
+)
+def test_top_k_kernel_equals_stable_sort(case):
+    """The compiled one-pass top-k ranks exactly as a stable sort by score (ties: lower index)."""
+    scores, k = case
+    assert (m.top_k(scores, k) == np.argsort(-scores, axis=1, kind="stable")[:, :k]).all()
+    assert (m.top_k(scores.astype(np.int64), k)[:, 0] == scores.argmax(axis=1)).all()
+
+
+@settings(max_examples=100, deadline=None)
+@given(arrays(np.float64, st.tuples(st.integers(1, 5), st.integers(1, 70)), elements=st.floats(0, 1)))
+def test_row_moments_equal_numpy_sums(a):
+    b = a[::-1].copy()
+    expected = (a.sum(1), b.sum(1), (a * a).sum(1), (b * b).sum(1), (a * b).sum(1))
+    for got, want in zip(m.row_moments(a, b), expected, strict=True):
+        assert np.allclose(got, want, rtol=1e-12, atol=1e-12)
+
+
 def test_topk_hand_case():
     y = np.array([2, 0])
     a = np.array([[0.5, 0.3, 0.2], [0.1, 0.6, 0.3]])  # top2: {0,1}, {1,2}

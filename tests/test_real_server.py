@@ -34,8 +34,9 @@ def test_gate_over_http_then_server_killed_mid_gate(server, tmp_path):
     logged: dict[str, str] = {}
     deadline = time.time() + 120
     while time.time() < deadline and gate.poll() is None and not logged:
-        second = [r for r in local.search_runs([experiment.experiment_id]) if r.data.params.get("candidate_version") == "3"]
-        logged = dict(second[0].data.params) if second else {}
+        runs = local.search_runs([experiment.experiment_id])
+        second = [r.data.params for r in runs if r.data.params.get("candidate_version") == "3"]
+        logged = dict(second[0]) if second else {}
         time.sleep(0.05)
     assert gate.poll() is None, "the gate finished before the server could be killed"
     assert logged, "the second gate logged no params within 120 s"
