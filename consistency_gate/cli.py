@@ -23,6 +23,20 @@ def _echo_json(payload: object) -> None:
     click.echo(json.dumps(payload, indent=2, default=str))
 
 
+def _engine_options(spark_help: str):
+    """``--engine local|spark`` and ``--partitions``, for the commands that can run on Spark."""
+
+    def decorate(command):
+        command = click.option(
+            "--partitions", type=int, default=None, help="With --engine spark: number of partitions."
+        )(command)
+        return click.option(
+            "--engine", type=click.Choice(["local", "spark"]), default="local", show_default=True, help=spark_help
+        )(command)
+
+    return decorate
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--verbose", is_flag=True, help="Print the traceback of an error too.")
 @click.version_option(package_name="consistency-gate")
@@ -40,14 +54,7 @@ def cli(verbose: bool) -> None:
 @click.option("--id-column", default=None, help="Column that aligns rows across the files (default: by position).")
 @click.option("--k", "ks", type=int, multiple=True, help="k for top-k metrics; repeat for several (default 1 and 5).")
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
-@click.option(
-    "--engine",
-    type=click.Choice(["local", "spark"]),
-    default="local",
-    show_default=True,
-    help="spark: compute on Apache Spark (needs pyspark and --id-column).",
-)
-@click.option("--partitions", type=int, default=None, help="With --engine spark: number of partitions.")
+@_engine_options("spark: compute on Apache Spark (needs pyspark and --id-column).")
 def compare(
     labels: Path,
     previous: Path,
@@ -145,6 +152,7 @@ def generations(labels: Path, generations: tuple[str, ...], label_column: str, i
     help="Append the verdict as Markdown to this file (e.g. $GITHUB_STEP_SUMMARY).",
 )
 @click.option("--quiet", is_flag=True, help="No progress bars (they are off anyway when stderr is not a terminal).")
+@_engine_options("spark: predict and count on Apache Spark with mlflow.pyfunc.spark_udf (needs pyspark).")
 def check(
     model: str,
     candidate: str | None,
@@ -159,6 +167,8 @@ def check(
     fmt: str,
     summary_path: Path | None,
     quiet: bool,
+    engine: str,
+    partitions: int | None,
 ) -> int:
     """Gate a candidate model version against the previous generation (exit 0 pass, 1 fail)."""
     from consistency_gate.gate import run_gate
@@ -177,6 +187,8 @@ def check(
             report_path=report_path,
             promote=promote,
             quiet=quiet,
+            engine=engine,
+            partitions=partitions,
         )
     report = result.to_dict()
     if summary_path:

@@ -80,6 +80,34 @@ class ComparisonResult:
         }
 
 
+FLIP_TYPES = {(True, True): "CtoC", (True, False): "CtoI", (False, True): "ItoC", (False, False): "ItoI"}
+
+
+def flip_table(samples: pd.DataFrame, ids: np.ndarray) -> pd.DataFrame:
+    """The per-sample flip table of a (previous, candidate) pair: id, label, both predictions, flip type.
+
+    ``samples`` is :meth:`Evaluation.samples` of an evaluation named ``previous`` and ``candidate``.
+
+    >>> samples = pd.DataFrame({"label": ["a"], "previous_prediction": ["a"], "previous_correct": [True],
+    ...                         "candidate_prediction": ["b"], "candidate_correct": [False]})
+    >>> flip_table(samples, np.array(["s1"])).to_dict("records")
+    [{'id': 's1', 'label': 'a', 'previous_prediction': 'a', 'candidate_prediction': 'b', 'flip': 'CtoI'}]
+    """
+    out = pd.DataFrame(
+        {
+            "id": ids,
+            "label": samples["label"].to_numpy(),
+            "previous_prediction": samples["previous_prediction"].to_numpy(),
+            "candidate_prediction": samples["candidate_prediction"].to_numpy(),
+        }
+    )
+    out["flip"] = [
+        FLIP_TYPES[(bool(p), bool(c))]
+        for p, c in zip(samples["previous_correct"], samples["candidate_correct"], strict=True)
+    ]
+    return out
+
+
 class Evaluation:
     """Streams labelled prediction batches of T generations into pairwise counts.
 
@@ -138,8 +166,10 @@ class Evaluation:
         """Per-sample predictions of every generation (only with ``keep_samples=True``)."""
         return pd.concat(self._samples) if self._samples else pd.DataFrame()
 
-    def result(self, pair: tuple[int, int] = (0, 1)) -> ComparisonResult:
-        counts = self.pairs[pair]
+    def result(self, pair: tuple[int, int] = (0, 1), counts: ConsistencyCounts | None = None) -> ComparisonResult:
+        """The metrics of a pair of generations; with ``counts``, of counts merged elsewhere (the
+        partitions of a map-reduce) over this evaluation's classes."""
+        counts = self.pairs[pair] if counts is None else counts
         values, reasons = counts.compute()
         return ComparisonResult(
             n=counts.n,

@@ -22,12 +22,14 @@ import numpy as np
 import pandas as pd
 
 from consistency_gate import registry, rules, tracking
-from consistency_gate.compare import ComparisonResult, Evaluation
-from consistency_gate.errors import DataError, GateError, ModelError, TrackingError
+from consistency_gate.compare import ComparisonResult, Evaluation, flip_table
+from consistency_gate.errors import DataError, GateError, ModelError, TrackingError, UsageError
 from consistency_gate.predictions import file_columns, iter_frames, require_columns
+from consistency_gate.spark import SparkModel
 
 DEFAULT_BASELINE = "@champion"
-FLIP_NAMES = {(True, True): "CtoC", (True, False): "CtoI", (False, True): "ItoC", (False, False): "ItoI"}
+# with --engine spark the driver validates (great-expectations) and diagnoses this many first rows
+SPARK_SAMPLE_ROWS = 10_000
 
 
 @dataclass
@@ -101,12 +103,17 @@ def run_gate(
     report_path: str | Path | None = None,
     promote: bool = False,
     quiet: bool = False,
+    engine: str = "local",
+    partitions: int | None = None,
 ) -> GateResult:
     """Run the gate on registered model ``model``; see the module docstring.
 
     ``candidate`` is a version number or ``@alias`` (default: the latest version);
     ``baseline`` an ``@alias`` or version (default ``@champion``; if that alias is not set
     yet, the candidate is a first generation and only single-model rules are checked).
+    ``engine="spark"`` predicts and counts on Apache Spark (``mlflow.pyfunc.spark_udf``), for
+    evaluation sets past one machine; the driver then reads only the first ``SPARK_SAMPLE_ROWS``
+    rows, to validate them and for the two-generation diagnosis.
     Raises a :class:`~consistency_gate.errors.GateError` with the SPEC exit code on error.
     """
     import mlflow
@@ -126,7 +133,10 @@ def run_gate(
         base_spec = str(baseline or DEFAULT_BASELINE)
         first_generation = baseline is None and not registry.alias_exists(client, model, base_spec[1:])
         base_ref = None if first_generation else registry.resolve_version(client, model, base_spec)
-    frame = _read_evaluation_data(Path(data), label_column, id_column)
+    if engine not in ("local", "spark"):
+        raise UsageError(f"engine must be 'local' or 'spark', got {engine!r}")
+    sample = SPARK_SAMPLE_ROWS if engine == "spark" else None
+    frame = _read_evaluation_data(Path(data), label_column, id_column, max_rows=sample)
 
     try:
         tracking.use_experiment(tracking.experiment_name(model), uri)
@@ -148,6 +158,8 @@ def run_gate(
             promote,
             timer,
             quiet,
+            engine,
+            partitions,
         )
         if report_path:
             Path(report_path).write_text(json.dumps(result.to_dict(), indent=2, default=str))
@@ -182,19 +194,58 @@ class _Decision:
     metrics: dict  # the reported metrics: the config's k values only
 
 
-def _decide(cfg, base_scores, cand_scores, frame, label_column, id_column, data_path) -> _Decision:
-    first_generation = base_scores is None
-    frames = [cand_scores, cand_scores] if first_generation else [base_scores, cand_scores]
-    classes = [list(f.columns) for f in frames]
-    width = min(len(c) for c in classes)
-    ks = sorted({k for k in cfg.ks if k <= width} | set(range(1, min(10, width) + 1)))
-    evaluation = Evaluation(["previous", "candidate"], classes, ks=ks, keep_samples=True)
-    evaluation.add(frame[label_column].astype(str), frames, where=str(data_path))
-    comparison = evaluation.result()
-    results = rules.evaluate_rules(cfg.rules, comparison.metrics, first_generation=first_generation)
-    samples = _flip_table(evaluation.samples(), frame, id_column)
-    reported = _reported_metrics(comparison.metrics, cfg.ks, first_generation)
-    return _Decision(comparison, results, rules.verdict(results), samples, ks, reported)
+@dataclass
+class _Comparer:
+    """Decides on candidates against the baseline, over the evaluation set, in-process or on Spark.
+
+    ``frame`` is the whole evaluation set in-process, and the validated sample on Spark, where
+    the models predict the whole file inside the Spark job instead.
+    """
+
+    cfg: rules.GateConfig
+    data_path: Path
+    frame: pd.DataFrame
+    label_column: str
+    id_column: str | None
+    baseline: registry.LoadedModel | None = None
+    base_scores: pd.DataFrame | None = None  # the baseline's scores on ``frame``
+    engine: str = "local"
+    partitions: int | None = None
+
+    def decide(self, cand_scores: pd.DataFrame, cand_model: SparkModel | None = None) -> _Decision:
+        """The comparison and the rules' verdict; ``cand_model`` says how Spark loads the candidate."""
+        first_generation = self.base_scores is None
+        frames = [cand_scores, cand_scores] if first_generation else [self.base_scores, cand_scores]
+        width = min(len(f.columns) for f in frames)
+        ks = sorted({k for k in self.cfg.ks if k <= width} | set(range(1, min(10, width) + 1)))
+        if self.engine == "spark":
+            from consistency_gate.spark import gate_comparison
+
+            base = [] if first_generation else [self.spark_model(self.baseline, self.base_scores)]
+            comparison, samples = gate_comparison(
+                self.data_path,
+                [*base, cand_model],
+                label_column=self.label_column,
+                id_column=self.id_column,
+                ks=ks,
+                partitions=self.partitions,
+            )
+        else:
+            evaluation = Evaluation(
+                ["previous", "candidate"], [list(f.columns) for f in frames], ks=ks, keep_samples=True
+            )
+            evaluation.add(self.frame[self.label_column].astype(str), frames, where=str(self.data_path))
+            comparison = evaluation.result()
+            ids = self.frame[self.id_column].to_numpy() if self.id_column else np.arange(len(self.frame))
+            samples = flip_table(evaluation.samples(), ids)
+        results = rules.evaluate_rules(self.cfg.rules, comparison.metrics, first_generation=first_generation)
+        reported = _reported_metrics(comparison.metrics, self.cfg.ks, first_generation)
+        return _Decision(comparison, results, rules.verdict(results), samples, ks, reported)
+
+    def spark_model(self, model: registry.LoadedModel, scores: pd.DataFrame) -> SparkModel:
+        """How Spark loads a registered version: its classes are those its scorer gave on the sample."""
+        features = model.features or list(_features(model, self.frame, self.label_column, self.id_column).columns)
+        return SparkModel(model.ref.uri, model.flavor, list(scores.columns), features)
 
 
 def _log_decision(decision: _Decision, report: dict) -> None:
@@ -211,7 +262,20 @@ def _log_decision(decision: _Decision, report: dict) -> None:
 
 
 def _gate_in_run(
-    run_id, client, cfg, cand_ref, base_ref, frame, data_path, label_column, id_column, promote, timer, quiet=False
+    run_id,
+    client,
+    cfg,
+    cand_ref,
+    base_ref,
+    frame,
+    data_path,
+    label_column,
+    id_column,
+    promote,
+    timer,
+    quiet=False,
+    engine="local",
+    partitions=None,
 ):
     import mlflow
 
@@ -222,8 +286,9 @@ def _gate_in_run(
             "baseline_version": base_ref.version if base_ref else "none (first generation)",
             "baseline_alias": base_ref.alias if base_ref else "",
             "data": str(data_path),
-            "n_rows": len(frame),
+            "n_rows": len(frame) if engine == "local" else f"spark (validated on the first {len(frame)})",
             "label_column": label_column,
+            "engine": engine,
             "config": cfg.source,
             "remediation": cfg.remediation.settings.method if cfg.remediation else "off",
         }
@@ -233,11 +298,16 @@ def _gate_in_run(
         models = [registry.load_model(ref, cfg.classes) for ref in ([base_ref] if base_ref else []) + [cand_ref]]
     with timer("validation"):
         _validate(frame, label_column, id_column, models)
-    with timer("predict"):
+    with timer("predict"):  # on Spark: the sample only (classes, diagnosis); the job predicts the rest
         frames = [_predict(m, frame, label_column, id_column) for m in models]
     base_scores = frames[0] if base_ref else None
+    comparer = _Comparer(
+        cfg, data_path, frame, label_column, id_column, models[0] if base_ref else None, base_scores, engine, partitions
+    )
     with timer("metrics"):
-        single = _decide(cfg, base_scores, frames[-1], frame, label_column, id_column, data_path)
+        single = comparer.decide(
+            frames[-1], comparer.spark_model(models[-1], frames[-1]) if engine == "spark" else None
+        )
     result = GateResult(
         verdict=single.verdict,
         rules=single.rules,
@@ -263,9 +333,7 @@ def _gate_in_run(
     promoted_version = cand_ref.version if single.verdict == "passed" else None
     if single.verdict == "failed" and cfg.remediation is not None:
         with timer("remediation"):
-            result.ensemble = _remediate(
-                client, cfg, cand_ref, models[-1], base_scores, frame, data_path, label_column, id_column, run_id, quiet
-            )
+            result.ensemble = _remediate(client, comparer, cand_ref, models[-1], run_id, quiet)
         result.verdict = result.ensemble["verdict"]
         result.registered_version = result.ensemble["registered_version"]
         promoted_version = result.registered_version
@@ -299,15 +367,15 @@ def _kind(ref: registry.ModelRef) -> str:
     return "ensemble" if ref.tags.get(registry.TAG_KIND) == "ensemble" else "single"
 
 
-def _remediate(
-    client, cfg, cand_ref, cand_model, base_scores, frame, data_path, label_column, id_column, run_id, quiet
-) -> dict:
+def _remediate(client, comparer: _Comparer, cand_ref, cand_model, run_id, quiet) -> dict:
     """Train the configured ensemble in a nested run, gate it, and register it if it passes."""
     import mlflow
 
     from consistency_gate.ensemble_model import log_ensemble
     from consistency_gate.remediation import log_build, train_ensemble
 
+    cfg, frame, data_path = comparer.cfg, comparer.frame, comparer.data_path
+    label_column, id_column = comparer.label_column, comparer.id_column
     method = cfg.remediation.settings.method
     with mlflow.start_run(run_name=f"remediation: {method}", nested=True) as child:
         ensemble, build = train_ensemble(
@@ -318,7 +386,9 @@ def _remediate(
         missing = [c for c in ensemble.features if c not in frame.columns]
         if missing:
             raise DataError(f"{data_path}: the ensemble's feature column '{missing[0]}' is missing")
-        decision = _decide(cfg, base_scores, ensemble.predict_frame(frame), frame, label_column, id_column, data_path)
+        scores = ensemble.predict_frame(frame)
+        spark_model = SparkModel(model_info.model_uri, "pyfunc", list(scores.columns), list(ensemble.features))
+        decision = comparer.decide(scores, spark_model if comparer.engine == "spark" else None)
         report = {
             "verdict": decision.verdict,
             "rules": [r.to_dict() for r in decision.rules],
@@ -353,11 +423,16 @@ def _reported_metrics(metrics: dict, ks: tuple[int, ...], first_generation: bool
     return keep
 
 
-def _read_evaluation_data(path: Path, label_column: str, id_column: str | None) -> pd.DataFrame:
+def _read_evaluation_data(
+    path: Path, label_column: str, id_column: str | None, max_rows: int | None = None
+) -> pd.DataFrame:
+    """The evaluation set, or its first ``max_rows`` rows."""
     columns = file_columns(path)
     require_columns(path, columns, [label_column] + ([id_column] if id_column else []))
     text = (label_column,) + ((id_column,) if id_column else ())
-    frames = list(iter_frames(path, columns, text_columns=text))
+    chunks = iter_frames(path, columns, text_columns=text, **({"chunk_rows": max_rows} if max_rows else {}))
+    frames = [next(chunks, None)] if max_rows else list(chunks)
+    frames = [f for f in frames if f is not None and len(f)]
     if not frames:
         raise DataError(f"{path}: the file has a header but no rows; nothing to evaluate")
     return pd.concat(frames)
@@ -386,7 +461,7 @@ def _model_classes(
     the validation reports those)."""
     if model.features and not set(model.features) <= set(frame.columns):
         return []
-    return list(model.predict_scores(_features(model, frame.head(1), label_column, id_column)).columns)
+    return list(_predict(model, frame.head(1), label_column, id_column).columns)
 
 
 def _features(model: registry.LoadedModel, frame: pd.DataFrame, label_column: str, id_column: str | None):
@@ -406,18 +481,3 @@ def _predict(model: registry.LoadedModel, frame: pd.DataFrame, label_column: str
     if not np.isfinite(values).all() or (values < 0).any():
         raise ModelError(f"{model.ref.uri}: the model returned NaN, infinite or negative class scores")
     return scores
-
-
-def _flip_table(samples: pd.DataFrame, frame: pd.DataFrame, id_column: str | None) -> pd.DataFrame:
-    out = pd.DataFrame(
-        {
-            "id": frame[id_column].to_numpy() if id_column else np.arange(len(frame)),
-            "label": samples["label"].to_numpy(),
-            "previous_prediction": samples["previous_prediction"].to_numpy(),
-            "candidate_prediction": samples["candidate_prediction"].to_numpy(),
-        }
-    )
-    out["flip"] = [
-        FLIP_NAMES[(p, c)] for p, c in zip(samples["previous_correct"], samples["candidate_correct"], strict=True)
-    ]
-    return out

@@ -1,26 +1,36 @@
-"""`compare --engine spark`: the same metrics on Apache Spark, for evaluation sets past one machine.
+"""`--engine spark`: the same metrics on Apache Spark, for evaluation sets past one machine.
 
 Each partition feeds its rows through an :class:`~consistency_gate.compare.Evaluation` (the
 same code as in-process) and returns its :class:`~consistency_gate.accumulator.ConsistencyCounts`;
-the driver merges them. Rows are joined on ``--id-column`` (Spark keeps no row order across
-files), and both generations must give class scores (the class-id space is then fixed by the
-headers, so every partition agrees on it).
+the driver merges them. Both generations must give class scores (the class-id space is then
+fixed up front, so every partition agrees on it).
+
+- :func:`compare_spark` (``compare --engine spark``): prediction files joined on
+  ``--id-column`` (Spark keeps no row order across files).
+- :func:`gate_comparison` (``check --engine spark``): both model versions predict the
+  evaluation data with :func:`mlflow.pyfunc.spark_udf`, in the same job that counts.
 """
 
 from __future__ import annotations
 
 import pickle
+import re
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from functools import reduce
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from consistency_gate import predictions as io
-from consistency_gate.compare import ComparisonResult, Evaluation, resolve_ks
-from consistency_gate.errors import DataError, UsageError
+from consistency_gate.accumulator import ConsistencyCounts
+from consistency_gate.compare import ComparisonResult, Evaluation, flip_table, resolve_ks
+from consistency_gate.errors import DataError, ModelError, UsageError
 
 ROLES = ("previous", "candidate")
+# flipped samples (CtoI, ItoC) each partition sends back for the logged flip table
+MAX_FLIPS_PER_PARTITION = 100_000
 
 
 def spark_session(partitions: int | None = None):
@@ -40,6 +50,51 @@ def spark_session(partitions: int | None = None):
     return (
         builder.master("local[*]").getOrCreate() if SparkSession.getActiveSession() is None else builder.getOrCreate()
     )
+
+
+def read_table(spark, path: Path):
+    """A Spark DataFrame of a CSV file (header, inferred types) or a Parquet file or directory."""
+    if path.is_dir() or path.suffix.lower() in (".parquet", ".pq"):
+        return spark.read.parquet(str(path))
+    return spark.read.csv(str(path), header=True, inferSchema=True)
+
+
+_SPARK_TYPES = {"float32": "float", "float64": "double", "int32": "int", "int64": "bigint"}
+
+# what each partition returns: its pickled counts and its pickled flip rows (or none)
+PARTIAL = "counts binary, flips binary"
+
+
+def _partial_row(counts: ConsistencyCounts, flips: pd.DataFrame | None = None) -> pd.DataFrame:
+    return pd.DataFrame({"counts": [pickle.dumps(counts)], "flips": [pickle.dumps(flips)]})
+
+
+def collect_partials(partials) -> list[tuple[ConsistencyCounts, pd.DataFrame | None]]:
+    """Run the job and unpickle each partition's (counts, flips). A consistency-gate error raised
+    in a Python worker comes back wrapped by Spark; it is raised here again as itself."""
+    try:
+        rows = partials.collect()
+    except Exception as exc:  # noqa: BLE001 - errors from the Python workers come back wrapped
+        message = str(exc)
+        for kind in (DataError, UsageError, ModelError):
+            marker = f"consistency_gate.errors.{kind.__name__}: "
+            if marker in message:
+                raise kind(message.split(marker, 1)[1].splitlines()[0]) from None
+        if "mlflow/pyfunc" in message:  # the model itself failed inside spark_udf
+            raise ModelError(f"prediction on Spark failed: {_last_error_line(message)}") from None
+        raise
+    return [(pickle.loads(bytes(r["counts"])), pickle.loads(bytes(r["flips"]))) for r in rows]
+
+
+def _last_error_line(message: str) -> str:
+    """The last 'SomeError: what' line of a Python traceback that Spark passed on.
+
+    >>> _last_error_line("Job aborted\\nTraceback:\\n  File x\\nRuntimeError: dtype mismatch\\n\\tat org.apache")
+    'RuntimeError: dtype mismatch'
+    """
+    lines = [line.strip() for line in message.splitlines()]
+    errors = [line for line in lines if re.match(r"^[\w.]+(Error|Exception): ", line)]
+    return errors[-1] if errors else lines[-1] if lines else message
 
 
 def compare_spark(
@@ -67,19 +122,14 @@ def compare_spark(
     ks = resolve_ks(ks, sources)
     class_sets = [list(s.classes) for s in sources]
 
-    def read(path: Path):
-        return (
-            spark.read.parquet(str(path))
-            if path.suffix.lower() in (".parquet", ".pq")
-            else spark.read.csv(str(path), header=True, inferSchema=True)
-        )
-
-    joined = read(labels).select(
+    joined = read_table(spark, labels).select(
         F.col(id_column).cast("string").alias("__id"), F.col(label_column).cast("string").alias("__label")
     )
     for role, source in zip(ROLES, sources, strict=True):
         cols = [F.col(f"`{c}`").alias(f"{role}__{c}") for c in source.classes]
-        joined = joined.join(read(source.path).select(F.col(id_column).cast("string").alias("__id"), *cols), "__id")
+        joined = joined.join(
+            read_table(spark, source.path).select(F.col(id_column).cast("string").alias("__id"), *cols), "__id"
+        )
     if partitions:
         joined = joined.repartition(partitions)
 
@@ -93,32 +143,125 @@ def compare_spark(
             for frame, source in zip(frames, sources, strict=True):
                 io.score_matrix(frame.set_axis(range(len(frame))), source)  # same checks as in-process
             evaluation.add(batch["__label"].reset_index(drop=True), [f.reset_index(drop=True) for f in frames])
-        yield pd.DataFrame({"counts": [pickle.dumps(evaluation.pairs[(0, 1)])]})
+        yield _partial_row(evaluation.pairs[(0, 1)])
 
-    try:
-        rows = joined.mapInPandas(partial, schema="counts binary").collect()
-    except Exception as exc:  # noqa: BLE001 - errors from the Python workers come back wrapped
-        message = str(exc)
-        for kind in ("DataError", "UsageError"):
-            marker = f"consistency_gate.errors.{kind}: "
-            if marker in message:
-                line = message.split(marker, 1)[1].splitlines()[0]
-                raise (DataError if kind == "DataError" else UsageError)(line) from None
-        raise
-    counts = reduce(lambda a, b: a.merge(b), (pickle.loads(bytes(r["counts"])) for r in rows))
-    n_labels = read(labels).count()
+    counts = reduce(ConsistencyCounts.merge, (c for c, _ in collect_partials(joined.mapInPandas(partial, PARTIAL))))
+    n_labels = read_table(spark, labels).count()
     if counts.n != n_labels:
         raise DataError(
             f"ids do not match across files: {counts.n} of the {n_labels} ids of {labels} are in both "
             "prediction files; every file needs the same ids"
         )
-    reference = Evaluation(list(ROLES), class_sets, ks=ks)  # the class-id space every partition used
-    values, reasons = counts.compute()
-    return ComparisonResult(
-        n=counts.n,
-        metrics=values,
-        null_reasons=reasons,
-        classes=reference.index.labels,
-        unknown_labels=counts.unknown_labels(),
-        counts=counts,
-    )
+    # the class-id space every partition used
+    return Evaluation(list(ROLES), class_sets, ks=ks).result(counts=counts)
+
+
+@dataclass(frozen=True)
+class SparkModel:
+    """What a Spark job needs of one generation: the model to load with ``spark_udf``, its
+    flavor (``pytorch`` outputs are logits, turned into probabilities by softmax), the class
+    label of each output column, and the feature columns it reads."""
+
+    uri: str
+    flavor: str
+    classes: list[str]
+    features: list[str]
+
+    def require_scores(self) -> None:
+        """ModelError unless the model's pyfunc returns class scores (checked before Spark starts)."""
+        import mlflow
+
+        predict_fn = (mlflow.models.get_model_info(self.uri).flavors.get("python_function") or {}).get("predict_fn")
+        if self.flavor == "sklearn" and predict_fn != "predict_proba":
+            raise ModelError(
+                f"{self.uri}: its pyfunc predicts labels ({predict_fn or 'predict'}), but --engine spark predicts "
+                "with mlflow.pyfunc.spark_udf and needs class probabilities: log the model with "
+                "mlflow.sklearn.log_model(..., pyfunc_predict_fn='predict_proba'), or use --engine local"
+            )
+
+    def predict_column(self, spark):
+        """A column of this model's class scores (arrays), predicted with :func:`mlflow.pyfunc.spark_udf`.
+
+        The UDF reads a struct of the feature columns, or an array of them when the model's
+        signature is tensor-based.
+        """
+        import mlflow.pyfunc
+        from pyspark.sql import functions as F
+
+        info = mlflow.models.get_model_info(self.uri)
+        try:
+            udf = mlflow.pyfunc.spark_udf(spark, self.uri, result_type="array<double>", env_manager="local")
+        except Exception as exc:  # noqa: BLE001 - MLflow raises many kinds here
+            raise ModelError(f"{self.uri}: cannot make a Spark UDF of it ({type(exc).__name__}: {exc})") from None
+        columns = [F.col(f"`{c}`") for c in self.features]
+        inputs = info.signature.inputs if info.signature is not None else None
+        if inputs is None or not inputs.is_tensor_spec():
+            return udf(F.struct(*columns))
+        dtype = np.dtype(inputs.numpy_types()[0])  # a tensor signature: one array of its element type
+        return udf(F.array(*columns).cast(f"array<{_SPARK_TYPES.get(dtype.name, 'double')}>"))
+
+    def scores(self, values: pd.Series) -> pd.DataFrame:
+        """The (n, classes) score frame from the UDF's column of arrays."""
+        matrix = np.stack(values.to_numpy()) if len(values) else np.zeros((0, len(self.classes)))
+        if matrix.shape[1] != len(self.classes):
+            raise ModelError(f"{self.uri}: spark_udf gave {matrix.shape[1]} scores per row, expected one per class")
+        if self.flavor == "pytorch":  # as the in-process scorer: softmax of float32 outputs
+            import torch
+
+            matrix = torch.softmax(torch.as_tensor(matrix, dtype=torch.float32), dim=1).numpy()
+        return pd.DataFrame(matrix, columns=self.classes)
+
+
+def gate_comparison(
+    data: str | Path,
+    models: Sequence[SparkModel],
+    *,
+    label_column: str,
+    id_column: str | None,
+    ks: Sequence[int],
+    partitions: int | None = None,
+) -> tuple[ComparisonResult, pd.DataFrame]:
+    """Predict ``data`` with each model (previous generation first; one model for a first
+    generation) on Spark and compare them: the counts of :meth:`Evaluation.result` and the
+    flip table of the flipped samples (CtoI and ItoC, at most ``MAX_FLIPS_PER_PARTITION`` of a
+    partition). Without ``id_column`` the flip table's ids are Spark row ids.
+    """
+    for model in models:
+        model.require_scores()
+    spark = spark_session(partitions)
+    from pyspark.sql import functions as F
+
+    frame = read_table(spark, Path(data))
+    nulls = frame.filter(F.col(f"`{label_column}`").isNull()).count()
+    if nulls:
+        raise DataError(f"{data}: column '{label_column}' has {nulls} empty labels; every sample needs its label")
+    ids = F.col(f"`{id_column}`").cast("string") if id_column else F.monotonically_increasing_id().cast("string")
+    columns = [ids.alias("__id"), F.col(f"`{label_column}`").cast("string").alias("__label")]
+    columns += [model.predict_column(spark).alias(f"__g{i}") for i, model in enumerate(models)]
+    scored = frame.select(*columns)
+    if partitions:
+        scored = scored.repartition(partitions)
+    # a first generation is predicted once and compared with itself, as in-process
+    pair = [(models[0], "__g0")] * 2 if len(models) == 1 else [(models[0], "__g0"), (models[1], "__g1")]
+    class_sets = [m.classes for m, _ in pair]
+
+    def partial(batches: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
+        evaluation = Evaluation(list(ROLES), class_sets, ks=ks, keep_samples=True)
+        row_ids: list[np.ndarray] = []
+        for batch in batches:
+            batch = batch.reset_index(drop=True)
+            frames = [m.scores(batch[slot]) for m, slot in pair]
+            evaluation.add(batch["__label"], frames, where=str(data))
+            row_ids.append(batch["__id"].to_numpy())
+        table = flip_table(evaluation.samples(), np.concatenate(row_ids)) if row_ids else None
+        flips = None if table is None else table[table["flip"].isin(["CtoI", "ItoC"])].head(MAX_FLIPS_PER_PARTITION)
+        yield _partial_row(evaluation.pairs[(0, 1)], flips)
+
+    parts = collect_partials(scored.mapInPandas(partial, PARTIAL))
+    counts = reduce(ConsistencyCounts.merge, (c for c, _ in parts))
+    result = Evaluation(list(ROLES), class_sets, ks=ks).result(counts=counts)  # the partitions' class-id space
+    flips = [f for _, f in parts if f is not None and len(f)]
+    return result, (pd.concat(flips, ignore_index=True) if flips else pd.DataFrame(columns=_FLIP_COLUMNS))
+
+
+_FLIP_COLUMNS = ["id", "label", "previous_prediction", "candidate_prediction", "flip"]

@@ -40,9 +40,10 @@ def iris_frames(seed: int = 0):
     return x.iloc[order].reset_index(drop=True), y.iloc[order].reset_index(drop=True)
 
 
-def build_store(root: Path, uri: str | None = None) -> dict:
+def build_store(root: Path, uri: str | None = None, predict_fn: str = "predict") -> dict:
     """A SQLite store with model iris-clf: v1 (@champion), v2 (near copy), v3 (poor), and torch model
-    iris-torch (v1) with its classes in a version tag. Returns the URIs and the evaluation file."""
+    iris-torch (v1) with its classes in a version tag. Returns the URIs and the evaluation file.
+    ``predict_fn`` is the sklearn versions' pyfunc method (``predict_proba`` for ``--engine spark``)."""
     import mlflow
     import torch
     from mlflow import MlflowClient
@@ -67,7 +68,12 @@ def build_store(root: Path, uri: str | None = None) -> dict:
     for model in models:
         with mlflow.start_run():
             mlflow.sklearn.log_model(
-                model, name="model", registered_model_name=MODEL, signature=signature, pip_requirements=["scikit-learn"]
+                model,
+                name="model",
+                registered_model_name=MODEL,
+                signature=signature,
+                pip_requirements=["scikit-learn"],
+                pyfunc_predict_fn=predict_fn,
             )
     client = MlflowClient()
     client.set_registered_model_alias(MODEL, "champion", "1")

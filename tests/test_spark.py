@@ -1,4 +1,5 @@
-"""`compare --engine spark` on local Spark equals the in-process result; its input errors."""
+"""`compare --engine spark` and `check --engine spark` on local Spark equal the in-process results;
+their input errors."""
 
 import json
 import os
@@ -10,8 +11,11 @@ from conftest import run_cli
 
 pytest.importorskip("pyspark")
 
+from registry_fixtures import MODEL, build_store, check_args  # noqa: E402
+
 from consistency_gate.compare import compare_files  # noqa: E402
 from consistency_gate.errors import DataError  # noqa: E402
+from consistency_gate.gate import run_gate  # noqa: E402
 from consistency_gate.spark import compare_spark  # noqa: E402
 
 
@@ -82,3 +86,81 @@ def test_missing_pyspark_is_a_usage_error(files, tmp_path):
     env = {**os.environ, "PYTHONPATH": f"{blocker}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
     proc = run_cli(*_spark_compare(files, files / "cand.parquet"), env=env)
     assert proc.returncode == 2 and "pip install 'consistency-gate[spark]'" in proc.stderr
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    """The gate tests' registry, its sklearn versions logged to predict probabilities through pyfunc."""
+    root = tmp_path_factory.mktemp("spark-store")
+    store = build_store(root, predict_fn="predict_proba")
+    (root / "gate.yaml").write_text("rules:\n  - {metric: con, min: 0.9}\n  - {metric: ctoi, max: 0.05}\nks: [1, 2]\n")
+    return store
+
+
+def test_check_on_spark_equals_in_process(store, tmp_path):
+    common = {"candidate": "3", "id_column": "id", "tracking_uri": store["uri"], "config": store["root"] / "gate.yaml"}
+    local = run_gate(MODEL, store["data"], quiet=True, **common)
+    spark = run_gate(MODEL, store["data"], quiet=True, engine="spark", partitions=2, **common)
+    assert local.verdict == spark.verdict == "failed"  # v3 is the poor candidate
+    assert spark.n == local.n == 150 and spark.unknown_labels == local.unknown_labels
+    assert spark.metrics.keys() == local.metrics.keys()
+    for key, value in local.metrics.items():
+        assert spark.metrics[key] == pytest.approx(value, abs=1e-9), key
+    assert [r.held for r in spark.rules] == [r.held for r in local.rules]
+
+    from mlflow import MlflowClient
+
+    client = MlflowClient(tracking_uri=store["uri"])
+    run = client.get_run(spark.run_id)
+    assert run.data.params["engine"] == "spark" and run.info.status == "FINISHED"
+    flips = pd.read_csv(client.download_artifacts(spark.run_id, "gate/flips.csv", str(tmp_path)))
+    expected = local.metrics["ctoi"] * 150 + local.metrics["itoc"] * 150
+    assert len(flips) == round(expected) and set(flips["flip"]) <= {"CtoI", "ItoC"}
+
+
+def test_check_spark_torch_first_generation(store):
+    """A PyTorch model (tensor signature, softmax of its outputs, classes from its tag) as a first generation."""
+    common = {"id_column": "id", "tracking_uri": store["uri"], "config": store["root"] / "gate.yaml", "quiet": True}
+    local = run_gate("iris-torch", store["data"], **common)
+    spark = run_gate("iris-torch", store["data"], engine="spark", **common)
+    assert spark.first_generation and spark.verdict == local.verdict
+    assert spark.metrics.keys() == local.metrics.keys()
+    for key, value in local.metrics.items():
+        assert spark.metrics[key] == pytest.approx(value, abs=1e-6), key
+
+
+def test_check_spark_refuses_a_label_predicting_sklearn_pyfunc(store, tmp_path):
+    import mlflow
+    from sklearn.linear_model import LogisticRegression
+
+    mlflow.set_tracking_uri(store["uri"])
+    mlflow.set_registry_uri(store["uri"])
+    frame = pd.read_csv(store["data"])
+    x = frame.drop(columns=["label", "id"])
+    with mlflow.start_run():
+        mlflow.sklearn.log_model(
+            LogisticRegression(max_iter=500).fit(x, frame["label"]), name="model", registered_model_name=MODEL
+        )
+    args = check_args("4", store["data"], store["root"] / "gate.yaml", store["uri"], "--id-column", "id")
+    proc = run_cli(*args, "--engine", "spark")
+    assert proc.returncode == 4, proc.stderr[-2000:]
+    assert "pyfunc_predict_fn='predict_proba'" in proc.stderr and "--engine local" in proc.stderr
+
+
+def test_remediation_gates_its_ensemble_on_spark(store):
+    """The repaired candidate is gated on Spark through the ensemble's logged model, and the registered
+    ensemble gets the same numbers when gated in-process."""
+    from test_remediation import REMEDIATION
+
+    from consistency_gate.rules import parse_config
+
+    train = store["root"] / "train.csv"
+    pd.read_csv(store["data"]).drop(columns=["id"]).to_csv(train, index=False)
+    rules = "rules:\n  - {metric: con, min: 0.9}\n  - {metric: acc, min_delta: -0.05}\n"
+    config = parse_config(rules + REMEDIATION.format(recipe="mlp", train=train, label="label"))
+    common = {"config": config, "tracking_uri": store["uri"], "id_column": "id", "quiet": True}
+    result = run_gate(MODEL, store["data"], candidate="3", engine="spark", **common)
+    assert result.ensemble["verdict"] == "passed" == result.verdict
+    again = run_gate(MODEL, store["data"], candidate=result.registered_version, **common)
+    for key, value in again.metrics.items():
+        assert result.ensemble["metrics"][key] == pytest.approx(value, abs=1e-6), key
