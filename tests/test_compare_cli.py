@@ -4,6 +4,8 @@ import numpy as np
 import pandas as pd
 import pytest
 from conftest import run_cli, run_json
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from consistency_gate import metrics as m
 
@@ -283,3 +285,25 @@ def test_generations_report(files, tmp_path):
     assert out["acc_mean"] == pytest.approx((2 * m.accuracy(y, pa) + m.accuracy(y, pb)) / 3)
     assert out["con_mean"] == pytest.approx((2 * m.consistency(pa, pb) + 1.0) / 3)
     assert out["consecutive_flips"]["g2->g3"]["ctoi"] == pytest.approx(m.flip_rates(y, pb, pa)["ctoi"])
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.one_of(
+        st.lists(st.one_of(st.none(), st.floats(allow_nan=False, allow_infinity=False, width=64)), min_size=1),
+        st.lists(st.one_of(st.none(), st.floats(allow_nan=False, allow_infinity=False, width=32)), min_size=1).map(
+            lambda v: pd.Series(v, dtype="float32")
+        ),
+        st.lists(st.integers(-(2**62), 2**62), min_size=1),
+        st.lists(st.one_of(st.none(), st.text(max_size=5)), min_size=1),
+        st.lists(st.one_of(st.none(), st.text(max_size=3), st.integers(), st.floats(allow_nan=False)), min_size=1),
+    )
+)
+def test_as_text_equals_the_one_value_rule(values):
+    """The vectorised label/id text conversion gives what converting each value alone gives."""
+    from consistency_gate.predictions import _label_text, as_text
+
+    series = values if isinstance(values, pd.Series) else pd.Series(values)
+    expected = [v if pd.isna(v) else _label_text(v) for v in series.astype(object)]
+    got = as_text(series).tolist()
+    assert [None if pd.isna(v) else v for v in got] == [None if pd.isna(v) else v for v in expected]
