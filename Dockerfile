@@ -10,12 +10,15 @@ ENV PIP_INDEX_URL=https://download.pytorch.org/whl/cpu \
     PIP_EXTRA_INDEX_URL=https://pypi.org/simple \
     PIP_NO_CACHE_DIR=1 \
     PYTHONUNBUFFERED=1 \
-    MPLBACKEND=Agg
+    MPLBACKEND=Agg \
+    NUMBA_CACHE_DIR=/opt/numba-cache
 
 WORKDIR /app
 COPY pyproject.toml README.md ./
 COPY consistency_gate ./consistency_gate
 RUN python -m pip install -q torch==2.13.0 && python -m pip install -q .
+# compile the metric kernels once, here, for every user of the image (else each container compiles them)
+RUN python -c "from consistency_gate.kernels import precompile; precompile()" && chmod -R a+rwX /opt/numba-cache
 
 RUN useradd --create-home gate
 USER gate

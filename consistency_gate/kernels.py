@@ -92,3 +92,13 @@ def pair_moments(a: np.ndarray, b: np.ndarray) -> np.ndarray:  # pragma: no cove
         out[3, i] = qb
         out[4, i] = ab
     return out
+
+
+def precompile() -> None:
+    """Compile the kernels for float32 and float64 scores into numba's cache (``NUMBA_CACHE_DIR``),
+    so that later processes load them instead of compiling; the Dockerfile runs it while building
+    the image."""
+    for dtype in (np.float32, np.float64):
+        scores = np.ones((2, 3), dtype=dtype)
+        top_k_rows(scores, 2)
+        pair_moments(scores, scores)

@@ -8,6 +8,7 @@ from pathlib import Path
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
+PRECOMPILE = "from consistency_gate.kernels import precompile; precompile()"
 
 
 def _bash(script: str, env: dict, cwd: Path = ROOT) -> subprocess.CompletedProcess:
@@ -35,6 +36,15 @@ def test_dockerfile_installs_as_ci_does():
     assert "python -m pip install -q torch==2.13.0 && python -m pip install -q" in dockerfile
     assert "python -m pip install -q torch==2.13.0 && python -m pip install -q" in ci
     assert 'ENTRYPOINT ["consistency-gate"]' in dockerfile
+    assert PRECOMPILE in dockerfile and "NUMBA_CACHE_DIR=/opt/numba-cache" in dockerfile
+
+
+def test_kernels_precompile_into_the_cache_dir(tmp_path):
+    """What the image build runs: the kernels land in NUMBA_CACHE_DIR for later processes."""
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path)}
+    proc = subprocess.run([sys.executable, "-c", PRECOMPILE], env=env, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert len(list(tmp_path.rglob("*.nbi"))) >= 2  # an index per kernel
 
 
 def _steps(workflow: dict) -> dict[str, str]:
