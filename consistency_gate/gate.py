@@ -139,9 +139,13 @@ def run_gate(
     frame = _read_evaluation_data(Path(data), label_column, id_column, max_rows=sample)
 
     try:
-        tracking.use_experiment(tracking.experiment_name(model), uri)
+        # in the model's gate experiment, leaving the caller's active experiment as it was;
         # inside a pipeline's own run, the gate's run nests under it
-        run = mlflow.start_run(run_name=f"gate {model} v{cand_ref.version}", nested=mlflow.active_run() is not None)
+        run = mlflow.start_run(
+            experiment_id=tracking.experiment_id(tracking.experiment_name(model), uri),
+            run_name=f"gate {model} v{cand_ref.version}",
+            nested=mlflow.active_run() is not None,
+        )
     except Exception as exc:  # noqa: BLE001
         raise TrackingError(f"cannot start an MLflow run on {uri}: {exc}") from None
     try:
@@ -377,7 +381,8 @@ def _remediate(client, comparer: _Comparer, cand_ref, cand_model, run_id, quiet)
     cfg, frame, data_path = comparer.cfg, comparer.frame, comparer.data_path
     label_column, id_column = comparer.label_column, comparer.id_column
     method = cfg.remediation.settings.method
-    with mlflow.start_run(run_name=f"remediation: {method}", nested=True) as child:
+    gate_experiment = mlflow.active_run().info.experiment_id
+    with mlflow.start_run(experiment_id=gate_experiment, run_name=f"remediation: {method}", nested=True) as child:
         ensemble, build = train_ensemble(
             cfg.remediation, cand_model.features, exclude=tuple(c for c in (label_column, id_column) if c), quiet=quiet
         )

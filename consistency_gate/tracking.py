@@ -17,18 +17,28 @@ def experiment_name(model: str) -> str:
     return f"{EXPERIMENT_PREFIX}/{model}"
 
 
-def use_experiment(name: str, tracking_uri: str) -> None:
-    """Make ``name`` the active experiment, creating it if needed.
+def experiment_id(name: str, tracking_uri: str) -> str:
+    """The id of experiment ``name``, created if needed; the active experiment is left as it is.
 
     On a local SQLite store, a new experiment keeps its artifacts in ``mlartifacts/`` beside
     the database file (MLflow's default would be the current directory).
     """
     import mlflow
 
-    if mlflow.get_experiment_by_name(name) is None and tracking_uri.startswith("sqlite:///"):
+    experiment = mlflow.get_experiment_by_name(name)
+    if experiment is not None:
+        return experiment.experiment_id
+    if tracking_uri.startswith("sqlite:///"):
         root = Path(tracking_uri.removeprefix("sqlite:///")).expanduser().resolve().parent / "mlartifacts"
-        mlflow.create_experiment(name, artifact_location=root.as_uri())
-    mlflow.set_experiment(name)
+        return mlflow.create_experiment(name, artifact_location=root.as_uri())
+    return mlflow.create_experiment(name)
+
+
+def use_experiment(name: str, tracking_uri: str) -> None:
+    """Make ``name`` the active experiment, creating it as :func:`experiment_id` does."""
+    import mlflow
+
+    mlflow.set_experiment(experiment_id=experiment_id(name, tracking_uri))
 
 
 def mlflow_metric_name(key: str) -> str:
@@ -69,10 +79,12 @@ def log_plots(samples: pd.DataFrame, flip_counts: tuple[int, int, int, int], met
     import mlflow
 
     figures = {
-        "gate/plots/flips_per_class.png": plots.flips_per_class(samples),
-        "gate/plots/correctness_matrix.png": plots.correctness_matrix(*flip_counts),
-        "gate/plots/topk_curve.png": plots.topk_curve(metrics, ks),
+        "flips_per_class.png": plots.flips_per_class(samples),
+        "correctness_matrix.png": plots.correctness_matrix(*flip_counts),
+        "topk_curve.png": plots.topk_curve(metrics, ks),
     }
-    for name, fig in figures.items():
-        mlflow.log_figure(fig, name)
-        plt.close(fig)
+    with tempfile.TemporaryDirectory() as tmp:  # one upload for the three files
+        for name, fig in figures.items():
+            fig.savefig(Path(tmp) / name)
+            plt.close(fig)
+        mlflow.log_artifacts(tmp, artifact_path="gate/plots")

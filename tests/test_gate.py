@@ -207,7 +207,12 @@ def test_config_default_prints_parsable_yaml():
 
 def test_gate_nests_under_a_pipeline_run(store):
     mlflow.set_tracking_uri(store["uri"])
-    with mlflow.start_run(experiment_id=mlflow.get_experiment_by_name("training").experiment_id) as parent:
+    mlflow.set_experiment("training")
+    with mlflow.start_run() as parent:
         result = run_gate(MODEL, store["data"], candidate="2", config=LENIENT, tracking_uri=store["uri"])
         assert mlflow.active_run().info.run_id == parent.info.run_id
-    assert _client(store).get_run(result.run_id).data.tags["mlflow.parentRunId"] == parent.info.run_id
+    gate_run = _client(store).get_run(result.run_id)
+    assert gate_run.data.tags["mlflow.parentRunId"] == parent.info.run_id
+    assert gate_run.info.experiment_id == mlflow.get_experiment_by_name(f"consistency-gate/{MODEL}").experiment_id
+    with mlflow.start_run() as after:  # the pipeline's active experiment is still its own
+        assert after.info.experiment_id == parent.info.experiment_id
