@@ -4,10 +4,11 @@ numpy needs a separate pass over a score matrix for every reduction (argmax, eac
 rank, each sum), and the matrices of a large evaluation do not fit in cache, so the
 metrics cost about nine passes. These kernels read each row once:
 
-- :func:`top_k_rows`: the k best column indices of every row, best first. The row is
-  scanned in chunks of 32 columns; a chunk is searched element by element only if one
-  of its scores beats the current k-th best (a vectorised test), so a row costs little
-  more than its argmax. Ties keep the lower index ahead, as :func:`numpy.argmax` does.
+- :func:`top_k_rows`: the k best column indices of every row, best first. A vectorised
+  pass takes the maximum of each chunk of 32 columns; the k-th largest of those maxima
+  bounds the row's k-th best score from below, so only the chunks that reach it (about k)
+  are searched element by element. A row costs little more than its argmax. Ties keep
+  the lower index ahead, as :func:`numpy.argmax` does.
 - :func:`pair_moments`: the five per-row sums behind Pearson and cosine (sum a, sum b,
   sum a², sum b², sum ab), accumulated in float64 in one scan of both rows.
 
@@ -26,6 +27,7 @@ import numba
 import numpy as np
 
 _CHUNK = 32
+_ROWS = 256  # rows per parallel task (buffers are allocated once per task)
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
@@ -46,29 +48,58 @@ def top_k_rows(scores: np.ndarray, k: int) -> np.ndarray:  # pragma: no cover - 
     Needs 1 <= k <= number of columns (checked by :func:`consistency_gate.metrics.top_k`).
     """
     n, p = scores.shape
+    chunks = (p + _CHUNK - 1) // _CHUNK
     out = np.empty((n, k), dtype=np.int64)
-    for i in numba.prange(n):
+    for block in numba.prange((n + _ROWS - 1) // _ROWS):
+        maxima = np.empty(chunks, dtype=scores.dtype)
         vals = np.empty(k, dtype=scores.dtype)
         idx = np.empty(k, dtype=np.int64)
-        for j in range(k):  # the first k columns, ranked
-            _insert(vals, idx, j, scores[i, j], j)
-        kth = vals[k - 1]
-        start = k
-        while start < p:
-            stop = min(start + _CHUNK, p)
-            beats = False
-            for j in range(start, stop):
-                beats |= scores[i, j] > kth
-            if beats:
-                for j in range(start, stop):
-                    v = scores[i, j]
-                    if v > kth:  # strict: an equal later score never displaces an earlier one
+        for i in range(block * _ROWS, min(n, (block + 1) * _ROWS)):
+            row = scores[i]
+            _chunk_maxima(row, maxima)
+            # k chunks hold a score >= the k-th largest chunk maximum, so the row's k best are all
+            # >= it: only chunks whose maximum reaches it can hold them
+            bound = -np.inf
+            if chunks >= k:
+                for c in range(chunks):
+                    if c < k:
+                        _insert(vals, idx, c, maxima[c], c)
+                    elif maxima[c] > vals[k - 1]:
+                        _insert(vals, idx, k - 1, maxima[c], c)
+                bound = vals[k - 1]
+            filled = 0
+            for c in range(chunks):
+                if maxima[c] < bound:
+                    continue
+                for j in range(c * _CHUNK, min(p, (c + 1) * _CHUNK)):
+                    v = row[j]
+                    if v < bound:
+                        continue
+                    if filled < k:
+                        _insert(vals, idx, filled, v, j)
+                        filled += 1
+                    elif v > vals[k - 1]:  # strict: an equal later score never displaces an earlier one
                         _insert(vals, idx, k - 1, v, j)
-                        kth = vals[k - 1]
-            start = stop
-        for r in range(k):
-            out[i, r] = idx[r]
+            for r in range(k):
+                out[i, r] = idx[r]
     return out
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _chunk_maxima(row, maxima):  # pragma: no cover - compiled
+    p = row.size
+    for c in range(maxima.size):
+        start = c * _CHUNK
+        if start + _CHUNK <= p:
+            block = row[start : start + _CHUNK]  # a constant-length loop, which LLVM vectorises
+            m = block[0]
+            for j in range(1, _CHUNK):
+                m = max(m, block[j])
+        else:
+            m = row[start]
+            for j in range(start + 1, p):
+                m = max(m, row[j])
+        maxima[c] = m
 
 
 @numba.njit(cache=True, nogil=True, parallel=True, fastmath={"reassoc", "contract"})
