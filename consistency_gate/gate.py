@@ -24,8 +24,8 @@ import pandas as pd
 from consistency_gate import registry, rules, tracking
 from consistency_gate.compare import ComparisonResult, Evaluation, flip_table
 from consistency_gate.errors import DataError, GateError, ModelError, TrackingError, UsageError
-from consistency_gate.predictions import file_columns, iter_frames, require_columns
-from consistency_gate.spark import SparkModel
+from consistency_gate.predictions import DEFAULT_CHUNK_ROWS, file_columns, iter_frames, require_columns
+from consistency_gate.spark import SparkModel, gate_comparison
 
 DEFAULT_BASELINE = "@champion"
 # with --engine spark the driver validates (great-expectations) and diagnoses this many first rows
@@ -119,6 +119,8 @@ def run_gate(
     import mlflow
     from mlflow import MlflowClient
 
+    if engine not in ("local", "spark"):
+        raise UsageError(f"engine must be 'local' or 'spark', got {engine!r}")
     timer = _Timer()
     cfg = config if isinstance(config, rules.GateConfig) else rules.load_config(config)
     uri = registry.resolve_tracking_uri(tracking_uri)
@@ -133,8 +135,6 @@ def run_gate(
         base_spec = str(baseline or DEFAULT_BASELINE)
         first_generation = baseline is None and not registry.alias_exists(client, model, base_spec[1:])
         base_ref = None if first_generation else registry.resolve_version(client, model, base_spec)
-    if engine not in ("local", "spark"):
-        raise UsageError(f"engine must be 'local' or 'spark', got {engine!r}")
     sample = SPARK_SAMPLE_ROWS if engine == "spark" else None
     frame = _read_evaluation_data(Path(data), label_column, id_column, max_rows=sample)
 
@@ -216,15 +216,14 @@ class _Comparer:
     engine: str = "local"
     partitions: int | None = None
 
-    def decide(self, cand_scores: pd.DataFrame, cand_model: SparkModel | None = None) -> _Decision:
-        """The comparison and the rules' verdict; ``cand_model`` says how Spark loads the candidate."""
+    def decide(self, cand_scores: pd.DataFrame, cand_model: SparkModel) -> _Decision:
+        """The comparison and the rules' verdict: ``cand_scores`` are the candidate's scores on
+        ``frame``, ``cand_model`` says how Spark loads it (unused in-process)."""
         first_generation = self.base_scores is None
         frames = [cand_scores, cand_scores] if first_generation else [self.base_scores, cand_scores]
         width = min(len(f.columns) for f in frames)
         ks = sorted({k for k in self.cfg.ks if k <= width} | set(range(1, min(10, width) + 1)))
         if self.engine == "spark":
-            from consistency_gate.spark import gate_comparison
-
             base = [] if first_generation else [self.spark_model(self.baseline, self.base_scores)]
             comparison, samples = gate_comparison(
                 self.data_path,
@@ -309,9 +308,7 @@ def _gate_in_run(
         cfg, data_path, frame, label_column, id_column, models[0] if base_ref else None, base_scores, engine, partitions
     )
     with timer("metrics"):
-        single = comparer.decide(
-            frames[-1], comparer.spark_model(models[-1], frames[-1]) if engine == "spark" else None
-        )
+        single = comparer.decide(frames[-1], comparer.spark_model(models[-1], frames[-1]))
     result = GateResult(
         verdict=single.verdict,
         rules=single.rules,
@@ -393,7 +390,7 @@ def _remediate(client, comparer: _Comparer, cand_ref, cand_model, run_id, quiet)
             raise DataError(f"{data_path}: the ensemble's feature column '{missing[0]}' is missing")
         scores = ensemble.predict_frame(frame)
         spark_model = SparkModel(model_info.model_uri, "pyfunc", list(scores.columns), list(ensemble.features))
-        decision = comparer.decide(scores, spark_model if comparer.engine == "spark" else None)
+        decision = comparer.decide(scores, spark_model)
         report = {
             "verdict": decision.verdict,
             "rules": [r.to_dict() for r in decision.rules],
@@ -435,7 +432,7 @@ def _read_evaluation_data(
     columns = file_columns(path)
     require_columns(path, columns, [label_column] + ([id_column] if id_column else []))
     text = (label_column,) + ((id_column,) if id_column else ())
-    chunks = iter_frames(path, columns, text_columns=text, **({"chunk_rows": max_rows} if max_rows else {}))
+    chunks = iter_frames(path, columns, chunk_rows=max_rows or DEFAULT_CHUNK_ROWS, text_columns=text)
     frames = [next(chunks, None)] if max_rows else list(chunks)
     frames = [f for f in frames if f is not None and len(f)]
     if not frames:

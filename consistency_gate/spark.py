@@ -145,7 +145,8 @@ def compare_spark(
             evaluation.add(batch["__label"].reset_index(drop=True), [f.reset_index(drop=True) for f in frames])
         yield _partial_row(evaluation.pairs[(0, 1)])
 
-    counts = reduce(ConsistencyCounts.merge, (c for c, _ in collect_partials(joined.mapInPandas(partial, PARTIAL))))
+    parts = collect_partials(joined.mapInPandas(partial, PARTIAL))
+    counts = reduce(ConsistencyCounts.merge, (c for c, _ in parts), ConsistencyCounts(ks=tuple(ks)))
     n_labels = read_table(spark, labels).count()
     if counts.n != n_labels:
         raise DataError(
@@ -258,7 +259,7 @@ def gate_comparison(
         yield _partial_row(evaluation.pairs[(0, 1)], flips)
 
     parts = collect_partials(scored.mapInPandas(partial, PARTIAL))
-    counts = reduce(ConsistencyCounts.merge, (c for c, _ in parts))
+    counts = reduce(ConsistencyCounts.merge, (c for c, _ in parts), ConsistencyCounts(ks=tuple(ks)))
     result = Evaluation(list(ROLES), class_sets, ks=ks).result(counts=counts)  # the partitions' class-id space
     flips = [f for _, f in parts if f is not None and len(f)]
     return result, (pd.concat(flips, ignore_index=True) if flips else pd.DataFrame(columns=_FLIP_COLUMNS))
