@@ -24,14 +24,21 @@ def experiment_id(name: str, tracking_uri: str) -> str:
     the database file (MLflow's default would be the current directory).
     """
     import mlflow
+    from mlflow.exceptions import MlflowException
 
     experiment = mlflow.get_experiment_by_name(name)
     if experiment is not None:
         return experiment.experiment_id
+    location = None
     if tracking_uri.startswith("sqlite:///"):
-        root = Path(tracking_uri.removeprefix("sqlite:///")).expanduser().resolve().parent / "mlartifacts"
-        return mlflow.create_experiment(name, artifact_location=root.as_uri())
-    return mlflow.create_experiment(name)
+        folder = Path(tracking_uri.removeprefix("sqlite:///")).expanduser().resolve().parent
+        location = (folder / "mlartifacts").as_uri()
+    try:
+        return mlflow.create_experiment(name, artifact_location=location)
+    except MlflowException as exc:  # gates started together: another one created it first
+        if exc.error_code != "RESOURCE_ALREADY_EXISTS":
+            raise
+        return mlflow.get_experiment_by_name(name).experiment_id
 
 
 def use_experiment(name: str, tracking_uri: str) -> None:

@@ -216,3 +216,29 @@ def test_gate_nests_under_a_pipeline_run(store):
     assert gate_run.info.experiment_id == mlflow.get_experiment_by_name(f"consistency-gate/{MODEL}").experiment_id
     with mlflow.start_run() as after:  # the pipeline's active experiment is still its own
         assert after.info.experiment_id == parent.info.experiment_id
+
+
+def test_gates_started_together_share_one_experiment(tmp_path):
+    """Get-or-create of the gate's experiment from many gates at once: one experiment, no error."""
+    import threading
+
+    from consistency_gate import tracking
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    mlflow.set_tracking_uri(uri)
+    mlflow.search_experiments()  # the store's tables exist before the race starts
+    barrier, ids, errors = threading.Barrier(8), [], []
+
+    def gate() -> None:
+        barrier.wait()
+        try:
+            ids.append(tracking.experiment_id("consistency-gate/together", uri))
+        except Exception as exc:  # noqa: BLE001 - the test reports any
+            errors.append(exc)
+
+    threads = [threading.Thread(target=gate) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not errors and len(ids) == 8 and len(set(ids)) == 1
