@@ -20,7 +20,10 @@ _verbose = False
 
 
 def _echo_json(payload: object) -> None:
-    click.echo(json.dumps(payload, indent=2, default=str))
+    """Strict JSON on stdout: undefined numbers are null (their reasons are in the payload), never NaN."""
+    from consistency_gate.report import finite_or_null
+
+    click.echo(json.dumps(finite_or_null(payload), indent=2, default=str, allow_nan=False))
 
 
 def _engine_options(spark_help: str):
@@ -111,7 +114,8 @@ def generations(labels: Path, generations: tuple[str, ...], label_column: str, i
         f"n = {report['n']}; ACC mean {report['acc_mean']:.4f}, CON mean {report['con_mean']:.4f}, "
         f"ACC-CON mean {report['acc_con_mean']:.4f}\n"
     )
-    click.echo(table([[g, a] for g, a in report["acc"].items()], ["generation", "acc"]) + "\n")
+    rows = [[g, a, report["unknown_labels"][g]] for g, a in report["acc"].items()]
+    click.echo(table(rows, ["generation", "acc", "unknown labels"]) + "\n")
     rows = [[pair, *flips.values()] for pair, flips in report["consecutive_flips"].items()]
     click.echo(table(rows, ["pair", "ctoc", "ctoi", "itoc", "itoi"]))
 

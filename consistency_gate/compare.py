@@ -31,8 +31,20 @@ from consistency_gate import predictions as io
 from consistency_gate.accumulator import ConsistencyCounts, Outputs
 from consistency_gate.errors import DataError
 from consistency_gate.metrics import FLIP_NAMES
+from consistency_gate.report import plain
 
 DEFAULT_KS = (1, 5)
+
+
+def canonical_classes(class_sets: Sequence[Sequence[object] | None]) -> list[str]:
+    """The canonical class order: the label names of the union of the generations' score
+    classes, sorted as text. Argmax and top-k ties go to the class that comes first in it,
+    so the column order of a file never changes a metric.
+
+    >>> canonical_classes([["b", "a", "10"], None, ["c", "2"]])
+    ['10', '2', 'a', 'b', 'c']
+    """
+    return sorted({str(c) for cs in class_sets if cs is not None for c in cs})
 
 
 class ClassIndex:
@@ -114,6 +126,10 @@ class Evaluation:
     ``class_sets[i]`` is generation i's score-column labels in column order, or None
     when it gives hard labels. A true label that every score-giving generation lacks is
     a DataError; one that some generation lacks is counted in ``unknown_labels``.
+
+    Class ids follow the canonical order (:func:`canonical_classes`), and each score matrix is
+    laid out in id order before its top-k is taken, so ties go to the class whose label sorts
+    first, whatever the order of the file's columns.
     """
 
     def __init__(
@@ -125,7 +141,10 @@ class Evaluation:
     ) -> None:
         self.names = list(names)
         self.index = ClassIndex()
-        self.columns = [None if cs is None else self.index.add([str(c) for c in cs]) for cs in class_sets]
+        self.index.add(canonical_classes(class_sets))
+        ids = [None if cs is None else self.index.add([str(c) for c in cs]) for cs in class_sets]
+        # each generation's columns in canonical order: (permutation or None if already in order, sorted ids)
+        self.layouts = [None if c is None else _canonical_layout(c) for c in ids]
         self.ks = tuple(sorted(set(ks)))
         self.open_class_set = any(cs is None for cs in class_sets)
         self.pairs = {pair: ConsistencyCounts(ks=self.ks) for pair in combinations(range(len(names)), 2)}
@@ -138,20 +157,23 @@ class Evaluation:
         if (y < 0).any():
             row = int(np.argmax(y < 0))
             raise DataError(
-                f"{where}: row {int(labels.index[row]) + 1}: label {labels.iloc[row]!r} is not a class of any "
+                f"{where}: row {int(labels.index[row]) + 1}: label {plain(labels.iloc[row])} is not a class of any "
                 f"generation (known classes: {', '.join(self.index.labels[:10])}"
                 f"{' ...' if len(self.index.labels) > 10 else ''})"
             )
-        outputs = [self._outputs(frame, cols) for frame, cols in zip(frames, self.columns, strict=True)]
+        outputs = [self._outputs(frame, layout) for frame, layout in zip(frames, self.layouts, strict=True)]
         for (i, j), counts in self.pairs.items():
             counts.update(y, outputs[i], outputs[j])
         if self.keep_samples:
             self._samples.append(self._sample_table(labels, y, outputs))
 
-    def _outputs(self, frame: pd.DataFrame | pd.Series, columns: np.ndarray | None) -> Outputs:
-        if columns is None:
+    def _outputs(self, frame: pd.DataFrame | pd.Series, layout: tuple[np.ndarray | None, np.ndarray] | None) -> Outputs:
+        if layout is None:
             return Outputs.from_labels(self.index.ids(pd.Series(frame), register=True))
         values = frame.to_numpy() if isinstance(frame, pd.DataFrame) else np.asarray(frame)
+        order, columns = layout
+        if order is not None:
+            values = values[:, order]
         return Outputs.from_scores(values, columns, k_max=self.ks[-1])
 
     def _sample_table(self, labels: pd.Series, y: np.ndarray, outputs: list[Outputs]) -> pd.DataFrame:
@@ -175,7 +197,7 @@ class Evaluation:
             n=counts.n,
             metrics=values,
             null_reasons=reasons,
-            classes=self.index.labels,
+            classes=sorted(self.index.labels),
             unknown_labels=counts.unknown_labels(),
             counts=counts,
         )
@@ -183,11 +205,12 @@ class Evaluation:
     def generations_report(self) -> dict:
         """Paper 003's multi-generation summary: ACC averaged over generations, CON and
         ACC-CON averaged over all pairs, and the directional flips of consecutive pairs."""
-        acc = {}
+        acc, unknown = {}, {}
         for (i, j), counts in self.pairs.items():
             values, _ = counts.compute()
             acc[self.names[i]] = values["acc_previous"]
             acc[self.names[j]] = values["acc_candidate"]
+            unknown[self.names[i]], unknown[self.names[j]] = counts.unknown_previous, counts.unknown_candidate
         pair_values = {pair: counts.compute()[0] for pair, counts in self.pairs.items()}
         consecutive = {
             f"{self.names[i]}->{self.names[i + 1]}": {k: pair_values[(i, i + 1)][k] for k in FLIP_NAMES}
@@ -201,7 +224,19 @@ class Evaluation:
             "acc_con_mean": _mean(v["acc_con"] for v in pair_values.values()),
             "pairs": {f"{self.names[i]}|{self.names[j]}": v for (i, j), v in pair_values.items()},
             "consecutive_flips": consecutive,
+            "classes": sorted(self.index.labels),
+            # samples whose true label is not a class of that generation (counted as its errors)
+            "unknown_labels": unknown,
         }
+
+
+def _canonical_layout(ids: np.ndarray) -> tuple[np.ndarray | None, np.ndarray]:
+    """The column permutation that puts class ids in ascending (canonical) order, or None when
+    the columns already are, and the ids in that order."""
+    order = np.argsort(ids, kind="stable")
+    if (np.diff(ids) > 0).all():
+        return None, ids
+    return order, ids[order]
 
 
 def _mean(values) -> float | None:
@@ -361,13 +396,13 @@ def _row_order(labels: Path, sources: list[io.PredictionSource], id_column: str)
         missing = reference[~reference.isin(position.index)]
         if len(missing):
             raise DataError(
-                f"{source.path}: id {missing.iloc[0]!r} of {labels} is missing "
+                f"{source.path}: id {plain(missing.iloc[0])} of {labels} is missing "
                 f"({len(missing)} ids in all); every file needs the same ids"
             )
         extra = ids[~ids.isin(reference)]
         if len(extra):
             raise DataError(
-                f"{source.path}: id {extra.iloc[0]!r} is not in {labels} "
+                f"{source.path}: id {plain(extra.iloc[0])} is not in {labels} "
                 f"({len(extra)} such ids); every file needs the same ids"
             )
         order.append(position.loc[reference].to_numpy())
@@ -382,7 +417,7 @@ def _unique_ids(path: Path, id_column: str) -> pd.Series:
     dup = ids.duplicated()
     if dup.any():
         raise DataError(
-            f"{path}: id {ids[dup].iloc[0]!r} appears more than once in column '{id_column}'; ids must be unique"
+            f"{path}: id {plain(ids[dup].iloc[0])} appears more than once in column '{id_column}'; ids must be unique"
         )
     return ids.reset_index(drop=True)
 

@@ -20,8 +20,10 @@ from consistency_gate import decomposition as dec
 from consistency_gate import predictions as io
 from consistency_gate.accumulator import ConsistencyCounts, Outputs
 from consistency_gate.combine import RULES, combine
-from consistency_gate.diversity import pairwise_values, team_diversity
+from consistency_gate.compare import canonical_classes
+from consistency_gate.diversity import cohen_kappa, pairwise_values, team_diversity
 from consistency_gate.errors import DataError, UsageError
+from consistency_gate.report import finite_or_null, plain
 
 
 def diagnose(names: list[str], probs: np.ndarray, y: np.ndarray, classes: list[str]) -> dict:
@@ -55,21 +57,43 @@ def diagnose(names: list[str], probs: np.ndarray, y: np.ndarray, classes: list[s
         "disagreements": _disagreements(names, probs, preds, right),
     }
     report["explanation"] = explain(report, names)
-    return report
+    return _with_null_reasons(report)
+
+
+def _with_null_reasons(report: dict) -> dict:
+    """The report with every undefined number as null and the reason for it in ``null_reasons``."""
+    reasons: dict[str, str] = {}
+    if report["decomposition"].get("debiasing_share") is None:
+        reasons["decomposition.debiasing_share"] = "the members do not differ (diversity is 0), so no share of it"
+    for key, pair in report["pairs"].items():
+        if pair["yule_q_all"] is None:
+            reasons[f"pairs.{key}.yule_q_all"] = "0/0: no sample where one member is right and the other wrong"
+        if pair["cohen_kappa_all"] is None:
+            reasons[f"pairs.{key}.cohen_kappa_all"] = "chance agreement is 1 (a member is always right or wrong)"
+        if pair["ck_004_all"] is None:
+            reasons[f"pairs.{key}.ck_004_all"] = "a zero denominator (a member is always right or always wrong)"
+        for metric, why in pair.pop("null_reasons", {}).items():
+            reasons[f"pairs.{key}.{metric}"] = why
+    clean = finite_or_null(report, reasons)
+    clean["null_reasons"] = reasons
+    return clean
 
 
 def _pair(a: np.ndarray, b: np.ndarray, y: np.ndarray) -> dict:
     cols = np.arange(a.shape[1])
-    values, _ = (
+    values, reasons = (
         ConsistencyCounts().update(y, Outputs.from_scores(a, cols, 1), Outputs.from_scores(b, cols, 1)).compute()
     )
+    values["null_reasons"] = reasons
     ra, rb = a.argmax(1) == y, b.argmax(1) == y
     counts = [int(c.sum()) for c in (ra & rb, ra & ~rb, ~ra & rb, ~ra & ~rb)]
     values["table"] = dict(zip(("both_right", "only_first", "only_second", "both_wrong"), counts, strict=True))
     # error correlation over all samples (on negatives alone a pair's Q is always -1: N11 = 0 there)
-    oracle_all = pairwise_values(*(np.float64(c) for c in counts))
-    values["yule_q_all"] = None if np.isnan(oracle_all["qs"]) else float(oracle_all["qs"])
-    values["cohen_kappa_all"] = None if np.isnan(oracle_all["ck"]) else float(oracle_all["ck"])
+    n11, n10, n01, n00 = counts
+    values["yule_q_all"] = (n11 * n00 - n01 * n10) / (n11 * n00 + n01 * n10) if n11 * n00 + n01 * n10 else None
+    values["cohen_kappa_all"] = cohen_kappa(n11, n10, n01, n00)  # Cohen's, as sklearn's cohen_kappa_score
+    ck = float(pairwise_values(*(np.float64(c) for c in counts))["ck"])
+    values["ck_004_all"] = None if np.isnan(ck) else ck  # "CK, paper 004 Formula 1"
     return values
 
 
@@ -105,8 +129,17 @@ def _disagreements(names: list[str], probs: np.ndarray, preds: np.ndarray, right
     return out
 
 
+# the explanation calls two accuracies "the same" when they differ by at most this much, or by a
+# tenth of the gap between the two members if that is larger (0.5 points between members 7 apart
+# is "near" the better one; between members 0.6 apart it is not)
+SAME_ACCURACY = 0.005
+SAME_SHARE_OF_GAP = 0.1
+
+
 def explain(report: dict, names: list[str]) -> list[str]:
-    """Plain-language findings drawn from the report's numbers."""
+    """Plain-language findings drawn from the report's numbers: every sentence follows from a
+    number the report prints (tested against crafted cases: the ensemble follows one member,
+    beats both, equals both)."""
     n = report["n"]
     acc = {k: v["acc"] for k, v in report["members"].items()}
     best = max(names, key=lambda k: acc[k])
@@ -116,38 +149,27 @@ def explain(report: dict, names: list[str]) -> list[str]:
         f"({100 * (avg - acc[best]):+.2f} points). An oracle that always picked a right member would reach "
         f"{report['oracle_upper_bound']:.2%}: that is the most any combination of these members can give."
     ]
-    dis = report["disagreements"]
     for other in (k for k in names if k != best):
         key = f"{best}|{other}" if f"{best}|{other}" in report["pairs"] else f"{other}|{best}"
         table = report["pairs"][key]["table"]
         first_is_best = key.startswith(f"{best}|")
         gain = table["only_second"] if first_is_best else table["only_first"]
         loss = table["only_first"] if first_is_best else table["only_second"]
-        pair = report["pairs"][key]
         lines.append(
-            f"{other} is right on only {gain} samples ({gain / n:.2%}) where {best} is wrong, and wrong on {loss} "
-            f"where {best} is right; the two agree on {pair['con']:.2%} of samples. So {other} can add at most "
-            f"{100 * gain / n:.2f} points to {best}"
-            + (" and adds almost nothing." if gain / n < 0.01 or avg - acc[best] < 0.005 else ".")
+            f"{other} is right on {gain} samples ({gain / n:.2%}) where {best} is wrong, and wrong on {loss} "
+            f"where {best} is right; the two agree on {report['pairs'][key]['con']:.2%} of samples. So {other} "
+            f"can add at most {100 * gain / n:.2f} points to {best}"
+            + (" and adds almost nothing." if gain / n < 0.01 else ".")
         )
+    dis = report["disagreements"]
     if dis["count"] and len(names) == 2:
-        other = next(k for k in names if k != best)
-        follows = dis["ensemble_follows"][best]
-        conf_best, conf_other = dis["mean_confidence"][best], dis["mean_confidence"][other]
-        why = "more" if conf_best >= conf_other else "less"
-        lines.append(
-            f"On the {dis['count']} samples where they disagree ({dis['share_of_samples']:.2%}), {best} is right on "
-            f"{dis['won'][best]:.0%} and {other} on {dis['won'][other]:.0%}; the averaged ensemble follows {best} on "
-            f"{follows:.0%} of them because {best} is {why} confident there (mean top probability {conf_best:.2f} vs "
-            f"{conf_other:.2f}). That is why the ensemble stays near {best} instead of falling to the mean accuracy "
-            f"({np.mean(list(acc.values())):.2%}) or rising towards the oracle bound."
-        )
+        lines.append(_two_member_finding(report, names, best, avg, acc))
     for key, pair in report["pairs"].items():
         if pair["yule_q_all"] is not None:
             a, b = key.split("|")
             lines.append(
                 f"How correlated {a} and {b} are: Yule's Q of their right/wrong outcomes {pair['yule_q_all']:.2f} "
-                f"(1: right and wrong together, 0: independent), Cohen's kappa {pair['cohen_kappa_all']:.2f}, "
+                f"(1: right and wrong together, 0: independent), Cohen's kappa {_fmt(pair['cohen_kappa_all'])}, "
                 f"Pearson correlation of their probability vectors {_fmt(pair['pearson'])}."
             )
     d = report["decomposition"]
@@ -156,6 +178,49 @@ def explain(report: dict, names: list[str]) -> list[str]:
         f"{d['div_ce_probability_averaging']:.4f} of a mean member loss of {d['ce_members']:.4f}."
     )
     return lines
+
+
+def _two_member_finding(report: dict, names: list[str], best: str, avg: float, acc: dict[str, float]) -> str:
+    """Where two members disagree, whom the averaged ensemble sides with, and what that does to its
+    accuracy. Where both agree the average predicts their class too (each member's top class
+    outscores every other in both, so in the mean), so the ensemble's accuracy moves only here."""
+    dis = report["disagreements"]
+    other = next(k for k in names if k != best)
+    follows = dis["ensemble_follows"][best]
+    conf_best, conf_other = dis["mean_confidence"][best], dis["mean_confidence"][other]
+    text = (
+        f"On the {dis['count']} samples where they disagree ({dis['share_of_samples']:.2%}), {best} is right on "
+        f"{dis['won'][best]:.0%} and {other} on {dis['won'][other]:.0%}; the averaged ensemble sides with {best} on "
+        f"{follows:.0%} and with {other} on {dis['ensemble_follows'][other]:.0%} of them (mean top probability "
+        f"there: {best} {conf_best:.2f}, {other} {conf_other:.2f}). "
+    )
+    tol = max(SAME_ACCURACY, SAME_SHARE_OF_GAP * (acc[best] - acc[other]))
+    near_best = abs(avg - acc[best]) <= tol
+    near_other = abs(avg - acc[other]) <= tol
+    if near_best and near_other:
+        return text + (
+            f"The ensemble is about as accurate as both members ({avg:.2%}): combining them gains nothing, "
+            "because the disagreements the ensemble resolves right and wrong cancel out."
+        )
+    if avg > acc[best] + tol:
+        return text + (
+            f"The ensemble beats both members ({100 * (avg - acc[best]):+.2f} points over {best}): on the "
+            f"disagreements it picks the right answer more often than {best} does alone."
+        )
+    if near_best:
+        cause = (
+            f"it follows {best} on most disagreements, where {best} is the more confident one"
+            if follows >= 0.5 and conf_best >= conf_other
+            else f"its right and wrong picks among the disagreements balance out to {best}'s accuracy"
+        )
+        return text + f"The ensemble stays near {best} ({100 * (avg - acc[best]):+.2f} points) because {cause}."
+    if near_other:
+        return text + (
+            f"The ensemble falls to {other}'s level ({avg:.2%}) because on the disagreements it sides with "
+            f"{other} {dis['ensemble_follows'][other]:.0%} of the time, and {other} is wrong more often there."
+        )
+    where = "between the two members" if acc[other] < avg < acc[best] else "below both members"
+    return text + f"The ensemble's accuracy ({avg:.2%}) lies {where}."
 
 
 def _fmt(value: float | None) -> str:
@@ -193,15 +258,15 @@ def load_member_files(
 
 
 def frames_to_arrays(frames: dict[str, pd.DataFrame | pd.Series], truth: pd.Series):
-    """Member frames (score columns, or a hard-label series) and true labels -> aligned arrays."""
-    classes: list[str] = []
-    for body in frames.values():
-        for c in body.columns if isinstance(body, pd.DataFrame) else body.unique():
-            if str(c) not in classes:
-                classes.append(str(c))
-    for c in truth.unique():
-        if str(c) not in classes:
-            classes.append(str(c))
+    """Member frames (score columns, or a hard-label series) and true labels -> aligned arrays.
+
+    Classes are in the canonical order (the members' classes sorted as text, then any true label
+    no member knows), so argmax ties go to the class whose label sorts first, as in ``compare``.
+    """
+    classes = canonical_classes(
+        [list(body.columns) if isinstance(body, pd.DataFrame) else list(body.unique()) for body in frames.values()]
+    )
+    classes += sorted({str(c) for c in truth.unique()} - set(classes))
     index = {c: i for i, c in enumerate(classes)}
     n, p = len(truth), len(classes)
     probs = np.zeros((len(frames), n, p))
@@ -224,11 +289,11 @@ def _align(frame: pd.DataFrame, truth: pd.DataFrame, id_column: str | None, path
         return frame.reset_index(drop=True)
     ids = frame[id_column]
     if ids.duplicated().any():
-        raise DataError(f"{path}: id {ids[ids.duplicated()].iloc[0]!r} appears more than once")
+        raise DataError(f"{path}: id {plain(ids[ids.duplicated()].iloc[0])} appears more than once")
     missing = ~truth[id_column].isin(ids)
     if missing.any() or len(ids) != len(truth):
         example = truth[id_column][missing].iloc[0] if missing.any() else ids[~ids.isin(truth[id_column])].iloc[0]
-        raise DataError(f"members on different sample sets: {path} and {labels} differ in ids (e.g. {example!r})")
+        raise DataError(f"members on different sample sets: {path} and {labels} differ in ids (e.g. {plain(example)})")
     return frame.set_index(id_column).loc[truth[id_column].to_numpy()].reset_index()
 
 
@@ -263,7 +328,8 @@ def run_diagnose(
             raise UsageError(f"--max-team-size {max_team_size} is larger than the pool of {len(names)} members")
         if len(names) < 3:
             raise UsageError("--select needs a pool of at least 3 members")
-        report["selection"] = select_teams(Pool(probs, y), max_size=max_team_size)
+        reasons = report["null_reasons"]
+        report["selection"] = finite_or_null(select_teams(Pool(probs, y), max_size=max_team_size), reasons, "selection")
     return report, (render_html(report, names, probs, y, classes) if html else None)
 
 

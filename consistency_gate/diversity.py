@@ -8,7 +8,15 @@ variance KW and generalized diversity GD are computed on the whole team.
 
 Raw values are reported. For ranking, low score = high diversity: :func:`ranking_score`
 uses 1 - value for BD, KW and GD, as the paper does. A value is None when undefined (no
-negative samples, or a zero denominator).
+negative samples, or a zero denominator), with one exception: a pair whose Yule's Q is 0/0
+(N11 * N00 = N01 * N10 = 0) counts as Q = 0, as the 004 authors' code does (it divides by
+the denominator plus machine epsilon). That case is the rule in HQ metrics, not an accident:
+on the focal model's negative samples the focal model is always wrong (N11 = N10 = 0), so
+every pair with it would otherwise be undefined and HQ-QS NaN for every team.
+
+CK here is paper 004's Formula 1 as printed ("CK, paper 004 Formula 1"); its denominator
+differs from Cohen's kappa (:func:`cohen_kappa` is the textbook statistic, as
+:func:`sklearn.metrics.cohen_kappa_score` computes it on right/wrong outcomes).
 
 >>> import numpy as np
 >>> oracle = np.array([[1, 1, 0, 0, 1], [1, 0, 1, 0, 1]], dtype=bool)   # 2 members, 5 samples
@@ -45,11 +53,39 @@ def _div(num: np.ndarray, den: np.ndarray) -> np.ndarray:
 
 
 def pairwise_values(n11, n10, n01, n00) -> dict[str, np.ndarray]:
-    """CK (Formula 1), QS (Formula 2) and BD (Formula 3) from the 2x2 counts (any shape)."""
+    """CK (Formula 1), QS (Formula 2) and BD (Formula 3) from the 2x2 counts (any shape).
+
+    N11: both right, N10: only the first right, N01: only the second, N00: both wrong. QS is 0
+    where its denominator is 0 (see the module docstring); CK and BD are NaN there.
+
+    >>> v = pairwise_values(5.0, 2.0, 1.0, 2.0)
+    >>> round(float(v["ck"]), 4), round(float(v["qs"]), 4), float(v["bd"])
+    (0.3556, 0.6667, 0.3)
+    >>> float(pairwise_values(0.0, 0.0, 3.0, 2.0)["qs"])   # a focal model that is always wrong
+    0.0
+    """
     ck = _div(2 * (n11 * n00 - n01 * n10), (n11 + n10) * (n01 + n00) + (n11 + n01) * (n10 + n00))
-    qs = _div(n11 * n00 - n01 * n10, n11 * n00 + n01 * n10)
+    q_den = n11 * n00 + n01 * n10
+    qs = np.where(q_den == 0, 0.0, _div(n11 * n00 - n01 * n10, q_den))
     bd = _div(n01 + n10, n11 + n10 + n01 + n00)
     return {"ck": ck, "qs": qs, "bd": bd}
+
+
+def cohen_kappa(n11, n10, n01, n00) -> float | None:
+    """Cohen's kappa of two members' right/wrong outcomes from their 2x2 counts (None if undefined).
+
+    The textbook statistic (observed minus chance agreement, over one minus chance agreement),
+    equal to :func:`sklearn.metrics.cohen_kappa_score` on the two oracle vectors; not 004's CK.
+
+    >>> round(cohen_kappa(5, 2, 1, 2), 4)
+    0.3478
+    """
+    n = n11 + n10 + n01 + n00
+    if n == 0:
+        return None
+    observed = (n11 + n00) / n
+    chance = ((n11 + n10) * (n11 + n01) + (n01 + n00) * (n10 + n00)) / n**2
+    return None if chance == 1 else float((observed - chance) / (1 - chance))
 
 
 def nonpairwise_values(correct_counts: np.ndarray, size: int, mask: np.ndarray) -> dict[str, np.ndarray]:
@@ -115,4 +151,5 @@ def teams_diversity(
             sums[key] += np.nan_to_num(value)
     out = {k: np.where(undefined[k], np.nan, sums[k] / len(pairs)) for k in sums}
     out.update(nonpairwise_values(correct, size, mask))
-    return {k: out[k] for k in METRICS}
+    no_negatives = ~mask.any(axis=1)  # nothing to measure diversity on: every metric undefined
+    return {k: np.where(no_negatives, np.nan, out[k]) for k in METRICS}

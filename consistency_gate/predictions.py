@@ -20,6 +20,7 @@ import pandas as pd
 import pyarrow.parquet as pq
 
 from consistency_gate.errors import DataError
+from consistency_gate.report import plain
 
 HARD_LABEL_COLUMN = "prediction"
 _PANDAS_INDEX = re.compile(r"__index_level_\d+__")
@@ -204,8 +205,8 @@ def score_matrix(frame: pd.DataFrame, source: PredictionSource) -> np.ndarray:
             bad = pd.to_numeric(col, errors="coerce").isna() & col.notna()
             row = int(bad.idxmax()) + 1 if bad.any() else int(frame.index[0]) + 1
             raise DataError(
-                f"{source.path}: column '{name}' is not numeric (row {row}: {col.loc[row - 1]!r}); "
-                "score columns must hold numbers (if '{name}' identifies rows, pass --id-column {name}; "
+                f"{source.path}: column '{name}' is not numeric (row {row}: {plain(col.loc[row - 1])}); "
+                f"score columns must hold numbers (if '{name}' identifies rows, pass --id-column {name}; "
                 "for hard labels use a single 'prediction' column)"
             )
     values = block.to_numpy()
@@ -223,7 +224,8 @@ def score_matrix(frame: pd.DataFrame, source: PredictionSource) -> np.ndarray:
 def _raise_at(source: PredictionSource, frame: pd.DataFrame, block: pd.DataFrame, bad: np.ndarray, what: str) -> None:
     r, c = np.argwhere(bad)[0]
     raise DataError(
-        f"{source.path}: row {int(frame.index[r]) + 1}, column '{block.columns[c]}': value {block.iat[r, c]!r} {what}"
+        f"{source.path}: row {int(frame.index[r]) + 1}, column '{block.columns[c]}': "
+        f"value {plain(block.iat[r, c])} {what}"
     )
 
 

@@ -2,7 +2,44 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
+
+
+def finite_or_null(payload: object, reasons: dict[str, str] | None = None, path: str = "") -> object:
+    """A copy of a JSON-able payload with every NaN or infinite number replaced by null.
+
+    JSON has no NaN: ``json.dumps`` would print a bare ``NaN`` that strict parsers refuse. Each
+    replaced value's path (list positions as ``[]``) goes into ``reasons`` with why it is null.
+
+    >>> reasons = {}
+    >>> finite_or_null({"a": float("nan"), "b": [1.0, float("inf")]}, reasons)
+    {'a': None, 'b': [1.0, None]}
+    >>> sorted(reasons)
+    ['a', 'b[]']
+    """
+    if isinstance(payload, dict):
+        return {k: finite_or_null(v, reasons, f"{path}.{k}" if path else str(k)) for k, v in payload.items()}
+    if isinstance(payload, list | tuple):
+        return [finite_or_null(v, reasons, f"{path}[]") for v in payload]
+    if isinstance(payload, float) and not math.isfinite(payload):
+        if reasons is not None:
+            reasons.setdefault(path, "undefined (not a finite number; e.g. a zero denominator)")
+        return None
+    return payload
+
+
+def plain(value: object) -> str:
+    """A value for an error message: numpy scalars as the plain Python value they hold.
+
+    >>> import numpy as np
+    >>> plain(np.float64(-0.135)), plain("id-7"), plain(np.int64(3))
+    ('-0.135', "'id-7'", '3')
+    """
+    item = getattr(value, "item", None)
+    if callable(item) and getattr(value, "ndim", None) == 0:
+        value = item()
+    return repr(value)
 
 
 def fmt(value: object, digits: int = 4) -> str:
