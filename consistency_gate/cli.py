@@ -1,7 +1,8 @@
 """The ``consistency-gate`` command: parses arguments, calls the core, prints results.
 
-Exit codes (SPEC section 6): 0 passed or nothing to decide, 1 gate failed, 2 usage error,
-3 invalid input data, 4 model or registry error, 5 tracking server or storage unreachable.
+Exit codes: 0 passed or nothing to decide, 1 gate failed, 2 usage error, 3 invalid input
+data, 4 model or registry error, 5 tracking server or storage unreachable, refused or
+unauthorized, 6 internal error (a bug; never a promotion).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from pathlib import Path
 
 import click
 
-from consistency_gate.errors import GateError
+from consistency_gate.errors import INTERNAL_ERROR, GateError, redact_credentials
 
 _verbose = False
 
@@ -204,6 +205,8 @@ def check(
         click.echo(verdict_markdown(report))
     else:
         click.echo(verdict_table(report))
+    if result.promotion and not result.promoted:
+        click.echo(f"error: {result.promotion['reason']}", err=True)
     return result.exit_code
 
 
@@ -329,7 +332,7 @@ def main(argv: list[str] | None = None) -> None:
     except GateError as exc:
         if _verbose:
             traceback.print_exc()
-        click.echo(f"error: {exc}", err=True)
+        click.echo(f"error: {redact_credentials(str(exc))}", err=True)
         sys.exit(exc.exit_code)
     except click.exceptions.Abort:
         click.echo("aborted", err=True)
@@ -337,6 +340,16 @@ def main(argv: list[str] | None = None) -> None:
     except click.ClickException as exc:
         exc.show()
         sys.exit(exc.exit_code)
+    except Exception as exc:  # noqa: BLE001 - anything else is a bug: say so, with exit 6
+        if _verbose:
+            traceback.print_exc()
+        first = redact_credentials(str(exc)).splitlines()[0] if str(exc) else ""
+        click.echo(
+            f"internal error: {type(exc).__name__}: {first[:300]} (a bug in consistency-gate; nothing was promoted; "
+            "please report it with the output of `consistency-gate --verbose ...`)",
+            err=True,
+        )
+        sys.exit(INTERNAL_ERROR)
     sys.exit(code if isinstance(code, int) else 0)
 
 

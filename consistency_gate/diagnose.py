@@ -376,8 +376,10 @@ def _load_registry_members(members, data, tracking_uri, label_column, id_column)
     uri = registry.resolve_tracking_uri(tracking_uri)
     registry.configure_fail_fast()
     registry.check_reachable(uri)
+    mlflow.set_tracking_uri(uri)  # models:/ URIs load through both; never a stray ./mlflow.db
     mlflow.set_registry_uri(uri)
     client = MlflowClient(tracking_uri=uri, registry_uri=uri)
+    registry.check_access(client, uri)
     frames = {}
     for name, source in members.items():
         if not str(source).startswith("models:/"):

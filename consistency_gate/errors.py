@@ -1,10 +1,32 @@
-"""Errors that carry the exit code of SPEC section 6.
+"""Errors that carry the command-line exit codes.
 
 Every failure the user can act on is one of these; the CLI prints its message on one
-line and exits with its code. Anything else is a bug and keeps its traceback.
+line and exits with its code. Anything else is a bug: the CLI prints it on one line as an
+internal error and exits with ``INTERNAL_ERROR`` (6), never 1, which CI reads as "the gate
+failed"; ``--verbose`` adds the traceback.
 """
 
 from __future__ import annotations
+
+import re
+
+# the password (or token) of a URI's user:password@ part, anywhere in a text
+_CREDENTIALS = re.compile(r"(\b[A-Za-z][A-Za-z0-9+.-]*://[^\s:/@]*):[^\s/]*@")
+
+
+def redact_credentials(text: str) -> str:
+    """``text`` fit to print or log: in every URI, the password of ``user:password@`` becomes ``***``.
+
+    >>> redact_credentials("https://alice:s3cret@mlflow.example.com/ refused")
+    'https://alice:***@mlflow.example.com/ refused'
+    >>> redact_credentials("postgresql://mlflow:p@ss@db:5432/x"), redact_credentials("sqlite:///mlflow.db")
+    ('postgresql://mlflow:***@db:5432/x', 'sqlite:///mlflow.db')
+    """
+    return _CREDENTIALS.sub(r"\1:***@", text)
+
+
+# exit code of an internal error (a bug): never a verdict, never a promotion
+INTERNAL_ERROR = 6
 
 
 class GateError(Exception):

@@ -13,7 +13,9 @@ candidate version and, with ``promote=True`` and a pass, moves the baseline alia
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,13 +25,17 @@ import pandas as pd
 
 from consistency_gate import registry, rules, tracking
 from consistency_gate.compare import ComparisonResult, Evaluation, flip_table
-from consistency_gate.errors import DataError, GateError, ModelError, TrackingError, UsageError
+from consistency_gate.errors import DataError, GateError, ModelError, TrackingError, UsageError, redact_credentials
 from consistency_gate.predictions import DEFAULT_CHUNK_ROWS, file_columns, iter_frames, require_columns
+from consistency_gate.report import plain
 from consistency_gate.spark import SparkModel, gate_comparison
 
 DEFAULT_BASELINE = "@champion"
+NOTHING_TO_DECIDE = "nothing to decide"
 # with --engine spark the driver validates (great-expectations) and diagnoses this many first rows
 SPARK_SAMPLE_ROWS = 10_000
+# how long a failing gate keeps trying to mark its runs FAILED on a tracking server that went away
+END_RUN_RETRY_S = float(os.environ.get("CONSISTENCY_GATE_END_RUN_RETRY_S", "30"))
 
 
 @dataclass
@@ -45,6 +51,7 @@ class GateResult:
     first_generation: bool = False
     registered_version: str | None = None
     promoted: bool = False
+    promotion: dict | None = None  # registry.Promotion.to_dict(): what the alias holds, and why
     ensemble: dict | None = None
     null_reasons: dict[str, str] = field(default_factory=dict)
     unknown_labels: dict[str, int] = field(default_factory=dict)
@@ -53,11 +60,34 @@ class GateResult:
 
     @property
     def exit_code(self) -> int:
-        return 0 if self.verdict == "passed" else 1
+        """0 passed (or nothing to decide), 1 failed; 4 a promotion refused because the baseline
+        moved, 5 a promotion whose outcome could not be read back."""
+        if self.verdict == NOTHING_TO_DECIDE:
+            return 0
+        if self.verdict != "passed":
+            return 1
+        return registry.Promotion(**self.promotion).exit_code if self.promotion else 0
+
+    @property
+    def candidate_verdict(self) -> str:
+        """The single candidate's own verdict (``verdict`` is the final one, after remediation)."""
+        return "failed" if any(r.held is False for r in self.rules) else "passed"
+
+    @property
+    def outcome(self) -> str:
+        """What happened, in one word: passed (the candidate), remediated (an ensemble passed and was
+        registered in its place) or failed."""
+        if self.verdict == NOTHING_TO_DECIDE:
+            return NOTHING_TO_DECIDE
+        if self.candidate_verdict == "passed":
+            return "passed"
+        return "remediated" if self.registered_version is not None else "failed"
 
     def to_dict(self) -> dict:
         return {
             "verdict": self.verdict,
+            "candidate_verdict": self.candidate_verdict,
+            "outcome": self.outcome,
             "rules": [r.to_dict() for r in self.rules],
             "metrics": self.metrics,
             "run_id": self.run_id,
@@ -67,6 +97,7 @@ class GateResult:
             "ensemble": self.ensemble,
             "first_generation": self.first_generation,
             "promoted": self.promoted,
+            "promotion": self.promotion,
             "n": self.n,
             "unknown_labels": self.unknown_labels,
             "null_reasons": self.null_reasons,
@@ -129,12 +160,15 @@ def run_gate(
     mlflow.set_tracking_uri(uri)
     mlflow.set_registry_uri(uri)
     client = MlflowClient(tracking_uri=uri, registry_uri=uri)
+    registry.check_access(client, uri)
 
     with timer("registry"):
         cand_ref = registry.resolve_version(client, model, None if candidate is None else str(candidate))
         base_spec = str(baseline or DEFAULT_BASELINE)
         first_generation = baseline is None and not registry.alias_exists(client, model, base_spec[1:])
         base_ref = None if first_generation else registry.resolve_version(client, model, base_spec)
+    if base_ref is not None and base_ref.version == cand_ref.version:
+        return _same_version(cand_ref, base_ref, report_path)
     sample = SPARK_SAMPLE_ROWS if engine == "spark" else None
     frame = _read_evaluation_data(Path(data), label_column, id_column, max_rows=sample)
 
@@ -147,10 +181,15 @@ def run_gate(
             nested=mlflow.active_run() is not None,
         )
     except Exception as exc:  # noqa: BLE001
-        raise TrackingError(f"cannot start an MLflow run on {uri}: {exc}") from None
+        raise registry.refusal(exc, uri) or TrackingError(
+            f"cannot start an MLflow run on {redact_credentials(uri)}: {exc}"
+        ) from None
+    started = [run.info.run_id]  # the runs this gate opened: the gate run, then a remediation run
     try:
+        mlflow.set_tags(tracking.owner_tags())
+        tracking.close_orphaned_runs(client, run.info.experiment_id, run.info.run_id)
         result = _gate_in_run(
-            run.info.run_id,
+            started,
             client,
             cfg,
             cand_ref,
@@ -170,20 +209,64 @@ def run_gate(
         mlflow.end_run("FINISHED")
         return result
     except BaseException as exc:
-        _end_failed(exc)
-        if not isinstance(exc, GateError) and registry.looks_unreachable(exc):
-            raise TrackingError(f"tracking server or storage became unreachable during the gate: {exc}") from exc
-        raise
+        left = _end_failed(exc, started, client)
+        error = exc
+        if not isinstance(exc, GateError):
+            refused = registry.refusal(exc, uri)
+            if refused is not None:
+                error = refused
+            elif registry.looks_unreachable(exc):
+                error = TrackingError(f"tracking server or storage became unreachable during the gate: {exc}")
+        if left:
+            error = type(error)(
+                f"{error}; runs left RUNNING (the server did not answer within {END_RUN_RETRY_S:.0f} s): "
+                f"{', '.join(left)}: the next gate of '{model}' marks them FAILED"
+            )
+        if report_path and isinstance(error, GateError):
+            report = {
+                "verdict": "error",
+                "error": redact_credentials(str(error)),
+                "run_id": started[0],
+                "left_running": left,
+            }
+            Path(report_path).write_text(json.dumps(report, indent=2))
+        if error is exc:
+            raise
+        raise error from exc
 
 
-def _end_failed(exc: BaseException) -> None:
+def _same_version(cand_ref: registry.ModelRef, base_ref: registry.ModelRef, report_path) -> GateResult:
+    """The candidate is the baseline itself: nothing to decide, so no run, no tag, no promotion."""
+    against = f"@{base_ref.alias}" if base_ref.alias else f"v{base_ref.version}"
+    result = GateResult(
+        verdict=NOTHING_TO_DECIDE,
+        rules=[],
+        metrics={},
+        run_id=None,
+        candidate=cand_ref.to_dict(),
+        baseline=base_ref.to_dict(),
+        null_reasons={"*": f"the candidate v{cand_ref.version} is the baseline {against} itself"},
+    )
+    if report_path:
+        Path(report_path).write_text(json.dumps(result.to_dict(), indent=2, default=str))
+    return result
+
+
+def _end_failed(exc: BaseException, run_ids: list[str], client) -> list[str]:
+    """End the gate's runs (the gate run and a nested remediation run) as FAILED, retrying while
+    the tracking server comes back within ``END_RUN_RETRY_S``; returns the ids left RUNNING."""
     import mlflow
 
-    try:
-        mlflow.set_tag("consistency_gate.error", f"{type(exc).__name__}: {exc}"[:500])
-        mlflow.end_run("FAILED")
-    except Exception:  # noqa: BLE001 - the store itself may be gone; the original error matters
-        pass
+    # leave the fluent stack as the caller had it: pop only the runs this gate started
+    for _ in run_ids:
+        active = mlflow.active_run()
+        if active is None or active.info.run_id not in run_ids:
+            break
+        with contextlib.suppress(Exception):  # popped even when the store is gone; closed below
+            mlflow.end_run("FAILED")
+    return tracking.close_runs(
+        client, run_ids, "FAILED", f"{type(exc).__name__}: {redact_credentials(str(exc))}", END_RUN_RETRY_S
+    )
 
 
 @dataclass
@@ -222,6 +305,11 @@ class _Comparer:
         first_generation = self.base_scores is None
         frames = [cand_scores, cand_scores] if first_generation else [self.base_scores, cand_scores]
         width = min(len(f.columns) for f in frames)
+        too_large = [k for k in self.cfg.ks if k > width]
+        if too_large and self.cfg.ks_given:
+            raise UsageError(
+                f"{self.cfg.source}: ks {too_large} larger than the {width} classes the models know; use k <= {width}"
+            )
         ks = sorted({k for k in self.cfg.ks if k <= width} | set(range(1, min(10, width) + 1)))
         if self.engine == "spark":
             base = [] if first_generation else [self.spark_model(self.baseline, self.base_scores)]
@@ -265,7 +353,7 @@ def _log_decision(decision: _Decision, report: dict) -> None:
 
 
 def _gate_in_run(
-    run_id,
+    started,
     client,
     cfg,
     cand_ref,
@@ -282,6 +370,7 @@ def _gate_in_run(
 ):
     import mlflow
 
+    run_id = started[0]
     mlflow.log_params(
         {
             "model": cand_ref.name,
@@ -300,7 +389,7 @@ def _gate_in_run(
     with timer("registry"):
         models = [registry.load_model(ref, cfg.classes) for ref in ([base_ref] if base_ref else []) + [cand_ref]]
     with timer("validation"):
-        _validate(frame, label_column, id_column, models)
+        _validate(frame, label_column, id_column, models, data_path)
     with timer("predict"):  # on Spark: the sample only (classes, diagnosis); the job predicts the rest
         frames = [_predict(m, frame, label_column, id_column) for m in models]
     base_scores = frames[0] if base_ref else None
@@ -334,17 +423,29 @@ def _gate_in_run(
     promoted_version = cand_ref.version if single.verdict == "passed" else None
     if single.verdict == "failed" and cfg.remediation is not None:
         with timer("remediation"):
-            result.ensemble = _remediate(client, comparer, cand_ref, models[-1], run_id, quiet)
+            result.ensemble = _remediate(client, comparer, cand_ref, models[-1], started, quiet)
         result.verdict = result.ensemble["verdict"]
         result.registered_version = result.ensemble["registered_version"]
         promoted_version = result.registered_version
     with timer("logging"):
         if promote and promoted_version is not None:
             alias = (base_ref.alias if base_ref else None) or DEFAULT_BASELINE[1:]
-            client.set_registered_model_alias(cand_ref.name, alias, promoted_version)
-            result.promoted = True
+            expected = base_ref.version if base_ref else None
+            promotion = registry.promote(client, cand_ref.name, alias, promoted_version, expected, owner=run_id)
+            result.promoted = promotion.promoted
+            result.promotion = promotion.to_dict()
         tracking.log_json(result.to_dict(), "gate/report.json")
-        mlflow.set_tags({"consistency_gate.verdict": result.verdict, "consistency_gate.promoted": str(result.promoted)})
+        # the run's verdict is the candidate's; the outcome says what the gate did about it
+        tags = {
+            "consistency_gate.verdict": result.candidate_verdict,
+            "consistency_gate.outcome": result.outcome,
+            "consistency_gate.promoted": str(result.promoted),
+        }
+        if result.promotion and not result.promoted:
+            tags["consistency_gate.promotion"] = result.promotion["reason"][:500]
+        if result.registered_version is not None:
+            tags["consistency_gate.ensemble_version"] = result.registered_version
+        mlflow.set_tags(tags)
     result.timings = dict(timer.spent)
     return result
 
@@ -368,10 +469,11 @@ def _kind(ref: registry.ModelRef) -> str:
     return "ensemble" if ref.tags.get(registry.TAG_KIND) == "ensemble" else "single"
 
 
-def _remediate(client, comparer: _Comparer, cand_ref, cand_model, run_id, quiet) -> dict:
+def _remediate(client, comparer: _Comparer, cand_ref, cand_model, started: list[str], quiet) -> dict:
     """Train the configured ensemble in a nested run, gate it, and register it if it passes."""
     import mlflow
 
+    run_id = started[0]
     from consistency_gate.ensemble_model import log_ensemble
     from consistency_gate.remediation import log_build, train_ensemble
 
@@ -380,6 +482,8 @@ def _remediate(client, comparer: _Comparer, cand_ref, cand_model, run_id, quiet)
     method = cfg.remediation.settings.method
     gate_experiment = mlflow.active_run().info.experiment_id
     with mlflow.start_run(experiment_id=gate_experiment, run_name=f"remediation: {method}", nested=True) as child:
+        started.append(child.info.run_id)
+        mlflow.set_tags(tracking.owner_tags())
         ensemble, build = train_ensemble(
             cfg.remediation, cand_model.features, exclude=tuple(c for c in (label_column, id_column) if c), quiet=quiet
         )
@@ -437,21 +541,43 @@ def _read_evaluation_data(
     frames = [f for f in frames if f is not None and len(f)]
     if not frames:
         raise DataError(f"{path}: the file has a header but no rows; nothing to evaluate")
-    return pd.concat(frames)
+    frame = pd.concat(frames)
+    frame.attrs["source"] = str(path)  # error messages name the file
+    return frame
 
 
 def _validate(
-    frame: pd.DataFrame, label_column: str, id_column: str | None, models: list[registry.LoadedModel]
+    frame: pd.DataFrame,
+    label_column: str,
+    id_column: str | None,
+    models: list[registry.LoadedModel],
+    data_path: Path,
 ) -> None:
+    """Validate the evaluation data (great-expectations) before anything is predicted.
+
+    A feature column a model reads but the data lacks is the first cause reported, and alone:
+    without it the model cannot predict, so its classes are unknown and the labels are not
+    checked against them (that check would only report every label as unexpected).
+    """
     from consistency_gate.validation import validate_evaluation_data
 
     features: dict[str, str | None] = {}
     for m in models:
         for name in m.features or []:
             features[name] = m.feature_types.get(name)
-    known = sorted({str(c) for m in models for c in _model_classes(m, frame, label_column, id_column)})
+    missing = [name for name in features if name not in frame.columns]
+    known = None
+    if not missing:
+        known = sorted({str(c) for m in models for c in _model_classes(m, frame, label_column, id_column)})
     report = validate_evaluation_data(frame, label_column, features, known)
     tracking.log_json(report.result, "gate/data_validation.json")
+    if missing:
+        reader = next(m for m in models if missing[0] in (m.features or []))
+        others = f" (and {len(missing) - 1} more: {', '.join(missing[1:4])})" if len(missing) > 1 else ""
+        raise DataError(
+            f"{data_path}: feature column '{missing[0]}' is missing{others}; {reader.ref.uri} reads it (its "
+            "signature names it): add the column to the evaluation data, or gate a model logged with its columns"
+        )
     if not report.success:
         raise DataError(f"evaluation data failed validation ({len(report.failures)} expectations): {report.summary()}")
 
@@ -466,6 +592,24 @@ def _model_classes(
     return list(_predict(model, frame.head(1), label_column, id_column).columns)
 
 
+def _refuse_non_finite(features: pd.DataFrame, model: registry.LoadedModel) -> None:
+    """DataError naming the first numeric feature column holding NaN or an infinite value, and its
+    first such row (1-based data row); nothing if every numeric feature is finite."""
+    for name in features.columns:
+        column = features[name]
+        if not pd.api.types.is_numeric_dtype(column.dtype) or pd.api.types.is_bool_dtype(column.dtype):
+            continue
+        bad = ~np.isfinite(column.to_numpy(dtype=np.float64, na_value=np.nan))
+        if bad.any():
+            first = int(np.argmax(bad))
+            raise DataError(
+                f"{features.attrs.get('source', 'evaluation data')}: feature column '{name}', "
+                f"row {int(features.index[first]) + 1} holds "
+                f"{plain(column.iloc[first])} and {model.ref.uri} cannot score it; fill or drop such rows "
+                "(or gate a model that handles missing values)"
+            )
+
+
 def _features(model: registry.LoadedModel, frame: pd.DataFrame, label_column: str, id_column: str | None):
     if model.features:
         return frame[model.features]
@@ -473,13 +617,19 @@ def _features(model: registry.LoadedModel, frame: pd.DataFrame, label_column: st
 
 
 def _predict(model: registry.LoadedModel, frame: pd.DataFrame, label_column: str, id_column: str | None):
+    """The model's class scores for ``frame``. A model that fails, or returns NaN, infinite or
+    negative scores, is the model's fault (ModelError), unless the features it read hold NaN or
+    infinite values: then the data's (DataError, naming the first such column and row)."""
+    features = _features(model, frame, label_column, id_column)
     try:
-        scores = model.predict_scores(_features(model, frame, label_column, id_column))
+        scores = model.predict_scores(features)
     except GateError:
         raise
-    except Exception as exc:  # noqa: BLE001 - any model failure is the model's
+    except Exception as exc:  # noqa: BLE001 - any model failure is the model's, unless the data is not finite
+        _refuse_non_finite(features, model)
         raise ModelError(f"{model.ref.uri}: prediction failed ({type(exc).__name__}: {exc})") from None
     values = scores.to_numpy(dtype=np.float64)
     if not np.isfinite(values).all() or (values < 0).any():
+        _refuse_non_finite(features, model)
         raise ModelError(f"{model.ref.uri}: the model returned NaN, infinite or negative class scores")
     return scores

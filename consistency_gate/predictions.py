@@ -10,6 +10,8 @@ Files are never loaded whole: :func:`iter_frames` yields chunks of a fixed row c
 
 from __future__ import annotations
 
+import codecs
+import csv
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -56,12 +58,49 @@ def file_columns(path: str | Path) -> list[str]:
     try:
         if fmt == "parquet":
             # pandas stores a non-default index as extra columns; they are not data
-            return [c for c in pq.read_schema(path).names if not _PANDAS_INDEX.fullmatch(c)]
-        return list(pd.read_csv(path, nrows=0).columns)
+            columns = [c for c in pq.read_schema(path).names if not _PANDAS_INDEX.fullmatch(c)]
+        else:
+            columns = _csv_header(path)
+    except UnicodeDecodeError:
+        raise _not_utf8(path) from None
     except pd.errors.EmptyDataError:
         raise DataError(f"{path}: the file is empty; expected a header row and one row per sample") from None
-    except (OSError, ValueError, pd.errors.ParserError) as exc:
+    except (OSError, ValueError, csv.Error, pd.errors.ParserError) as exc:
         raise DataError(f"{path}: cannot be read as {fmt.upper()}: {exc}") from None
+    duplicated = sorted({c for c in columns if columns.count(c) > 1})
+    if duplicated:
+        raise DataError(
+            f"{path}: column '{duplicated[0]}' appears more than once in the header; each class (and each "
+            "column) needs exactly one column"
+        )
+    return columns
+
+
+def _csv_header(path: Path) -> list[str]:
+    """The header row of a CSV file as written (pandas would rename a repeated name to ``name.1``)."""
+    with open(path, newline="", encoding="utf-8") as fh:
+        header = next(csv.reader(fh), None)
+    if not header:
+        raise pd.errors.EmptyDataError("no header")
+    return header
+
+
+def _not_utf8(path: Path) -> DataError:
+    """A DataError naming the byte offset of the first byte of ``path`` that is not UTF-8."""
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    offset = 0
+    with open(path, "rb") as fh:
+        while block := fh.read(1 << 16):
+            try:
+                decoder.decode(block)
+            except UnicodeDecodeError as exc:
+                offset += exc.start
+                return DataError(
+                    f"{path}: not UTF-8 text: byte {offset} (0x{block[exc.start]:02x}) cannot be decoded; save the "
+                    "file as UTF-8 CSV (or give a Parquet file)"
+                )
+            offset += len(block)
+    return DataError(f"{path}: not UTF-8 text; save the file as UTF-8 CSV (or give a Parquet file)")
 
 
 def _directory_columns(path: Path) -> list[str]:
@@ -128,7 +167,16 @@ def iter_frames(
         dtypes = dict.fromkeys(text_columns, str)
         batches = pd.read_csv(path, usecols=columns, dtype=dtypes, chunksize=chunk_rows, keep_default_na=True)
     start = 0
-    for frame in _rechunk(batches, chunk_rows):
+    chunks = _rechunk(batches, chunk_rows)
+    while True:
+        try:
+            frame = next(chunks, None)
+        except UnicodeDecodeError:
+            raise _not_utf8(path) from None
+        except (pd.errors.ParserError, csv.Error) as exc:
+            raise DataError(f"{path}: cannot be read as CSV near row {start + 1}: {exc}") from None
+        if frame is None:
+            return
         frame = frame[columns]
         for name in text_columns:
             frame[name] = as_text(frame[name])

@@ -9,7 +9,9 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import random
 import socket
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,7 +20,7 @@ from urllib.parse import urlparse
 import numpy as np
 import pandas as pd
 
-from consistency_gate.errors import DataError, ModelError, TrackingError
+from consistency_gate.errors import DataError, ModelError, TrackingError, UsageError, redact_credentials
 
 DEFAULT_TRACKING_URI = "sqlite:///mlflow.db"
 CLASSES_TAG = "consistency_gate.classes"
@@ -40,23 +42,102 @@ def configure_fail_fast() -> None:
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
 
 
+# the schemes MLflow 3 keeps runs and registered models under (databases as SQLAlchemy URLs)
+DATABASE_SCHEMES = ("sqlite", "postgresql", "mysql", "mssql")
+SERVER_SCHEMES = ("http", "https", "databricks", "databricks-uc", "uc")
+# the pip package that provides a database driver module SQLAlchemy asks for
+DRIVER_PACKAGES = {
+    "psycopg": "psycopg[binary]",
+    "psycopg2": "psycopg2-binary",
+    "MySQLdb": "mysqlclient",
+    "pymysql": "PyMySQL",
+    "pyodbc": "pyodbc",
+    "pymssql": "pymssql",
+}
+SQLITE_HEADER = b"SQLite format 3\x00"
+
+
+def check_store_uri(uri: str) -> None:
+    """Refuse, in one line, a tracking URI MLflow cannot keep a registry in.
+
+    UsageError (exit 2) for a scheme MLflow does not support, or the file store MLflow 3 refuses;
+    TrackingError (exit 5) for a SQLite URI on a file that is not a database, or a database whose
+    driver is not installed (with the package to install).
+
+    >>> check_store_uri("ftp://host/mlflow")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    consistency_gate.errors.UsageError: tracking URI 'ftp://host/mlflow': scheme 'ftp' is not one MLflow keeps...
+    """
+    parsed = urlparse(uri)
+    scheme = parsed.scheme.split("+", 1)[0]
+    shown = redact_credentials(uri)
+    if scheme in ("", "file") or (len(scheme) == 1 and os.name == "nt"):
+        if os.environ.get("MLFLOW_ALLOW_FILE_STORE", "").lower() in ("true", "1"):
+            return
+        raise UsageError(
+            f"tracking URI '{shown}' names a folder (MLflow's file store), which MLflow 3 refuses; use "
+            "sqlite:///PATH/mlflow.db or http(s)://HOST:PORT (or migrate it with `mlflow migrate-filestore`)"
+        )
+    if scheme not in DATABASE_SCHEMES + SERVER_SCHEMES:
+        raise UsageError(
+            f"tracking URI '{shown}': scheme '{parsed.scheme}' is not one MLflow keeps a model registry in; use "
+            "sqlite:///PATH, http(s)://HOST:PORT, or a postgresql://, mysql:// or mssql:// database"
+        )
+    if scheme == "sqlite":
+        path = Path(uri.removeprefix("sqlite:///")).expanduser()
+        if path.is_file() and path.stat().st_size:
+            with path.open("rb") as f:
+                if f.read(len(SQLITE_HEADER)) != SQLITE_HEADER:
+                    raise TrackingError(
+                        f"tracking store {shown}: {path} is not an SQLite database; point --tracking-uri at "
+                        "an MLflow database (or a new file name, which MLflow creates)"
+                    )
+    elif scheme in DATABASE_SCHEMES:
+        from sqlalchemy.engine import make_url
+
+        try:
+            make_url(uri).get_dialect().import_dbapi()
+        except ModuleNotFoundError as exc:
+            package = DRIVER_PACKAGES.get((exc.name or "").split(".")[0], exc.name)
+            raise TrackingError(
+                f"tracking store {shown}: its database driver '{exc.name}' is not installed; "
+                f"`pip install {package}` (or name another driver, e.g. {scheme}+DRIVER://)"
+            ) from None
+        except Exception as exc:  # noqa: BLE001 - SQLAlchemy's word on a malformed or unknown URL
+            raise UsageError(f"tracking URI '{shown}' is not a database URL SQLAlchemy knows: {exc}") from None
+
+
 def check_reachable(uri: str, timeout: float = 3.0) -> None:
-    """Raise TrackingError (exit 5) within ``timeout`` seconds if the store cannot be reached."""
+    """Raise within ``timeout`` seconds if the store cannot be used (:func:`check_store_uri`) or
+    reached (TrackingError, exit 5).
+
+    An HTTP(S) server is reached through the proxy the environment names for it
+    (``HTTPS_PROXY``, ``HTTP_PROXY``, ``NO_PROXY``), as MLflow's client will reach it.
+    """
+    check_store_uri(uri)
     parsed = urlparse(uri)
     if parsed.scheme in ("http", "https"):
-        port = parsed.port or (443 if parsed.scheme == "https" else 80)
+        import requests.utils
+
+        proxy = requests.utils.get_environ_proxies(uri).get(parsed.scheme)
+        target = urlparse(proxy) if proxy else parsed
+        port = target.port or (443 if target.scheme == "https" else 80)
+        via = f" through proxy {redact_credentials(proxy)}" if proxy else ""
         try:
-            with socket.create_connection((parsed.hostname, port), timeout=timeout):
+            with socket.create_connection((target.hostname, port), timeout=timeout):
                 pass
         except OSError as exc:
             raise TrackingError(
-                f"tracking server {uri} is unreachable ({exc.strerror or exc}); start it or fix --tracking-uri"
+                f"tracking server {redact_credentials(uri)} is unreachable{via} ({exc.strerror or exc}); "
+                "start it or fix --tracking-uri"
             ) from None
     elif parsed.scheme == "sqlite":
         folder = Path(uri.removeprefix("sqlite:///")).expanduser().resolve().parent
         if not folder.is_dir():
             raise TrackingError(
-                f"tracking store {uri}: folder {folder} does not exist; create it or fix --tracking-uri"
+                f"tracking store {redact_credentials(uri)}: folder {folder} does not exist; "
+                "create it or fix --tracking-uri"
             )
 
 
@@ -123,7 +204,47 @@ def _is_not_found(exc) -> bool:
     return getattr(exc, "error_code", "") in ("RESOURCE_DOES_NOT_EXIST", "INVALID_PARAMETER_VALUE", "NOT_FOUND")
 
 
+def refusal(exc: BaseException, uri: str) -> TrackingError | None:
+    """A TrackingError (exit 5) if ``exc`` is the server refusing the request (HTTP 401 or 403),
+    with the server's reason and what to change; None for any other error."""
+    code = getattr(exc, "error_code", "")
+    status = getattr(exc, "get_http_status_code", lambda: None)()
+    if code not in ("PERMISSION_DENIED", "UNAUTHENTICATED") and status not in (401, 403):
+        return None
+    text = str(exc)
+    reason = text.split("Response body:", 1)[1].strip(" '\"") if "Response body:" in text else text
+    if "host header" in reason.lower():
+        host = urlparse(uri).netloc.rsplit("@", 1)[-1]
+        advice = f"the server must allow this Host header: start it with --allowed-hosts including '{host}'"
+    elif code == "UNAUTHENTICATED" or status == 401:
+        advice = "set MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD (or MLFLOW_TRACKING_TOKEN)"
+    else:
+        advice = "check that this user may read and write the experiment and the registered model"
+    return TrackingError(
+        f"tracking server {redact_credentials(uri)} refused the request ({status or code}: {reason[:200]}); {advice}"
+    )
+
+
+def check_access(client, uri: str) -> None:
+    """One cheap request to an HTTP(S) tracking server, so that a server that refuses us (a Host
+    header it does not allow, missing or wrong credentials) is exit 5 before anything else."""
+    if urlparse(uri).scheme not in ("http", "https"):
+        return
+    try:
+        client.search_experiments(max_results=1)
+    except Exception as exc:  # noqa: BLE001 - MLflow and requests raise many kinds here
+        refused = refusal(exc, uri)
+        if refused is not None:
+            raise refused from None
+        if looks_unreachable(exc):
+            raise TrackingError(f"tracking server {redact_credentials(uri)} is unreachable: {exc}") from None
+        raise
+
+
 def _reraise(exc, message: str):
+    refused = refusal(exc, mlflow_tracking_uri())
+    if refused is not None:
+        raise refused from None
     if _is_not_found(exc):
         raise ModelError(message) from None
     if looks_unreachable(exc):
@@ -137,6 +258,13 @@ def looks_unreachable(exc: BaseException) -> bool:
         return True
     text = f"{type(exc).__name__} {exc}".lower()
     return any(s in text for s in ("connection", "max retries", "timed out", "refused", "unreachable"))
+
+
+def mlflow_tracking_uri() -> str:
+    """The tracking URI MLflow's client uses now."""
+    import mlflow
+
+    return mlflow.get_tracking_uri()
 
 
 Scorer = Callable[[pd.DataFrame], pd.DataFrame]
@@ -274,3 +402,150 @@ def _pyfunc_scorer(ref: ModelRef) -> Scorer:
         return out
 
     return score
+
+
+# ---------------------------------------------------------------- promotion
+
+LOCK_SUFFIX = ".consistency-gate-lock"
+TAG_LOCK_OWNER = "consistency_gate.lock_owner"
+TAG_LOCK_EXPIRES = "consistency_gate.lock_expires"
+
+
+@dataclass
+class Promotion:
+    """What a promotion did, as read back from the registry.
+
+    ``promoted`` is True only when the alias was read back pointing to ``version``; ``holds`` is
+    the version the alias points to now (None if unset, ``"unknown"`` if it could not be read).
+    """
+
+    alias: str
+    version: str
+    promoted: bool
+    holds: str | None
+    reason: str = ""
+
+    @property
+    def exit_code(self) -> int:
+        """0 promoted; 4 refused (the baseline moved); 5 the registry could not be read back."""
+        if self.promoted:
+            return 0
+        return 5 if self.holds == "unknown" else 4
+
+    def to_dict(self) -> dict:
+        return {
+            "alias": self.alias,
+            "version": self.version,
+            "promoted": self.promoted,
+            "holds": self.holds,
+            "reason": self.reason,
+        }
+
+
+def read_alias(client, name: str, alias: str, attempts: int = 5, pause: float = 1.0) -> str | None:
+    """The version ``@alias`` points to (None if unset), retried ``attempts`` times on any error
+    but "not set"; raises the last error if every attempt fails."""
+    from mlflow.exceptions import MlflowException
+
+    for attempt in range(attempts):
+        try:
+            return str(client.get_model_version_by_alias(name, alias).version)
+        except MlflowException as exc:
+            if _is_not_found(exc):
+                return None
+            if attempt == attempts - 1:
+                raise
+        except Exception:  # noqa: BLE001 - a lost response or a server restarting: ask again
+            if attempt == attempts - 1:
+                raise
+        time.sleep(pause * (attempt + 1))
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+@contextlib.contextmanager
+def promotion_lock(client, name: str, owner: str, wait_s: float = 120.0, lease_s: float = 600.0):
+    """Hold the model's promotion lock: a registered model ``NAME.consistency-gate-lock`` that only
+    one gate can create (the store refuses a second with RESOURCE_ALREADY_EXISTS). A lock whose
+    lease ran out (its holder died) is removed; a create whose response was lost is recognised by
+    its owner tag. ModelError (exit 4) if another gate holds it for ``wait_s`` seconds."""
+    from mlflow.exceptions import MlflowException
+
+    lock = f"{name}{LOCK_SUFFIX}"
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            client.create_registered_model(
+                lock,
+                tags={TAG_LOCK_OWNER: owner, TAG_LOCK_EXPIRES: str(time.time() + lease_s)},
+                description=f"consistency-gate: a gate is moving an alias of '{name}'; removed when it is done",
+            )
+            break
+        except MlflowException as exc:
+            if exc.error_code != "RESOURCE_ALREADY_EXISTS":
+                raise
+        try:
+            held = client.get_registered_model(lock).tags or {}
+        except MlflowException as exc:
+            if _is_not_found(exc):
+                continue  # released meanwhile: try again
+            raise
+        if held.get(TAG_LOCK_OWNER) == owner:
+            break  # our own create went through; its response was lost
+        if float(held.get(TAG_LOCK_EXPIRES, "0")) < time.time():
+            with contextlib.suppress(MlflowException):
+                client.delete_registered_model(lock)  # its holder died
+            continue
+        if time.monotonic() > deadline:
+            raise ModelError(
+                f"model '{name}': another gate has held the promotion lock ({lock}) for over {wait_s:.0f} s; "
+                "try again, or delete that registered model if no gate is running"
+            )
+        time.sleep(0.2 + random.random() * 0.3)
+    try:
+        yield
+    finally:
+        with contextlib.suppress(Exception):
+            client.delete_registered_model(lock)
+
+
+def promote(client, name: str, alias: str, version: str, expected: str | None, owner: str) -> Promotion:
+    """Move ``@alias`` to ``version``, only if it still points to ``expected`` (the version the gate
+    compared against; None: it was unset), under the promotion lock, and read it back.
+
+    Concurrent gates that compared against the same baseline: exactly one moves the alias; the
+    others find it moved and report why. A lost response is resolved by reading the alias again.
+    """
+    with promotion_lock(client, name, owner):
+        current = read_alias(client, name, alias)
+        if current != expected:
+            was = f"v{expected}" if expected else "unset"
+            now = f"v{current}" if current else "unset"
+            return Promotion(
+                alias,
+                version,
+                False,
+                current,
+                f"@{alias} is {now}, not {was} as when this gate compared against it (another gate or a person "
+                f"moved it): not moved; gate v{version} again against the new baseline",
+            )
+        error = None
+        try:
+            client.set_registered_model_alias(name, alias, version)
+        except Exception as exc:  # noqa: BLE001 - the request may have gone through: read it back
+            error = exc
+        try:
+            holds = read_alias(client, name, alias)
+        except Exception as exc:  # noqa: BLE001
+            return Promotion(
+                alias,
+                version,
+                False,
+                "unknown",
+                f"could not read @{alias} back after moving it ({type(exc).__name__}: "
+                f"{redact_credentials(str(exc))}); check the registry "
+                "before deploying",
+            )
+    if holds == version:
+        return Promotion(alias, version, True, holds)
+    why = f" ({type(error).__name__}: {redact_credentials(str(error))})" if error else ""
+    return Promotion(alias, version, False, holds, f"moving @{alias} to v{version} failed{why}; it holds v{holds}")

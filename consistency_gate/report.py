@@ -84,6 +84,8 @@ def verdict_table(report: dict) -> str:
     """The gate's verdict: one line per rule with its measured value, threshold and outcome."""
     rows = [_rule_row(r) for r in report["rules"]]
     cand, base = report["candidate"], report["baseline"]
+    if not rows and report["null_reasons"].get("*"):  # nothing to decide
+        return f"Gate {cand['name']} v{cand['version']}: nothing to decide: {report['null_reasons']['*']}."
     against = (
         f"v{base['version']} (@{base['alias']})"
         if base and base.get("alias")
@@ -108,9 +110,11 @@ def verdict_table(report: dict) -> str:
             )
     if ens:
         lines.append(f"\nFinal verdict: {report['verdict'].upper()}")
+    promotion = report.get("promotion")
     if report.get("promoted"):
-        promoted = report.get("registered_version") or cand["version"]
-        lines.append(f"\nPromoted: the alias now points to v{promoted}.")
+        lines.append(f"\nPromoted: @{promotion['alias']} now points to v{promotion['holds']} (read back).")
+    elif promotion:
+        lines.append(f"\nNot promoted: {promotion['reason']}.")
     if report.get("run_id"):
         lines.append(f"\nMLflow run: {report['run_id']}")
     return "\n".join(lines)
@@ -192,6 +196,9 @@ def diagnose_html(report: dict, figures: dict[str, bytes]) -> str:
 def verdict_markdown(report: dict) -> str:
     """The verdict as Markdown, for a CI job summary (e.g. ``$GITHUB_STEP_SUMMARY``)."""
     cand = report["candidate"]
+    if not report["rules"] and report["null_reasons"].get("*"):  # nothing to decide
+        title = f"## ➖ consistency-gate: {cand['name']} v{cand['version']}: nothing to decide"
+        return f"{title}\n\n{report['null_reasons']['*']}: nothing was gated, tagged or promoted.\n"
     icon = "✅" if report["verdict"] == "passed" else "❌"
     lines = [f"## {icon} consistency-gate: {cand['name']} v{cand['version']} {report['verdict'].upper()}", ""]
     base = report.get("baseline")
@@ -216,6 +223,10 @@ def verdict_markdown(report: dict) -> str:
             lines.append(f"| {metric} | {fmt(value)} | {rule} | {outcome} |")
     if report.get("registered_version"):
         lines += ["", f"Registered ensemble as version {report['registered_version']}."]
+    promotion = report.get("promotion")
+    if promotion:
+        said = f"@{promotion['alias']} now points to v{promotion['holds']}" if report["promoted"] else "not promoted"
+        lines += ["", f"Promotion: {said}" + ("" if report["promoted"] else f": {promotion['reason']}")]
     if report.get("run_id"):
         lines += ["", f"MLflow run: `{report['run_id']}`"]
     return "\n".join(lines) + "\n"

@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import asdict, dataclass
 from importlib import resources
@@ -24,17 +25,35 @@ if TYPE_CHECKING:
 PAIR_METRICS = ("con", "acc_con", "ctoc", "ctoi", "itoc", "itoi", "com", "pearson", "cosine", "btc", "bec")
 LEARNER_METRICS = ("acc_previous", "acc_candidate")
 KINDS = ("min", "max", "min_delta")
+DEFAULT_SOURCE = "default config"
+MAX_CONFIG_BYTES = 1_000_000
+MAX_CONFIG_NODES = 100_000
 _PER_K = re.compile(r"^(ccon|cacc_previous|cacc_candidate|cacc)@([1-9][0-9]*)$")
 
 
 @dataclass(frozen=True)
 class Rule:
-    """One threshold: ``metric`` ``kind`` ``threshold`` (kind is min, max or min_delta)."""
+    """One threshold: ``metric`` ``kind`` ``threshold`` (kind is min, max or min_delta).
+
+    A Rule validates itself: an unknown kind or a threshold that is not a finite number is a
+    UsageError (exit 2), whoever builds it.
+
+    >>> Rule("con", "mx", 0.9)
+    Traceback (most recent call last):
+    ...
+    consistency_gate.errors.UsageError: rule for 'con': kind must be one of min, max, min_delta, got 'mx'
+    """
 
     metric: str
     kind: str
     threshold: float
     line: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise UsageError(f"rule for '{self.metric}': kind must be one of {', '.join(KINDS)}, got '{self.kind}'")
+        if not math.isfinite(self.threshold):
+            raise UsageError(f"rule for '{self.metric}': the {self.kind} threshold must be a finite number")
 
     @property
     def single_model(self) -> bool:
@@ -53,6 +72,7 @@ class GateConfig:
     remediation: RemediationConfig | None = None
     classes: list[str] | None = None
     source: str = "default"
+    ks_given: bool = False  # the user's config names ks (then each must fit the models' classes)
 
 
 @dataclass(frozen=True)
@@ -75,7 +95,7 @@ def default_config_text() -> str:
 def load_config(path: str | Path | None) -> GateConfig:
     """The gate configuration from a YAML file, or the packaged default when ``path`` is None."""
     if path is None:
-        return parse_config(default_config_text(), "default config")
+        return parse_config(default_config_text(), DEFAULT_SOURCE)
     path = Path(path)
     try:
         text = path.read_text()
@@ -85,9 +105,16 @@ def load_config(path: str | Path | None) -> GateConfig:
 
 
 def parse_config(text: str, source: str = "config") -> GateConfig:
-    """Parse and check a configuration; errors name the key and line (exit 2)."""
+    """Parse and check a configuration; errors name the key and line (exit 2).
+
+    A config is refused before it is expanded when it is larger than ``MAX_CONFIG_BYTES`` or its
+    YAML aliases would expand it past ``MAX_CONFIG_NODES`` values (an "alias bomb").
+    """
+    if len(text) > MAX_CONFIG_BYTES:
+        raise UsageError(f"{source}: {len(text):,} bytes; a gate config may hold at most {MAX_CONFIG_BYTES:,}")
     try:
         root = yaml.compose(text)
+        _check_expanded_size(root, source)
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
@@ -116,13 +143,45 @@ def parse_config(text: str, source: str = "config") -> GateConfig:
         raise UsageError(f"{source}: line {_line(root, 'classes')}: 'classes' must be a non-empty list of labels")
     from consistency_gate.remediation import parse_remediation
 
+    remediation = parse_remediation(data.get("remediation"), source)
+    if not rules:
+        raise UsageError(
+            f"{source}: no rules: a gate with nothing to check would pass any candidate; add rules "
+            "(`consistency-gate config --default` prints a starting point)"
+        )
     return GateConfig(
         rules=rules,
         ks=tuple(sorted(set(ks))),
-        remediation=parse_remediation(data.get("remediation"), source),
+        remediation=remediation,
         classes=[str(c) for c in classes] if classes else None,
         source=source,
+        ks_given="ks" in data and source != DEFAULT_SOURCE,
     )
+
+
+def _check_expanded_size(root: yaml.Node | None, source: str) -> None:
+    """Refuse a document whose aliases expand it past ``MAX_CONFIG_NODES`` values, counting each
+    node once (linear in the document, however deep the aliases nest)."""
+    sizes: dict[int, int] = {}
+
+    def size(node: yaml.Node) -> int:
+        if id(node) in sizes:
+            return sizes[id(node)]
+        sizes[id(node)] = 1  # a recursive alias counts once
+        if isinstance(node, yaml.SequenceNode):
+            total = 1 + sum(size(child) for child in node.value)
+        elif isinstance(node, yaml.MappingNode):
+            total = 1 + sum(size(k) + size(v) for k, v in node.value)
+        else:
+            total = 1
+        sizes[id(node)] = min(total, MAX_CONFIG_NODES + 1)
+        return sizes[id(node)]
+
+    if root is not None and size(root) > MAX_CONFIG_NODES:
+        raise UsageError(
+            f"{source}: its YAML aliases expand to more than {MAX_CONFIG_NODES:,} values; a gate config needs "
+            "a few dozen: refused"
+        )
 
 
 def _parse_rule(item: object, source: str, line: int, ks: tuple[int, ...]) -> Rule:
@@ -134,8 +193,8 @@ def _parse_rule(item: object, source: str, line: int, ks: tuple[int, ...]) -> Ru
         raise UsageError(f"{where}: rule for '{item['metric']}' needs exactly one of min, max, min_delta; got {kinds}")
     kind, metric = kinds[0], str(item["metric"])
     threshold = item[kind]
-    if isinstance(threshold, bool) or not isinstance(threshold, int | float):
-        raise UsageError(f"{where}: '{kind}' of rule '{metric}' must be a number, got {threshold!r}")
+    if isinstance(threshold, bool) or not isinstance(threshold, int | float) or not math.isfinite(threshold):
+        raise UsageError(f"{where}: '{kind}' of rule '{metric}' must be a finite number, got {threshold!r}")
     _check_metric(metric, kind, where, ks)
     return Rule(metric, kind, float(threshold), line)
 

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
+import socket
 import tempfile
+import time
 from pathlib import Path
 
 import pandas as pd
@@ -72,13 +75,35 @@ def log_rules(rule_rows: list[dict]) -> None:
 
 
 def log_samples(samples: pd.DataFrame) -> None:
+    """The flip table as ``gate/flips.json`` (raw values) and ``gate/flips.csv`` (spreadsheet-safe)."""
     import mlflow
 
     mlflow.log_table(samples.reset_index(drop=True), artifact_file="gate/flips.json")
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "flips.csv"
-        samples.to_csv(path, index=False)
+        spreadsheet_safe(samples).to_csv(path, index=False)
         mlflow.log_artifact(str(path), artifact_path="gate")
+
+
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+
+
+def spreadsheet_safe(frame: pd.DataFrame) -> pd.DataFrame:
+    """A copy whose text cells cannot run as spreadsheet formulas: a cell starting with = + - @, tab
+    or carriage return gets a leading ``'`` (OWASP's advice against CSV injection).
+
+    >>> spreadsheet_safe(pd.DataFrame({"id": ["=HYPERLINK(1)", "s1"], "n": [1, -2]}))["id"].tolist()
+    ["'=HYPERLINK(1)", 's1']
+    """
+    out = frame.copy()
+    for name in out.columns:
+        if out[name].dtype == object or pd.api.types.is_string_dtype(out[name].dtype):
+            out[name] = out[name].astype(object).map(_neutralised)
+    return out
+
+
+def _neutralised(value):
+    return "'" + value if isinstance(value, str) and value.startswith(_FORMULA_START) else value
 
 
 def log_plots(samples: pd.DataFrame, flip_counts: tuple[int, int, int, int], metrics: dict, ks: list[int]) -> None:
@@ -95,3 +120,70 @@ def log_plots(samples: pd.DataFrame, flip_counts: tuple[int, int, int, int], met
             fig.savefig(Path(tmp) / name)
             plt.close(fig)
         mlflow.log_artifacts(tmp, artifact_path="gate/plots")
+
+
+TAG_HOST = "consistency_gate.host"
+TAG_PID = "consistency_gate.pid"
+TAG_ERROR = "consistency_gate.error"
+# a gate run RUNNING this long is taken as orphaned even when its process cannot be checked
+ORPHAN_AFTER_S = 24 * 3600
+
+
+def owner_tags() -> dict[str, str]:
+    """Tags that say which process runs a gate run, so a later gate can tell an orphan."""
+    return {TAG_HOST: socket.gethostname(), TAG_PID: str(os.getpid())}
+
+
+def close_runs(client, run_ids: list[str], status: str, why: str, budget_s: float) -> list[str]:
+    """Set each run's final status (tagging ``why``), retrying for ``budget_s`` seconds while the
+    tracking server is away; returns the ids that could not be closed (left RUNNING)."""
+    left = list(run_ids)
+    deadline = time.monotonic() + budget_s
+    pause = 0.5
+    while left:
+        for run_id in list(left):
+            try:
+                if client.get_run(run_id).info.status == "RUNNING":
+                    client.set_tag(run_id, TAG_ERROR, why[:500])
+                    client.set_terminated(run_id, status)
+                left.remove(run_id)
+            except Exception:  # noqa: BLE001 - the server is still away: try again
+                pass
+        if not left or time.monotonic() + pause > deadline:
+            break
+        time.sleep(pause)
+        pause = min(pause * 2, 5.0)
+    return left
+
+
+def close_orphaned_runs(client, experiment_id: str, closer_run_id: str) -> list[str]:
+    """Mark FAILED the gate runs of this experiment left RUNNING by a gate process that is gone
+    (same host, process no longer alive; or RUNNING for over ``ORPHAN_AFTER_S``). Returns their ids."""
+    closed = []
+    host = socket.gethostname()
+    runs = client.search_runs([experiment_id], filter_string="attributes.status = 'RUNNING'", max_results=200)
+    for run in runs:
+        if run.info.run_id == closer_run_id:
+            continue
+        tags = run.data.tags
+        if TAG_PID not in tags:
+            continue  # not a gate's run
+        same_host_dead = tags.get(TAG_HOST) == host and not _alive(int(tags[TAG_PID]))
+        too_old = time.time() - run.info.start_time / 1000 > ORPHAN_AFTER_S
+        if same_host_dead or too_old:
+            why = (
+                f"orphaned: its gate process (host {tags.get(TAG_HOST)}, pid {tags[TAG_PID]}) ended without "
+                f"closing it (e.g. the tracking server was unreachable); closed by gate run {closer_run_id}"
+            )
+            closed += [run.info.run_id] if not close_runs(client, [run.info.run_id], "FAILED", why, 0) else []
+    return closed
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

@@ -36,9 +36,12 @@ def validate_evaluation_data(
     frame: pd.DataFrame,
     label_column: str,
     features: dict[str, str | None],
-    known_classes: list[str],
+    known_classes: list[str] | None,
 ) -> ValidationReport:
-    """Run the expectations on ``frame``; ``features`` maps column -> MLflow type name (or None)."""
+    """Run the expectations on ``frame``; ``features`` maps column -> MLflow type name (or None).
+
+    ``known_classes`` None (the models' classes are unknown) leaves out the label-in-set check.
+    """
     import great_expectations as gx
     import great_expectations.expectations as gxe
 
@@ -51,7 +54,8 @@ def validate_evaluation_data(
     suite.add_expectation(gxe.ExpectColumnToExist(column=label_column))
     if label_column in frame.columns:
         suite.add_expectation(gxe.ExpectColumnValuesToNotBeNull(column=label_column))
-        suite.add_expectation(gxe.ExpectColumnValuesToBeInSet(column=label_column, value_set=known_classes))
+        if known_classes is not None:
+            suite.add_expectation(gxe.ExpectColumnValuesToBeInSet(column=label_column, value_set=known_classes))
     for name, mlflow_type in features.items():
         suite.add_expectation(gxe.ExpectColumnToExist(column=name))
         if name in frame.columns and mlflow_type in _TYPES:

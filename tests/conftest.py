@@ -18,13 +18,14 @@ def run_cli(*args: str, cwd: Path | None = None, env: dict | None = None, timeou
     )
 
 
-def start_cli(*args: str) -> subprocess.Popen:
+def start_cli(*args: str, env: dict | None = None) -> subprocess.Popen:
     """Start ``consistency-gate`` in the background, capturing its output as text."""
     return subprocess.Popen(
         [sys.executable, "-m", "consistency_gate", *map(str, args)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        env=env,
     )
 
 

@@ -20,8 +20,9 @@ def free_port() -> int:
 class MlflowServer:
     """Start, kill and restart a tracking server that keeps its store in ``root``."""
 
-    def __init__(self, root: Path, port: int | None = None) -> None:
+    def __init__(self, root: Path, port: int | None = None, extra_args: tuple[str, ...] = ()) -> None:
         self.root, self.port = root, port or free_port()
+        self.extra_args = list(extra_args)
         self.url = f"http://127.0.0.1:{self.port}"
         self.db = f"sqlite:///{root / 'server.db'}"
         self.proc: subprocess.Popen | None = None
@@ -43,6 +44,7 @@ class MlflowServer:
                 str(self.root / "artifacts"),
                 "--workers",
                 "2",
+                *self.extra_args,
             ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,

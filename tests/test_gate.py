@@ -156,11 +156,12 @@ def test_model_without_class_scores(store):
         def predict(self, context, model_input, params=None):
             return ["setosa"] * len(model_input)
 
-    with mlflow.start_run(experiment_id=mlflow.get_experiment_by_name("training").experiment_id):
-        mlflow.pyfunc.log_model(name="model", python_model=HardLabels(), registered_model_name="hard-only")
+    for _ in range(2):
+        with mlflow.start_run(experiment_id=mlflow.get_experiment_by_name("training").experiment_id):
+            mlflow.pyfunc.log_model(name="model", python_model=HardLabels(), registered_model_name="hard-only")
     _client(store).set_registered_model_alias("hard-only", "champion", "1")
     with pytest.raises(ModelError, match="no class scores"):
-        run_gate("hard-only", store["data"], candidate="1", config=LENIENT, tracking_uri=store["uri"])
+        run_gate("hard-only", store["data"], candidate="2", config=LENIENT, tracking_uri=store["uri"])
 
 
 def test_config_errors(tmp_path):

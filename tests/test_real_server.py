@@ -1,5 +1,9 @@
-"""The gate against a real `mlflow server` process on 127.0.0.1, then with the server killed mid-gate."""
+"""The gate against a real `mlflow server` process on 127.0.0.1, then with the server killed mid-gate:
+its runs end FAILED when the server is back within the gate's retry budget; otherwise the gate names
+the runs it left RUNNING and the next gate of the model closes them."""
 
+import json
+import os
 import time
 
 import pytest
@@ -26,36 +30,74 @@ def test_gate_over_http_then_server_killed_mid_gate(server, tmp_path):
     http = MlflowClient(tracking_uri=server.url, registry_uri=server.url)
     assert http.get_model_version(MODEL, "2").tags["consistency_gate.verdict"] == "passed"
 
-    # second gate, which would pass and promote v3, loses its server once its run has logged its params
-    # (the run and its params are two requests: waiting for the run alone races with the params)
-    gate = start_cli(*check_args("3", store["data"], config, server.url, "--id-column", "id", "--promote"))
+    # second gate, which would pass and promote v3, loses its server once its run has logged its params,
+    # and the server stays away longer than the gate's budget for ending its runs
+    gate, logged = _kill_mid_gate(server, store, config, tmp_path, retry_s="2")
+    killed_at = time.time()
+    _, stderr = gate.communicate(timeout=120)
+    assert gate.returncode == 5, stderr
+    assert time.time() - killed_at < 60
+    last = stderr.strip().splitlines()[-1]
+    assert last.startswith("error: ") and "runs left RUNNING" in last
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert report["verdict"] == "error" and report["left_running"] == [report["run_id"]]
+    assert report["run_id"] in last
+
+    local = MlflowClient(tracking_uri=server.db, registry_uri=server.db)
+    assert str(local.get_model_version_by_alias(MODEL, "champion").version) == "1"
+    assert "consistency_gate.verdict" not in local.get_model_version(MODEL, "3").tags
+    assert local.get_run(report["run_id"]).info.status == "RUNNING"
+
+    # what the killed gate had logged is still there once the server is back; the next gate of the
+    # model finds the run orphaned (its process is gone) and ends it FAILED, saying why
+    server.start()
+    http = MlflowClient(tracking_uri=server.url, registry_uri=server.url)
+    killed = http.get_run(report["run_id"])
+    assert killed.data.params == logged
+    assert killed.data.params["model"] == MODEL
+    third = run_cli(*check_args("2", store["data"], config, server.url, "--id-column", "id"))
+    assert third.returncode == 0, third.stderr
+    closed = http.get_run(report["run_id"])
+    assert closed.info.status == "FAILED"
+    assert closed.data.tags["consistency_gate.error"].startswith("orphaned")
+
+
+def test_runs_end_failed_when_the_server_comes_back_within_the_budget(server, tmp_path):
+    store = build_store(tmp_path, uri=server.url)
+    config = tmp_path / "gate.yaml"
+    config.write_text("rules:\n  - {metric: con, min: 0.5}\n")
+    gate, _ = _kill_mid_gate(server, store, config, tmp_path, retry_s="120")
+    time.sleep(3)
+    server.start()
+    _, stderr = gate.communicate(timeout=300)
+    assert gate.returncode == 5, stderr
+    assert "left RUNNING" not in stderr
+    local = MlflowClient(tracking_uri=server.db, registry_uri=server.db)
+    run_id = json.loads((tmp_path / "report.json").read_text())["run_id"]
+    run = local.get_run(run_id)
+    assert run.info.status == "FAILED"
+    assert "consistency_gate.error" in run.data.tags
+    assert str(local.get_model_version_by_alias(MODEL, "champion").version) == "1"
+    assert all(r.info.status != "RUNNING" for r in local.search_runs([run.info.experiment_id]))
+
+
+def _kill_mid_gate(server, store, config, tmp_path, retry_s: str):
+    """Start a gate of v3 with --promote and kill the server once its run has logged its params
+    (the run and its params are two requests: waiting for the run alone races with the params)."""
+    env = {**os.environ, "CONSISTENCY_GATE_END_RUN_RETRY_S": retry_s}
+    args = check_args("3", store["data"], config, server.url, "--id-column", "id", "--promote")
+    gate = start_cli(*args, "--report", tmp_path / "report.json", env=env)
     local = MlflowClient(tracking_uri=server.db, registry_uri=server.db)
     experiment = local.get_experiment_by_name(f"consistency-gate/{MODEL}")
     logged: dict[str, str] = {}
     deadline = time.time() + 120
     while time.time() < deadline and gate.poll() is None and not logged:
-        runs = local.search_runs([experiment.experiment_id])
+        runs = local.search_runs([experiment.experiment_id]) if experiment else []
         second = [r.data.params for r in runs if r.data.params.get("candidate_version") == "3"]
         logged = dict(second[0]) if second else {}
+        experiment = experiment or local.get_experiment_by_name(f"consistency-gate/{MODEL}")
         time.sleep(0.05)
     assert gate.poll() is None, "the gate finished before the server could be killed"
-    assert logged, "the second gate logged no params within 120 s"
+    assert logged, "the gate logged no params within 120 s"
     server.kill()
-    killed_at = time.time()
-    _, stderr = gate.communicate(timeout=120)
-    assert gate.returncode == 5, stderr
-    assert time.time() - killed_at < 60
-    assert stderr.strip().splitlines()[-1].startswith("error: ")
-
-    assert str(local.get_model_version_by_alias(MODEL, "champion").version) == "1"
-    assert "consistency_gate.verdict" not in local.get_model_version(MODEL, "3").tags
-    runs = local.search_runs([experiment.experiment_id], order_by=["attributes.start_time DESC"])
-    assert runs[0].data.tags.get("consistency_gate.verdict") != "passed"
-    assert runs[0].info.status != "FINISHED"
-
-    # what the killed gate had logged is still there once the server is back
-    server.start()
-    http = MlflowClient(tracking_uri=server.url, registry_uri=server.url)
-    killed = http.get_run(runs[0].info.run_id)
-    assert killed.data.params == logged
-    assert killed.data.params["model"] == MODEL
+    return gate, logged

@@ -59,7 +59,12 @@ def test_github_workflow_commands_gate_and_block(tmp_path):
     env.pop("MLFLOW_TRACKING_URI", None)
     train = _bash(steps["Retrain and register a new generation"], env)
     assert train.returncode == 0, train.stderr
-    gate = _bash(steps["Consistency gate"], env, cwd=tmp_path)
+    gate = _bash(steps["Consistency gate"], env, cwd=tmp_path)  # v1 is @champion: nothing to decide
+    assert gate.returncode == 0, gate.stdout + gate.stderr
+    assert "nothing to decide" in summary.read_text() and (tmp_path / "gate-report.json").exists()
+    train = _bash(steps["Retrain and register a new generation"], env)
+    assert train.returncode == 0, train.stderr
+    gate = _bash(steps["Consistency gate"], env, cwd=tmp_path)  # v2 against v1
     assert gate.returncode == 0, gate.stdout + gate.stderr
     assert "consistency gate passed" in gate.stdout
     assert "PASSED" in summary.read_text() and (tmp_path / "gate-report.json").exists()
@@ -71,8 +76,9 @@ def test_github_workflow_commands_gate_and_block(tmp_path):
 def test_gitlab_job_commands(tmp_path):
     ci = yaml.safe_load((ROOT / "pipelines/gitlab/.gitlab-ci.yml").read_text())
     env = {"GATE_WORKDIR": str(tmp_path / "work")}
-    for line in ci["retrain"]["script"]:
-        assert _bash(line, env).returncode == 0
+    for _ in range(2):  # the first generation becomes @champion; the second is gated against it
+        for line in ci["retrain"]["script"]:
+            assert _bash(line, env).returncode == 0
     gate = _bash("\n".join(ci["consistency-gate"]["script"]), env, cwd=tmp_path)
     assert gate.returncode == 0, gate.stdout + gate.stderr
     assert "| metric | value | rule | outcome |" in (tmp_path / "gate-summary.md").read_text()

@@ -1,0 +1,66 @@
+"""A tiny forward HTTP proxy on 127.0.0.1 for tests: it sends every request to one upstream server
+on 127.0.0.1, keeping the Host header the client sent (so a client can call ``http://mlflow:5000``
+as in docker/compose.yaml), and can drop chosen responses after the upstream has acted on them."""
+
+from __future__ import annotations
+
+import http.client
+import threading
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import urlsplit
+
+_HOP_BY_HOP = {"connection", "keep-alive", "proxy-connection", "transfer-encoding", "content-length"}
+
+
+class ForwardProxy:
+    """``drop(method, path)`` True: forward the request, then close the connection unanswered
+    (the upstream did the work; the client never hears of it)."""
+
+    def __init__(self, upstream_port: int, drop: Callable[[str, str], bool] | None = None) -> None:
+        self.upstream_port = upstream_port
+        self.drop = drop
+        self.dropped: list[str] = []
+        proxy = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args) -> None:  # quiet
+                pass
+
+            def forward(self) -> None:
+                target = urlsplit(self.path)
+                path = (target.path or "/") + (f"?{target.query}" if target.query else "")
+                length = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(length) if length else None
+                headers = {k: v for k, v in self.headers.items() if k.lower() not in _HOP_BY_HOP}
+                upstream = http.client.HTTPConnection("127.0.0.1", proxy.upstream_port, timeout=120)
+                upstream.request(self.command, path, body=body, headers=headers)
+                response = upstream.getresponse()
+                data = response.read()
+                upstream.close()
+                if proxy.drop is not None and proxy.drop(self.command, path):
+                    proxy.dropped.append(f"{self.command} {path}")
+                    self.close_connection = True
+                    return
+                self.send_response(response.status)
+                for key, value in response.getheaders():
+                    if key.lower() not in _HOP_BY_HOP:
+                        self.send_header(key, value)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = do_HEAD = forward
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def start(self) -> ForwardProxy:
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        return self
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()

@@ -1,0 +1,316 @@
+"""Issue 12: never a wrong promotion. Bad input, stale baselines, a lost response and credentials,
+against real SQLite stores and a real `mlflow server` on 127.0.0.1 (behind a dropping proxy)."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+
+import mlflow
+import pandas as pd
+import pytest
+from conftest import run_cli
+from http_proxy import ForwardProxy
+from mlflow import MlflowClient
+from mlflow_server import MlflowServer
+from registry_fixtures import MODEL, build_store, check_args
+
+from consistency_gate import registry, rules, tracking
+from consistency_gate.errors import ModelError, UsageError, redact_credentials
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    return build_store(tmp_path_factory.mktemp("store"))
+
+
+def _client(store) -> MlflowClient:
+    return MlflowClient(tracking_uri=store["uri"], registry_uri=store["uri"])
+
+
+def _champion(client) -> str:
+    return str(client.get_model_version_by_alias(MODEL, "champion").version)
+
+
+def _one_error_line(proc) -> str:
+    lines = proc.stderr.strip().splitlines()
+    assert lines and lines[-1].startswith("error: "), proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    return lines[-1]
+
+
+# ---------------------------------------------------------------- item 1: a gate with no rule
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("", "no rules"),
+        ("rules: []\n", "no rules"),
+        ("rules:\n  - {metric: con, min: .nan}\n", "finite"),
+        ("rules:\n  - {metric: acc, min_delta: -.inf}\n", "finite"),
+    ],
+)
+def test_no_rule_or_a_non_finite_threshold_is_a_usage_error_and_never_promotes(store, tmp_path, text, expected):
+    config = tmp_path / "gate.yaml"
+    config.write_text(text)
+    before = _champion(_client(store))
+    proc = run_cli(*check_args("3", store["data"], config, store["uri"], "--promote"))
+    assert proc.returncode == 2, proc.stderr
+    assert expected in _one_error_line(proc)
+    assert _champion(_client(store)) == before
+    assert "consistency_gate.verdict" not in _client(store).get_model_version(MODEL, "3").tags
+
+
+def test_rule_checks_its_own_threshold():
+    with pytest.raises(UsageError, match="finite"):
+        rules.Rule("con", "min", math.nan)
+    with pytest.raises(UsageError, match="kind"):
+        rules.Rule("con", "atleast", 0.5)
+
+
+# ---------------------------------------------------------------- item 2: stale baseline, the lock
+
+
+def test_promotion_refused_when_the_alias_moved_since_the_comparison(store):
+    client = _client(store)
+    before = _champion(client)
+    promotion = registry.promote(client, MODEL, "champion", "2", expected="3", owner="test")
+    assert not promotion.promoted and promotion.exit_code == 4
+    assert promotion.holds == before and "gate v2 again against the new baseline" in promotion.reason
+    assert _champion(client) == before
+    assert f"{MODEL}{registry.LOCK_SUFFIX}" not in {m.name for m in client.search_registered_models()}
+
+
+def test_promotion_lock_waits_for_a_live_holder_and_clears_a_dead_one(store):
+    client = _client(store)
+    lock = f"{MODEL}{registry.LOCK_SUFFIX}"
+    client.create_registered_model(
+        lock, tags={registry.TAG_LOCK_OWNER: "other", registry.TAG_LOCK_EXPIRES: str(time.time() + 600)}
+    )
+    try:
+        held = registry.promotion_lock(client, MODEL, "me", wait_s=0.5)
+        with pytest.raises(ModelError, match="another gate has held the promotion lock"), held:
+            pass
+        client.set_registered_model_tag(lock, registry.TAG_LOCK_EXPIRES, str(time.time() - 1))
+        with registry.promotion_lock(client, MODEL, "me", wait_s=0.5):
+            assert client.get_registered_model(lock).tags[registry.TAG_LOCK_OWNER] == "me"
+        assert lock not in {m.name for m in client.search_registered_models()}  # released by its owner
+    finally:
+        if lock in {m.name for m in client.search_registered_models()}:
+            client.delete_registered_model(lock)
+
+
+# ---------------------------------------------------------------- item 3: a lost response
+
+
+def test_a_lost_alias_response_does_not_hide_the_promotion(tmp_path):
+    server = MlflowServer(tmp_path).start()
+    proxy = None
+    try:
+        store = build_store(tmp_path, uri=server.url)
+        proxy = ForwardProxy(
+            server.port, drop=lambda method, path: method == "POST" and path.endswith("registered-models/alias")
+        ).start()
+        config = tmp_path / "gate.yaml"
+        config.write_text("rules:\n  - {metric: con, min: 0.5}\n")
+        env = {**os.environ, "HTTP_PROXY": proxy.url, "http_proxy": proxy.url, "NO_PROXY": "", "no_proxy": ""}
+        report = tmp_path / "report.json"
+        proc = run_cli(
+            *check_args("2", store["data"], config, server.url, "--id-column", "id", "--promote", "--report", report),
+            env=env,
+        )
+        assert proxy.dropped, "the proxy dropped no alias response"
+        client = MlflowClient(tracking_uri=server.url, registry_uri=server.url)
+        assert _champion(client) == "2"  # the registry moved the alias; the gate must say so
+        assert proc.returncode == 0, proc.stderr
+        written = json.loads(report.read_text())
+        assert written["promoted"] is True and written["promotion"]["holds"] == "2"
+        run = client.get_run(written["run_id"])
+        assert run.data.tags["consistency_gate.promoted"] == "True" and run.info.status == "FINISHED"
+    finally:
+        if proxy is not None:
+            proxy.stop()
+        server.kill()
+
+
+# ---------------------------------------------------------------- item 5: the candidate is the baseline
+
+
+def test_candidate_equal_to_baseline_is_nothing_to_decide(store, tmp_path):
+    config = tmp_path / "gate.yaml"
+    config.write_text("rules:\n  - {metric: con, min: 0.5}\n")
+    client = _client(store)
+    experiment = client.get_experiment_by_name(f"consistency-gate/{MODEL}")
+    runs_before = len(client.search_runs([experiment.experiment_id])) if experiment else 0
+    proc = run_cli(*check_args("1", store["data"], config, store["uri"], "--promote", "--format", "json"))
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout)
+    assert report["verdict"] == "nothing to decide" and report["promoted"] is False and report["run_id"] is None
+    assert "is the baseline" in report["null_reasons"]["*"]
+    assert "consistency_gate.verdict" not in client.get_model_version(MODEL, "1").tags
+    experiment = client.get_experiment_by_name(f"consistency-gate/{MODEL}")
+    assert (len(client.search_runs([experiment.experiment_id])) if experiment else 0) == runs_before
+
+
+# ---------------------------------------------------------------- item 7: diagnose's tracking URI
+
+
+def test_diagnose_loads_registry_members_from_the_given_store(store, tmp_path):
+    proc = run_cli(
+        "diagnose",
+        "--member",
+        f"a=models:/{MODEL}/1",
+        "--member",
+        f"b=models:/{MODEL}/3",
+        "--data",
+        store["data"],
+        "--id-column",
+        "id",
+        "--tracking-uri",
+        store["uri"],
+        "--format",
+        "json",
+        cwd=tmp_path,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert not (tmp_path / "mlflow.db").exists()
+    members = ("--member", f"a=models:/{MODEL}/1", "--member", f"b=models:/{MODEL}/3")
+    proc = run_cli("diagnose", *members, "--data", store["data"], "--tracking-uri", "ftp://x")
+    assert proc.returncode == 2 and "scheme 'ftp'" in _one_error_line(proc)
+
+
+# ---------------------------------------------------------------- items 8, 9, 12: bad files
+
+
+def test_a_csv_that_is_not_utf8_names_the_file_and_byte_offset(store, tmp_path):
+    data = tmp_path / "latin1.csv"
+    text = pd.read_csv(store["data"]).to_csv(index=False)
+    cut = len(text) // 2
+    data.write_bytes(text[:cut].encode() + b"\xe9\xff\x00garbage" + text[cut:].encode())
+    config = tmp_path / "gate.yaml"
+    config.write_text("rules:\n  - {metric: con, min: 0.5}\n")
+    proc = run_cli(*check_args("2", data, config, store["uri"], "--id-column", "id"))
+    assert proc.returncode == 3, proc.stderr
+    line = _one_error_line(proc)
+    assert str(data) in line and f"byte {cut}" in line and "UTF-8" in line
+
+
+def test_nan_or_inf_in_a_feature_names_column_and_row(store, tmp_path):
+    config = tmp_path / "gate.yaml"
+    config.write_text("rules:\n  - {metric: con, min: 0.5}\n")
+    for bad, shown in (("nan", "nan"), ("inf", "inf")):
+        frame = pd.read_csv(store["data"])
+        frame["sepal_width"] = frame["sepal_width"].astype(float)
+        frame.loc[6, "sepal_width"] = float(bad)
+        data = tmp_path / f"{bad}.csv"
+        frame.to_csv(data, index=False)
+        proc = run_cli(*check_args("2", data, config, store["uri"], "--id-column", "id"))
+        assert proc.returncode == 3, proc.stderr
+        line = _one_error_line(proc)
+        assert str(data) in line and "'sepal_width', row 7" in line and shown in line
+
+
+def test_a_duplicated_class_header_is_a_data_error(tmp_path):
+    labels = tmp_path / "labels.csv"
+    labels.write_text("label\nsetosa\nversicolor\n")
+    previous = tmp_path / "previous.csv"
+    previous.write_text("setosa,versicolor\n0.9,0.1\n0.2,0.8\n")
+    candidate = tmp_path / "candidate.csv"
+    candidate.write_text("setosa,setosa\n0.9,0.1\n0.2,0.8\n")
+    proc = run_cli("compare", "--labels", labels, "--previous", previous, "--candidate", candidate)
+    assert proc.returncode == 3, proc.stderr
+    line = _one_error_line(proc)
+    assert str(candidate) in line and "'setosa'" in line and "setosa.1" not in line
+
+
+def test_ks_beyond_the_class_count_is_a_usage_error(store, tmp_path):
+    config = tmp_path / "gate.yaml"
+    config.write_text("ks: [1, 5]\nrules:\n  - {metric: con, min: 0.5}\n")
+    proc = run_cli(*check_args("2", store["data"], config, store["uri"], "--id-column", "id"))
+    assert proc.returncode == 2, proc.stderr
+    assert "ks [5] larger than the 3 classes" in _one_error_line(proc)
+
+
+# ---------------------------------------------------------------- items 10, 13: tracking URIs, secrets
+
+
+@pytest.mark.parametrize(
+    ("uri", "code", "expected"),
+    [
+        ("ftp://host/store", 2, "scheme 'ftp' is not one MLflow keeps a model registry in"),
+        ("notauri", 2, "MLflow 3 refuses"),
+        ("SQLITE_NOT_A_DB", 5, "is not an SQLite database"),
+        ("postgresql://bob:s3cret@127.0.0.1:5999/mlflow", 5, "pip install psycopg[binary]"),
+        ("http://bob:s3cret@127.0.0.1:9/", 5, "unreachable"),
+    ],
+)
+def test_unusable_tracking_uris_are_refused_in_one_line_without_secrets(store, tmp_path, uri, code, expected):
+    if uri == "SQLITE_NOT_A_DB":
+        (tmp_path / "notes.db").write_text("not a database\n")
+        uri = f"sqlite:///{tmp_path / 'notes.db'}"
+    config = tmp_path / "gate.yaml"
+    config.write_text("rules:\n  - {metric: con, min: 0.5}\n")
+    proc = run_cli(*check_args("2", store["data"], config, uri), cwd=tmp_path)
+    assert proc.returncode == code, proc.stderr
+    line = _one_error_line(proc)
+    assert expected in line and "s3cret" not in proc.stderr
+    assert not (tmp_path / "mlruns").exists()
+
+
+def test_redact_credentials_keeps_everything_but_the_password():
+    text = "cannot reach https://ci:tok3n@mlflow.example.com:443/api (and postgresql://u:p%40ss@db/x)"
+    assert redact_credentials(text) == (
+        "cannot reach https://ci:***@mlflow.example.com:443/api (and postgresql://u:***@db/x)"
+    )
+
+
+# ---------------------------------------------------------------- item 11: alias bombs, huge configs
+
+
+def test_a_yaml_alias_bomb_is_refused_in_under_a_second(tmp_path):
+    lines = ['a0: &a0 ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]']
+    lines += [f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 9)}]" for i in range(1, 10)]
+    bomb = tmp_path / "bomb.yaml"
+    bomb.write_text("\n".join(lines) + "\nrules:\n  - {metric: con, min: 0.5}\n")
+    started = time.perf_counter()
+    with pytest.raises(UsageError, match="alias"):
+        rules.load_config(bomb)
+    assert time.perf_counter() - started < 1.0
+    huge = tmp_path / "huge.yaml"
+    huge.write_text("rules:\n  - {metric: con, min: 0.5}\n" + "# padding\n" * 200_000)
+    with pytest.raises(UsageError, match="at most"):
+        rules.load_config(huge)
+
+
+# ---------------------------------------------------------------- item 14: spreadsheet formulas
+
+
+def test_flip_table_csv_neutralises_formulas_and_json_keeps_raw_ids(store, tmp_path):
+    frame = pd.read_csv(store["data"])
+    frame["id"] = '=HYPERLINK("http://x","' + frame["id"].astype(str) + '")'
+    data = tmp_path / "formula.csv"
+    frame.to_csv(data, index=False)
+    config = tmp_path / "gate.yaml"
+    config.write_text("rules:\n  - {metric: con, min: 0.5}\n")
+    report = tmp_path / "report.json"
+    proc = run_cli(*check_args("3", data, config, store["uri"], "--id-column", "id", "--report", report))
+    assert proc.returncode in (0, 1), proc.stderr
+    run_id = json.loads(report.read_text())["run_id"]
+    mlflow.set_tracking_uri(store["uri"])
+    csv_text = mlflow.artifacts.load_text(f"runs:/{run_id}/gate/flips.csv")
+    ids = pd.read_csv(pd.io.common.StringIO(csv_text), dtype=str)["id"]
+    assert len(ids) and ids.str.startswith("'=HYPERLINK(").all()
+    raw = json.loads(mlflow.artifacts.load_text(f"runs:/{run_id}/gate/flips.json"))
+    column = raw["columns"].index("id")
+    assert all(row[column].startswith("=HYPERLINK(") for row in raw["data"])
+
+
+def test_spreadsheet_safe_prefixes_only_formula_starts():
+    frame = pd.DataFrame({"id": ["=1+1", "+cmd", "-2", "@SUM(A1)", "\tx", "ok", None], "n": [1, 2, 3, 4, 5, 6, 7]})
+    safe = tracking.spreadsheet_safe(frame)
+    assert safe["id"].tolist()[:6] == ["'=1+1", "'+cmd", "'-2", "'@SUM(A1)", "'\tx", "ok"]
+    assert pd.isna(safe["id"].iloc[6]) and safe["n"].tolist() == frame["n"].tolist()
+    assert frame["id"].iloc[0] == "=1+1"  # the caller's frame is untouched
