@@ -18,7 +18,7 @@ COPY pyproject.toml README.md ./
 COPY consistency_gate ./consistency_gate
 RUN python -m pip install -q torch==2.13.0 && python -m pip install -q .
 # compile the metric kernels once, here, for every user of the image (else each container compiles them)
-RUN python -c "from consistency_gate.kernels import precompile; precompile()" && chmod -R a+rwX /opt/numba-cache
+RUN python -c "from consistency_gate.core.kernels import precompile; precompile()" && chmod -R a+rwX /opt/numba-cache
 
 RUN useradd --create-home gate
 USER gate

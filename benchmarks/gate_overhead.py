@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 from consistency_gate.demo import MODEL_NAME, prepare
-from consistency_gate.gate import run_gate
+from consistency_gate.gate.run import run_gate
 
 
 def main() -> None:

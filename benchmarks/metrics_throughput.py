@@ -18,7 +18,7 @@ import time
 import numba
 import numpy as np
 
-from consistency_gate.accumulator import ConsistencyCounts, Outputs
+from consistency_gate.core.counts import ConsistencyCounts, Outputs
 
 
 def batches(n: int, p: int, rows: int, seed: int = 0):

@@ -20,10 +20,10 @@ import time
 import numpy as np
 import pandas as pd
 
-from consistency_gate.compare import Evaluation
-from consistency_gate.remediation import RemediationConfig, fit_ensemble
-from consistency_gate.report import table
-from consistency_gate.snapshot import TrainSettings
+from consistency_gate.core.evaluation import Evaluation
+from consistency_gate.ensembles.config import RemediationConfig, TrainSettings
+from consistency_gate.ensembles.remediation import fit_ensemble
+from consistency_gate.report.tables import table
 
 METHODS = {
     "SingleBase": "singlebase",

@@ -18,9 +18,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from consistency_gate.compare import compare_files
-from consistency_gate.kernels import precompile
-from consistency_gate.spark import compare_spark, spark_session
+from consistency_gate.core.kernels import precompile
+from consistency_gate.engines.local import compare_files
+from consistency_gate.engines.spark import compare_spark, spark_session
 
 
 def write(root: Path, n: int, p: int) -> tuple[Path, Path, Path]:

@@ -22,7 +22,7 @@ _verbose = False
 
 def _echo_json(payload: object) -> None:
     """Strict JSON on stdout: undefined numbers are null (their reasons are in the payload), never NaN."""
-    from consistency_gate.report import finite_or_null
+    from consistency_gate.report.tables import finite_or_null
 
     click.echo(json.dumps(finite_or_null(payload), indent=2, default=str, allow_nan=False))
 
@@ -71,12 +71,12 @@ def compare(
     partitions: int | None,
 ) -> None:
     """Consistency metrics between two prediction files (CSV or Parquet)."""
-    from consistency_gate.report import comparison_table
+    from consistency_gate.report.tables import comparison_table
 
     if engine == "spark":
-        from consistency_gate.spark import compare_spark as run
+        from consistency_gate.engines.spark import compare_spark as run
     else:
-        from consistency_gate.compare import compare_files as run
+        from consistency_gate.engines.local import compare_files as run
     options = {"partitions": partitions} if engine == "spark" else {}
     result = run(
         labels, previous, candidate, label_column=label_column, id_column=id_column, ks=list(ks) or None, **options
@@ -102,8 +102,8 @@ def compare(
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
 def generations(labels: Path, generations: tuple[str, ...], label_column: str, id_column: str | None, fmt: str) -> None:
     """Paper 003's multi-generation report: mean ACC, mean pairwise CON and ACC-CON, flips."""
-    from consistency_gate.compare import compare_generations
-    from consistency_gate.report import table
+    from consistency_gate.engines.local import compare_generations
+    from consistency_gate.report.tables import table
 
     report = compare_generations(
         labels, _named_files(generations, "--generation"), label_column=label_column, id_column=id_column
@@ -176,8 +176,8 @@ def check(
     partitions: int | None,
 ) -> int:
     """Gate a candidate model version against the previous generation (exit 0 pass, 1 fail)."""
-    from consistency_gate.gate import run_gate
-    from consistency_gate.report import verdict_markdown, verdict_table
+    from consistency_gate.gate.run import run_gate
+    from consistency_gate.report.tables import verdict_markdown, verdict_table
 
     with contextlib.redirect_stdout(sys.stderr):  # MLflow prints run links; stdout is the result's
         result = run_gate(
@@ -211,12 +211,33 @@ def check(
 
 
 @cli.command()
-@click.option("--default", "show_default", is_flag=True, required=True, help="Print the packaged default config.")
-def config(show_default: bool) -> None:
-    """Print the default gate configuration (YAML), to copy and edit."""
-    from consistency_gate.rules import default_config_text
+@click.option("--default", "show_default", is_flag=True, help="Print the packaged default config.")
+@click.option(
+    "--check",
+    "check_path",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="Validate a config (rules and remediation) without touching a model or a server.",
+)
+def config(show_default: bool, check_path: Path | None) -> None:
+    """Print the default gate configuration (YAML), or check one."""
+    from consistency_gate.gate.rules import default_config_text, load_config
 
-    click.echo(default_config_text(), nl=False)
+    if show_default == (check_path is not None):
+        raise click.UsageError("give exactly one of --default and --check FILE")
+    if show_default:
+        click.echo(default_config_text(), nl=False)
+        return
+    cfg = load_config(check_path)
+    click.echo(f"{check_path}: valid; {len(cfg.rules)} rules, ks {list(cfg.ks)}")
+    for rule in cfg.rules:
+        click.echo(f"  {rule.describe()}")
+    if cfg.remediation is not None:
+        settings = cfg.remediation.settings
+        click.echo(
+            f"  remediation: {settings.method} (m={settings.m}, N={settings.n_snapshots}, epochs={settings.epochs}), "
+            f"recipe {cfg.remediation.recipe}, training data {cfg.remediation.data}"
+        )
 
 
 @cli.command()
@@ -230,8 +251,8 @@ def config(show_default: bool) -> None:
 def demo(workdir: Path) -> None:
     """Train two generations on a bundled data set, register them locally, and run the gate."""
     from consistency_gate.demo import MODEL_NAME, prepare
-    from consistency_gate.gate import run_gate
-    from consistency_gate.report import verdict_table
+    from consistency_gate.gate.run import run_gate
+    from consistency_gate.report.tables import verdict_table
 
     click.echo(f"Training two generations of '{MODEL_NAME}' and registering them in {workdir}/mlflow.db ...")
     uri, eval_path, config_path = prepare(workdir)
@@ -289,7 +310,7 @@ def diagnose(
     fmt: str,
 ) -> None:
     """Why an ensemble of these members helps or not: accuracy, overlap, diversity, decomposition."""
-    from consistency_gate.diagnose import run_diagnose
+    from consistency_gate.diagnostics.diagnose import run_diagnose
 
     with contextlib.redirect_stdout(sys.stderr):  # keep stdout for the report
         report, html_page = run_diagnose(
@@ -308,7 +329,7 @@ def diagnose(
     elif fmt == "html":
         click.echo(html_page)
     else:
-        from consistency_gate.report import diagnose_text
+        from consistency_gate.report.tables import diagnose_text
 
         click.echo(diagnose_text(report))
 

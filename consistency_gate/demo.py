@@ -45,8 +45,8 @@ def prepare(workdir: Path, seed: int = 0) -> tuple[str, Path, Path]:
     from sklearn.pipeline import make_pipeline
     from sklearn.preprocessing import StandardScaler
 
-    from consistency_gate import tracking
-    from consistency_gate.rules import default_config_text
+    from consistency_gate.gate.rules import default_config_text
+    from consistency_gate.mlops import tracking
 
     workdir.mkdir(parents=True, exist_ok=True)
     for stale in ("mlflow.db", "mlartifacts", "eval.csv", "train.csv", "gate.yaml", "report.json"):

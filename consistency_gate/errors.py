@@ -25,6 +25,19 @@ def redact_credentials(text: str) -> str:
     return _CREDENTIALS.sub(r"\1:***@", text)
 
 
+def plain(value: object) -> str:
+    """A value for an error message: numpy scalars as the plain Python value they hold.
+
+    >>> import numpy as np
+    >>> plain(np.float64(-0.135)), plain("id-7"), plain(np.int64(3))
+    ('-0.135', "'id-7'", '3')
+    """
+    item = getattr(value, "item", None)
+    if callable(item) and getattr(value, "ndim", None) == 0:
+        value = item()
+    return repr(value)
+
+
 # exit code of an internal error (a bug): never a verdict, never a promotion
 INTERNAL_ERROR = 6
 

@@ -37,7 +37,7 @@ def train_generation(workdir: Path, seed: int) -> str:
     from sklearn.pipeline import make_pipeline
     from sklearn.preprocessing import StandardScaler
 
-    from consistency_gate import tracking
+    from consistency_gate.mlops import tracking
 
     workdir.mkdir(parents=True, exist_ok=True)
     uri = tracking_uri(workdir)
@@ -85,8 +85,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.step == "train":
         return 0
     from consistency_gate.errors import GateError
-    from consistency_gate.gate import run_gate
-    from consistency_gate.report import verdict_table
+    from consistency_gate.gate.run import run_gate
+    from consistency_gate.report.tables import verdict_table
 
     try:
         result = run_gate(

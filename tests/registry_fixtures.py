@@ -50,7 +50,7 @@ def build_store(root: Path, uri: str | None = None, predict_fn: str = "predict")
     from mlflow.models import infer_signature
     from sklearn.linear_model import LogisticRegression
 
-    from consistency_gate import tracking
+    from consistency_gate.mlops import tracking
 
     uri = uri or f"sqlite:///{root / 'mlflow.db'}"
     mlflow.set_tracking_uri(uri)

@@ -18,8 +18,9 @@ from conftest import run_cli, run_json
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from consistency_gate.compare import Evaluation, compare_generations
-from consistency_gate.diagnose import diagnose, load_member_files
+from consistency_gate.core.evaluation import Evaluation
+from consistency_gate.diagnostics.diagnose import diagnose, load_member_files
+from consistency_gate.engines.local import compare_generations
 
 # ---------------------------------------------------------------- an independent reference
 
@@ -164,7 +165,7 @@ def test_generations_reports_unknown_labels(tmp_path):
 
 
 def test_hq_qs_is_defined_and_selects_teams():
-    from consistency_gate.selection import Pool, hq_scores, select_teams, teams_of_size
+    from consistency_gate.diagnostics.selection import Pool, hq_scores, select_teams, teams_of_size
 
     rng = np.random.default_rng(5)
     n, p, m = 300, 4, 5
@@ -180,7 +181,7 @@ def test_hq_qs_is_defined_and_selects_teams():
 
 
 def test_yule_q_of_a_pair_with_an_always_wrong_focal_model_is_zero():
-    from consistency_gate.diversity import pairwise_values, team_diversity
+    from consistency_gate.diagnostics.diversity import pairwise_values, team_diversity
 
     assert float(pairwise_values(0.0, 0.0, 4.0, 6.0)["qs"]) == 0.0
     oracle = np.array([[0, 0, 0, 0], [1, 0, 1, 0]], dtype=bool)  # member 0 is the focal model, always wrong
@@ -191,7 +192,7 @@ def test_yule_q_of_a_pair_with_an_always_wrong_focal_model_is_zero():
 
 
 def test_cohen_kappa_is_cohens_and_ck_is_004_formula_1():
-    from consistency_gate.diversity import cohen_kappa, pairwise_values
+    from consistency_gate.diagnostics.diversity import cohen_kappa, pairwise_values
 
     assert cohen_kappa(5, 2, 1, 2) == pytest.approx(0.3478, abs=1e-4)
     assert float(pairwise_values(5.0, 2.0, 1.0, 2.0)["ck"]) == pytest.approx(0.3556, abs=1e-4)
@@ -202,7 +203,7 @@ def test_cohen_kappa_is_cohens_and_ck_is_004_formula_1():
 def test_cohen_kappa_matches_sklearn(outcomes):
     from sklearn.metrics import cohen_kappa_score
 
-    from consistency_gate.diversity import cohen_kappa
+    from consistency_gate.diagnostics.diversity import cohen_kappa
 
     a = np.array([o[0] for o in outcomes])
     b = np.array([o[1] for o in outcomes])

@@ -45,7 +45,7 @@ def test_an_internal_error_is_exit_6_with_one_line(monkeypatch, capsys, tmp_path
     def broken(*args, **kwargs):
         raise ZeroDivisionError("division by zero\nsecond line")
 
-    monkeypatch.setattr("consistency_gate.compare.compare_files", broken)
+    monkeypatch.setattr("consistency_gate.engines.local.compare_files", broken)
     args = ["compare", "--labels", tmp_path / "l.csv", "--previous", tmp_path / "p.csv", "--candidate", tmp_path / "c"]
     code, err = _main(args, capsys)
     assert code == 6
@@ -62,7 +62,7 @@ def test_an_internal_error_mid_gate_never_promotes(monkeypatch, capsys, store, t
     def broken(*args, **kwargs):
         raise KeyError("a bug while logging the diagnosis")
 
-    monkeypatch.setattr("consistency_gate.gate._log_diagnosis", broken)
+    monkeypatch.setattr("consistency_gate.gate.run._log_diagnosis", broken)
     code, err = _main([*check_args("2", store["data"], _config(tmp_path), store["uri"]), "--promote"], capsys)
     assert code == 6 and "internal error: KeyError" in err
     assert client.get_model_version_by_alias(MODEL, "champion").version == before

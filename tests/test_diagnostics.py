@@ -11,11 +11,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from seed000 import seed000_members
 
-from consistency_gate import decomposition as dec
-from consistency_gate.diagnose import diagnose
-from consistency_gate.diversity import pairwise_values, ranking_score, team_diversity
+from consistency_gate.diagnostics import decomposition as dec
+from consistency_gate.diagnostics.diagnose import diagnose
+from consistency_gate.diagnostics.diversity import pairwise_values, ranking_score, team_diversity
+from consistency_gate.diagnostics.selection import Pool, select_teams
 from consistency_gate.errors import UsageError
-from consistency_gate.selection import Pool, select_teams
 
 ORACLE = np.array(
     [

@@ -10,8 +10,8 @@ from mlflow import MlflowClient
 from registry_fixtures import MODEL, build_store, check_args
 
 from consistency_gate.errors import DataError, ModelError, TrackingError, UsageError
-from consistency_gate.gate import run_gate
-from consistency_gate.rules import parse_config
+from consistency_gate.gate.rules import parse_config
+from consistency_gate.gate.run import run_gate
 
 LENIENT = parse_config("rules:\n  - {metric: con, min: 0.9}\n  - {metric: acc, min_delta: -0.05}\n")
 STRICT = parse_config("rules:\n  - {metric: ctoi, max: 0.0}\n  - {metric: con, min: 1.0}\n")
@@ -223,7 +223,7 @@ def test_gates_started_together_share_one_experiment(tmp_path):
     """Get-or-create of the gate's experiment from many gates at once: one experiment, no error."""
     import threading
 
-    from consistency_gate import tracking
+    from consistency_gate.mlops import tracking
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     mlflow.set_tracking_uri(uri)

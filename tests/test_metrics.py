@@ -6,8 +6,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
-from consistency_gate import metrics as m
-from consistency_gate.accumulator import ConsistencyCounts, Outputs
+from consistency_gate.core import metrics as m
+from consistency_gate.core.counts import ConsistencyCounts, Outputs
 
 
 def test_hand_computed_flips_and_rates():

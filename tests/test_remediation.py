@@ -7,8 +7,8 @@ from mlflow import MlflowClient
 from registry_fixtures import MODEL, build_store
 
 from consistency_gate.errors import DataError, UsageError
-from consistency_gate.gate import run_gate
-from consistency_gate.rules import parse_config
+from consistency_gate.gate.rules import parse_config
+from consistency_gate.gate.run import run_gate
 
 REMEDIATION = """
 remediation:

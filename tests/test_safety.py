@@ -17,8 +17,9 @@ from mlflow import MlflowClient
 from mlflow_server import MlflowServer
 from registry_fixtures import MODEL, build_store, check_args
 
-from consistency_gate import registry, rules, tracking
 from consistency_gate.errors import ModelError, UsageError, redact_credentials
+from consistency_gate.gate import rules
+from consistency_gate.mlops import registry, tracking
 
 
 @pytest.fixture(scope="module")

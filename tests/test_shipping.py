@@ -8,7 +8,7 @@ from pathlib import Path
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
-PRECOMPILE = "from consistency_gate.kernels import precompile; precompile()"
+PRECOMPILE = "from consistency_gate.core.kernels import precompile; precompile()"
 
 
 def _bash(script: str, env: dict, cwd: Path = ROOT) -> subprocess.CompletedProcess:

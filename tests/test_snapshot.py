@@ -6,13 +6,11 @@ import numpy as np
 import pytest
 import torch
 
-from consistency_gate.combine import combine
-from consistency_gate.ensemble_model import TorchEnsemble
-from consistency_gate.errors import UsageError
-from consistency_gate.recipes import RecipeSpec, check_recipe
-from consistency_gate.snapshot import (
-    METHODS,
-    TrainSettings,
+from consistency_gate.ensembles.combine import combine
+from consistency_gate.ensembles.config import METHODS, TrainSettings
+from consistency_gate.ensembles.model import TorchEnsemble
+from consistency_gate.ensembles.recipes import RecipeSpec, check_recipe
+from consistency_gate.ensembles.snapshot import (
     beta_star,
     build_ensemble,
     cyclic_cosine_lr,
@@ -20,6 +18,7 @@ from consistency_gate.snapshot import (
     pruning_threshold,
     step_decay_lr,
 )
+from consistency_gate.errors import UsageError
 
 
 def test_tau_and_beta_star_by_hand():

@@ -13,10 +13,10 @@ pytest.importorskip("pyspark")
 
 from registry_fixtures import MODEL, build_store, check_args  # noqa: E402
 
-from consistency_gate.compare import compare_files  # noqa: E402
+from consistency_gate.engines.local import compare_files  # noqa: E402
+from consistency_gate.engines.spark import compare_spark  # noqa: E402
 from consistency_gate.errors import DataError  # noqa: E402
-from consistency_gate.gate import run_gate  # noqa: E402
-from consistency_gate.spark import compare_spark  # noqa: E402
+from consistency_gate.gate.run import run_gate  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -152,7 +152,7 @@ def test_remediation_gates_its_ensemble_on_spark(store):
     ensemble gets the same numbers when gated in-process."""
     from test_remediation import REMEDIATION
 
-    from consistency_gate.rules import parse_config
+    from consistency_gate.gate.rules import parse_config
 
     train = store["root"] / "train.csv"
     pd.read_csv(store["data"]).drop(columns=["id"]).to_csv(train, index=False)

@@ -1,10 +1,9 @@
-"""Comparing generations: class alignment by label name, streaming, and the report.
+"""Evaluating generations: class alignment by label name (one canonical class order), counts, the result.
 
 :class:`Evaluation` turns labelled batches of predictions (pandas frames, one per
-generation) into :class:`~consistency_gate.accumulator.ConsistencyCounts` for every pair
+generation) into :class:`~consistency_gate.core.counts.ConsistencyCounts` for every pair
 of generations, aligning classes by their label names in a shared class-id space.
-:func:`compare_files` streams three files through it for ``consistency-gate compare``;
-:func:`compare_generations` does the same for G1..GT (paper 003's multi-generation report).
+The engines (:mod:`consistency_gate.engines.local`, :mod:`consistency_gate.engines.spark`) feed it.
 
 >>> import pandas as pd
 >>> ev = Evaluation(["previous", "candidate"], [("a", "b"), ("b", "a", "c")], ks=(1, 2))
@@ -22,16 +21,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from itertools import combinations
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from consistency_gate import predictions as io
-from consistency_gate.accumulator import ConsistencyCounts, Outputs
-from consistency_gate.errors import DataError
-from consistency_gate.metrics import FLIP_NAMES
-from consistency_gate.report import plain
+from consistency_gate.core.counts import ConsistencyCounts, Outputs
+from consistency_gate.core.metrics import FLIP_NAMES
+from consistency_gate.errors import DataError, plain
 
 DEFAULT_KS = (1, 5)
 
@@ -72,7 +68,7 @@ class ClassIndex:
 
 @dataclass
 class ComparisonResult:
-    """Metrics of one (previous, candidate) pair, shaped as SPEC section 6's JSON."""
+    """Metrics of one (previous, candidate) pair, shaped as ``compare --format json`` prints them."""
 
     n: int
     metrics: dict[str, float | None]
@@ -242,193 +238,3 @@ def _canonical_layout(ids: np.ndarray) -> tuple[np.ndarray | None, np.ndarray]:
 def _mean(values) -> float | None:
     vals = [v for v in values if v is not None]
     return float(np.mean(vals)) if vals else None
-
-
-def resolve_ks(ks: Sequence[int] | None, sources: Sequence[io.PredictionSource]) -> tuple[int, ...]:
-    """Validate the requested k values against each score file's class count.
-
-    Without a request, use k = 1 and 5, leaving out 5 where a file has fewer classes.
-    """
-    widths = [len(s.classes) for s in sources if s.classes is not None]
-    narrowest = min(widths) if widths else None
-    if not ks:
-        return tuple(k for k in DEFAULT_KS if narrowest is None or k <= narrowest) or (1,)
-    for k in ks:
-        if k < 1:
-            raise DataError(f"--k {k}: k must be at least 1")
-        if narrowest is not None and k > narrowest:
-            src = next(s for s in sources if s.classes is not None and len(s.classes) == narrowest)
-            raise DataError(f"--k {k}: larger than the {narrowest} classes of {src.path}; use k <= {narrowest}")
-    return tuple(sorted(set(ks)))
-
-
-def compare_files(
-    labels: str | Path,
-    previous: str | Path,
-    candidate: str | Path,
-    *,
-    label_column: str = "label",
-    id_column: str | None = None,
-    ks: Sequence[int] | None = None,
-    chunk_rows: int = io.DEFAULT_CHUNK_ROWS,
-) -> ComparisonResult:
-    """Stream a labels file and two prediction files through the metrics (``compare``).
-
-    >>> # compare_files("labels.csv", "gen1.csv", "gen2.csv", ks=[1, 5]).to_dict()
-    """
-    evaluation = evaluate_files(
-        labels,
-        {"previous": previous, "candidate": candidate},
-        label_column=label_column,
-        id_column=id_column,
-        ks=ks,
-        chunk_rows=chunk_rows,
-    )
-    return evaluation.result()
-
-
-def compare_generations(
-    labels: str | Path,
-    generations: dict[str, str | Path],
-    *,
-    label_column: str = "label",
-    id_column: str | None = None,
-    ks: Sequence[int] | None = None,
-) -> dict:
-    """Multi-generation report over prediction files of G1..GT, in the given order."""
-    if len(generations) < 2:
-        raise DataError("a multi-generation report needs at least two generations")
-    return evaluate_files(
-        labels, generations, label_column=label_column, id_column=id_column, ks=ks
-    ).generations_report()
-
-
-def evaluate_files(
-    labels: str | Path,
-    generations: dict[str, str | Path],
-    *,
-    label_column: str = "label",
-    id_column: str | None = None,
-    ks: Sequence[int] | None = None,
-    chunk_rows: int = io.DEFAULT_CHUNK_ROWS,
-) -> Evaluation:
-    """Stream the files through an :class:`Evaluation`; rows align by id or by position."""
-    labels = Path(labels)
-    label_cols = io.file_columns(labels)
-    io.require_columns(labels, label_cols, [label_column] + ([id_column] if id_column else []))
-    sources = [io.inspect_prediction_file(path, id_column) for path in generations.values()]
-    evaluation = Evaluation(list(generations), [s.classes for s in sources], ks=resolve_ks(ks, sources))
-    label_fields = ([id_column] if id_column else []) + [label_column]
-    label_frames = io.iter_frames(labels, label_fields, chunk_rows, text_columns=tuple(label_fields))
-    order = _row_order(labels, sources, id_column) if id_column else None
-    if order is None:
-        streams = [_frames(s, chunk_rows) for s in sources]
-    else:
-        streams = [_reordered(s, positions, chunk_rows) for s, positions in zip(sources, order, strict=True)]
-    n = 0
-    for chunk in label_frames:
-        batch = [_next_chunk(stream, s, labels, len(chunk), n) for stream, s in zip(streams, sources, strict=True)]
-        evaluation.add(
-            _labels(chunk, label_column, labels),
-            [_body(f, s) for f, s in zip(batch, sources, strict=True)],
-            where=str(labels),
-        )
-        n += len(chunk)
-    for stream, source in zip(streams, sources, strict=True):
-        extra = sum(len(f) for f in stream)
-        if extra:
-            raise DataError(
-                f"row counts differ: {labels} has {n} rows but {source.path} has {n + extra}; "
-                "give files with one row per sample, or align them with --id-column"
-            )
-    if n == 0:
-        raise DataError(f"{labels}: the file has a header but no rows; nothing to evaluate")
-    return evaluation
-
-
-def _labels(chunk: pd.DataFrame, label_column: str, path: Path) -> pd.Series:
-    labels = chunk[label_column]
-    missing = labels.isna()
-    if missing.any():
-        row = int(labels.index[np.argmax(missing.to_numpy())]) + 1
-        raise DataError(f"{path}: row {row}, column '{label_column}' is empty; every sample needs a true label")
-    return labels
-
-
-def _frames(source: io.PredictionSource, chunk_rows: int):
-    text = (source.id_column,) if source.id_column else ()
-    if not source.has_scores:
-        text += (io.HARD_LABEL_COLUMN,)
-    return io.iter_frames(source.path, source.columns, chunk_rows, text_columns=text)
-
-
-def _next_chunk(stream, source: io.PredictionSource, labels: Path, rows: int, seen: int) -> pd.DataFrame:
-    frame = next(stream, None)
-    if frame is None or len(frame) < rows:
-        have = seen + (0 if frame is None else len(frame))
-        raise DataError(
-            f"row counts differ: {source.path} has {have} rows but {labels} has more; "
-            "give files with one row per sample, or align them with --id-column"
-        )
-    return frame
-
-
-def _body(frame: pd.DataFrame, source: io.PredictionSource) -> pd.DataFrame | pd.Series:
-    if source.has_scores:
-        return pd.DataFrame(io.score_matrix(frame, source), index=frame.index)
-    return io.hard_labels(frame, source)
-
-
-def _row_order(labels: Path, sources: list[io.PredictionSource], id_column: str) -> list[np.ndarray | None] | None:
-    """For each prediction file, the row positions that put it in the labels file's id order.
-
-    None where a file is already in that order (it is then streamed); the ids must be
-    unique and the same set in every file.
-    """
-    reference = _unique_ids(labels, id_column)
-    order: list[np.ndarray | None] = []
-    for source in sources:
-        ids = _unique_ids(source.path, id_column)
-        if len(ids) == len(reference) and (ids.to_numpy() == reference.to_numpy()).all():
-            order.append(None)
-            continue
-        position = pd.Series(np.arange(len(ids)), index=ids)
-        missing = reference[~reference.isin(position.index)]
-        if len(missing):
-            raise DataError(
-                f"{source.path}: id {plain(missing.iloc[0])} of {labels} is missing "
-                f"({len(missing)} ids in all); every file needs the same ids"
-            )
-        extra = ids[~ids.isin(reference)]
-        if len(extra):
-            raise DataError(
-                f"{source.path}: id {plain(extra.iloc[0])} is not in {labels} "
-                f"({len(extra)} such ids); every file needs the same ids"
-            )
-        order.append(position.loc[reference].to_numpy())
-    return order
-
-
-def _unique_ids(path: Path, id_column: str) -> pd.Series:
-    ids = io.read_column(path, id_column)
-    if ids.isna().any():
-        row = int(np.argmax(ids.isna().to_numpy())) + 1
-        raise DataError(f"{path}: row {row}, id column '{id_column}' is empty")
-    dup = ids.duplicated()
-    if dup.any():
-        raise DataError(
-            f"{path}: id {plain(ids[dup].iloc[0])} appears more than once in column '{id_column}'; ids must be unique"
-        )
-    return ids.reset_index(drop=True)
-
-
-def _reordered(source: io.PredictionSource, positions: np.ndarray | None, chunk_rows: int):
-    """Chunks of a prediction file in the labels' id order. A file out of order is read whole."""
-    if positions is None:
-        yield from _frames(source, chunk_rows)
-        return
-    whole = pd.concat(list(_frames(source, chunk_rows)))
-    for start in range(0, len(positions), chunk_rows):
-        part = whole.iloc[positions[start : start + chunk_rows]]
-        part.index = pd.RangeIndex(start, start + len(part))
-        yield part

@@ -21,75 +21,15 @@ Everything is checked before any training starts (exit 2 for the config, 3 for t
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from pathlib import Path
-
 import numpy as np
 import pandas as pd
 
-from consistency_gate.combine import RULES
-from consistency_gate.ensemble_model import TorchEnsemble
-from consistency_gate.errors import DataError, UsageError
-from consistency_gate.predictions import file_columns, iter_frames, require_columns
-from consistency_gate.recipes import RecipeSpec, check_recipe
-from consistency_gate.snapshot import EnsembleBuild, TrainSettings, build_ensemble
-
-_SETTING_KEYS = {
-    "method": "method",
-    "m": "m",
-    "N": "n_snapshots",
-    "epochs": "epochs",
-    "beta": "beta",
-    "lr": "lr",
-    "batch_size": "batch_size",
-    "val_fraction": "val_fraction",
-    "seed": "seed",
-    "max_runs": "max_runs",
-}
-_OTHER_KEYS = {"enabled", "recipe", "recipe_options", "data", "label_column", "combination"}
-
-
-@dataclass(frozen=True)
-class RemediationConfig:
-    data: Path
-    recipe: str = "mlp"
-    recipe_options: dict = field(default_factory=dict)
-    label_column: str = "label"
-    combination: str = "avg"
-    settings: TrainSettings = field(default_factory=TrainSettings)
-    enabled: bool = True
-
-
-def parse_remediation(block: object, source: str = "config") -> RemediationConfig | None:
-    """The ``remediation:`` block, checked; None when absent or ``enabled: false``."""
-    if block is None:
-        return None
-    where = f"{source}: remediation"
-    if not isinstance(block, dict):
-        raise UsageError(f"{where}: expected a mapping, got {block!r}")
-    unknown = set(block) - set(_SETTING_KEYS) - _OTHER_KEYS
-    if unknown:
-        known = ", ".join(sorted(set(_SETTING_KEYS) | _OTHER_KEYS))
-        raise UsageError(f"{where}: unknown key '{sorted(unknown)[0]}' (known: {known})")
-    if not block.get("enabled", True):
-        return None
-    if "data" not in block:
-        raise UsageError(f"{where}: 'data' (the training data file) is required")
-    combination = str(block.get("combination", "avg")).lower()
-    if combination not in RULES:
-        raise UsageError(f"{where}: combination '{combination}' is unknown; use one of {', '.join(RULES)}")
-    options = block.get("recipe_options") or {}
-    if not isinstance(options, dict):
-        raise UsageError(f"{where}: recipe_options must be a mapping, got {options!r}")
-    settings = TrainSettings(**{_SETTING_KEYS[k]: v for k, v in block.items() if k in _SETTING_KEYS})
-    return RemediationConfig(
-        data=Path(block["data"]),
-        recipe=str(block.get("recipe", "mlp")),
-        recipe_options=options,
-        label_column=str(block.get("label_column", "label")),
-        combination=combination,
-        settings=settings,
-    )
+from consistency_gate.ensembles.config import RemediationConfig
+from consistency_gate.ensembles.model import TorchEnsemble
+from consistency_gate.ensembles.recipes import RecipeSpec, check_recipe
+from consistency_gate.ensembles.snapshot import EnsembleBuild, build_ensemble
+from consistency_gate.errors import DataError
+from consistency_gate.io.predictions import file_columns, iter_frames, require_columns
 
 
 def train_ensemble(

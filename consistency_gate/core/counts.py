@@ -1,6 +1,6 @@
 """Mergeable counts behind every consistency metric.
 
-Every metric of SPEC section 1 is a ratio of additive counts (Pearson and cosine are sums
+Every consistency metric is a ratio of additive counts (Pearson and cosine are sums
 of per-sample values), so one :class:`ConsistencyCounts` can be fed batch by batch with
 :meth:`~ConsistencyCounts.update`, and partial counts from other workers folded in with
 :meth:`~ConsistencyCounts.merge`. One array, a stream of chunks and a map-reduce all give
@@ -19,11 +19,11 @@ the same numbers.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 import numpy as np
 
-from consistency_gate import metrics as m
+from consistency_gate.core import metrics as m
 
 ROLES = ("previous", "candidate")
 
@@ -59,30 +59,42 @@ class Outputs:
         return self.scores is not None
 
 
+def _state(default: object = 0, merge: str = "sum") -> object:
+    """A counting state and how two parts of it merge (as torchmetrics' ``add_state``):
+    ``sum`` adds, ``sum_per_k`` adds per k, ``same`` must agree (None: not seen yet)."""
+    if merge == "sum_per_k":
+        return field(default_factory=dict, metadata={"merge": merge})
+    return field(default=default, metadata={"merge": merge})
+
+
 @dataclass
 class ConsistencyCounts:
-    """Additive counts for one (previous, candidate) pair; see the module docstring."""
+    """Additive counts for one (previous, candidate) pair; see the module docstring.
+
+    Every field but ``ks`` is a state that declares its merge (:func:`_state`); :meth:`merge`
+    follows the declarations, so a new state cannot be dropped by a merge.
+    """
 
     ks: tuple[int, ...] = (1,)
-    n: int = 0
-    correct_previous: int = 0
-    correct_candidate: int = 0
-    agree: int = 0
-    ctoc: int = 0
-    ctoi: int = 0
-    itoc: int = 0
-    itoi: int = 0
-    unknown_previous: int = 0
-    unknown_candidate: int = 0
-    ccon: dict[int, int] = field(default_factory=dict)
-    cacc_previous: dict[int, int] = field(default_factory=dict)
-    cacc_candidate: dict[int, int] = field(default_factory=dict)
-    pearson_sum: float = 0.0
-    pearson_n: int = 0
-    cosine_sum: float = 0.0
-    cosine_n: int = 0
-    previous_has_scores: bool | None = None
-    candidate_has_scores: bool | None = None
+    n: int = _state()
+    correct_previous: int = _state()
+    correct_candidate: int = _state()
+    agree: int = _state()
+    ctoc: int = _state()
+    ctoi: int = _state()
+    itoc: int = _state()
+    itoi: int = _state()
+    unknown_previous: int = _state()
+    unknown_candidate: int = _state()
+    ccon: dict[int, int] = _state(merge="sum_per_k")
+    cacc_previous: dict[int, int] = _state(merge="sum_per_k")
+    cacc_candidate: dict[int, int] = _state(merge="sum_per_k")
+    pearson_sum: float = _state(0.0)
+    pearson_n: int = _state()
+    cosine_sum: float = _state(0.0)
+    cosine_n: int = _state()
+    previous_has_scores: bool | None = _state(None, merge="same")
+    candidate_has_scores: bool | None = _state(None, merge="same")
 
     def __post_init__(self) -> None:
         self.ks = tuple(sorted(set(self.ks)))
@@ -166,20 +178,26 @@ class ConsistencyCounts:
         if self.ks != other.ks:
             raise ValueError(f"cannot merge counts for k={self.ks} with counts for k={other.ks}")
         out = ConsistencyCounts(ks=self.ks)
-        for role in ROLES:
-            kinds = {getattr(c, f"{role}_has_scores") for c in (self, other)} - {None}
-            if len(kinds) > 1:
-                raise ValueError(f"cannot merge: the {role} generation has scores in one part only")
-            setattr(out, f"{role}_has_scores", kinds.pop() if kinds else None)
-        for name in _ADDITIVE:
-            setattr(out, name, getattr(self, name) + getattr(other, name))
-        for name in ("ccon", "cacc_previous", "cacc_candidate"):
-            mine, theirs = getattr(self, name), getattr(other, name)
-            setattr(out, name, {k: mine[k] + theirs[k] for k in self.ks})
+        for state in fields(self):
+            if state.name == "ks":
+                continue
+            mine, theirs = getattr(self, state.name), getattr(other, state.name)
+            merge = state.metadata["merge"]
+            if merge == "sum":
+                merged = mine + theirs
+            elif merge == "sum_per_k":
+                merged = {k: mine[k] + theirs[k] for k in self.ks}
+            else:  # "same": one kind of output per generation
+                kinds = {mine, theirs} - {None}
+                if len(kinds) > 1:
+                    role = state.name.removesuffix("_has_scores")
+                    raise ValueError(f"cannot merge: the {role} generation has scores in one part only")
+                merged = kinds.pop() if kinds else None
+            setattr(out, state.name, merged)
         return out
 
     def compute(self) -> tuple[dict[str, float | None], dict[str, str]]:
-        """Metric values keyed as in SPEC section 6, and the reason for each null value."""
+        """Metric values keyed as ``compare --format json`` prints them, and the reason for each null value."""
         values: dict[str, float | None] = {}
         reasons: dict[str, str] = {}
 
@@ -242,24 +260,6 @@ class ConsistencyCounts:
     def unknown_labels(self) -> dict[str, int]:
         """Samples whose true class a generation does not know (counted as wrong for it)."""
         return {"previous": self.unknown_previous, "candidate": self.unknown_candidate}
-
-
-_ADDITIVE = (
-    "n",
-    "correct_previous",
-    "correct_candidate",
-    "agree",
-    "ctoc",
-    "ctoi",
-    "itoc",
-    "itoi",
-    "unknown_previous",
-    "unknown_candidate",
-    "pearson_sum",
-    "pearson_n",
-    "cosine_sum",
-    "cosine_n",
-)
 
 
 def _on_classes(scores: np.ndarray, columns: np.ndarray, classes: np.ndarray) -> np.ndarray:

@@ -1,4 +1,4 @@
-"""Why an ensemble helps or not: `consistency-gate diagnose` (SPEC sections 3 and 4, seed 000).
+"""Why an ensemble helps or not: `consistency-gate diagnose` (papers 001 and 004, seed 000).
 
 :func:`diagnose` takes the members' class probabilities on one labelled set and returns one
 JSON-able report: each member's accuracy, every pair's consistency metrics with its 2x2
@@ -16,14 +16,14 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from consistency_gate import decomposition as dec
-from consistency_gate import predictions as io
-from consistency_gate.accumulator import ConsistencyCounts, Outputs
-from consistency_gate.combine import RULES, combine
-from consistency_gate.compare import canonical_classes
-from consistency_gate.diversity import cohen_kappa, pairwise_values, team_diversity
-from consistency_gate.errors import DataError, UsageError
-from consistency_gate.report import finite_or_null, plain
+from consistency_gate.core.counts import ConsistencyCounts, Outputs
+from consistency_gate.core.evaluation import canonical_classes
+from consistency_gate.diagnostics import decomposition as dec
+from consistency_gate.diagnostics.diversity import cohen_kappa, pairwise_values, team_diversity
+from consistency_gate.ensembles.combine import RULES, combine
+from consistency_gate.errors import DataError, UsageError, plain
+from consistency_gate.io import predictions as io
+from consistency_gate.report.tables import finite_or_null
 
 
 def diagnose(names: list[str], probs: np.ndarray, y: np.ndarray, classes: list[str]) -> dict:
@@ -81,12 +81,10 @@ def _with_null_reasons(report: dict) -> dict:
 
 def _pair(a: np.ndarray, b: np.ndarray, y: np.ndarray) -> dict:
     cols = np.arange(a.shape[1])
-    values, reasons = (
-        ConsistencyCounts().update(y, Outputs.from_scores(a, cols, 1), Outputs.from_scores(b, cols, 1)).compute()
-    )
+    pair = ConsistencyCounts().update(y, Outputs.from_scores(a, cols, 1), Outputs.from_scores(b, cols, 1))
+    values, reasons = pair.compute()
     values["null_reasons"] = reasons
-    ra, rb = a.argmax(1) == y, b.argmax(1) == y
-    counts = [int(c.sum()) for c in (ra & rb, ra & ~rb, ~ra & rb, ~ra & ~rb)]
+    counts = pair.flip_counts  # the 2x2 right/wrong table: CtoC, CtoI, ItoC, ItoI
     values["table"] = dict(zip(("both_right", "only_first", "only_second", "both_wrong"), counts, strict=True))
     # error correlation over all samples (on negatives alone a pair's Q is always -1: N11 = 0 there)
     n11, n10, n01, n00 = counts
@@ -230,7 +228,7 @@ def _fmt(value: float | None) -> str:
 def load_member_files(
     labels: str | Path, members: dict[str, str | Path], label_column: str = "label", id_column: str | None = None
 ) -> tuple[list[str], np.ndarray, np.ndarray, list[str]]:
-    """Read a labels file and member prediction files (SPEC 6 format) into (names, probs, y, classes).
+    """Read a labels file and member prediction files (the `compare` format) into (names, probs, y, classes).
 
     Classes are aligned by name over the union of all files (a class a member lacks has
     probability 0); hard-label members become one-hot. Files are read whole.
@@ -322,7 +320,7 @@ def run_diagnose(
         names, probs, y, classes = load_member_files(labels, members, label_column, id_column)
     report = diagnose(names, probs, y, classes)
     if select:
-        from consistency_gate.selection import Pool, select_teams
+        from consistency_gate.diagnostics.selection import Pool, select_teams
 
         if max_team_size is not None and max_team_size > len(names):
             raise UsageError(f"--max-team-size {max_team_size} is larger than the pool of {len(names)} members")
@@ -338,8 +336,8 @@ def render_html(report: dict, names: list[str], probs: np.ndarray, y: np.ndarray
 
     import matplotlib.pyplot as plt
 
-    from consistency_gate import plots
-    from consistency_gate.report import diagnose_html
+    from consistency_gate.report import plots
+    from consistency_gate.report.tables import diagnose_html
 
     first = report["pairs"][f"{names[0]}|{names[1]}"]
     figs = {
@@ -364,22 +362,13 @@ def render_html(report: dict, names: list[str], probs: np.ndarray, y: np.ndarray
 
 
 def _load_registry_members(members, data, tracking_uri, label_column, id_column):
-    import mlflow
-    from mlflow import MlflowClient
 
-    from consistency_gate import registry
-    from consistency_gate.gate import _predict, _read_evaluation_data
+    from consistency_gate.mlops import registry, scoring, store
 
     if data is None:
         raise UsageError("registry members (models:/...) need --data with their features and labels")
-    frame = _read_evaluation_data(Path(data), label_column, id_column)
-    uri = registry.resolve_tracking_uri(tracking_uri)
-    registry.configure_fail_fast()
-    registry.check_reachable(uri)
-    mlflow.set_tracking_uri(uri)  # models:/ URIs load through both; never a stray ./mlflow.db
-    mlflow.set_registry_uri(uri)
-    client = MlflowClient(tracking_uri=uri, registry_uri=uri)
-    registry.check_access(client, uri)
+    frame = io.read_evaluation_data(Path(data), label_column, id_column)
+    _, client = store.connect(tracking_uri)
     frames = {}
     for name, source in members.items():
         if not str(source).startswith("models:/"):
@@ -391,5 +380,5 @@ def _load_registry_members(members, data, tracking_uri, label_column, id_column)
         else:
             model_name, _, spec = rest.partition("/")
         ref = registry.resolve_version(client, model_name, spec or None)
-        frames[name] = _predict(registry.load_model(ref), frame, label_column, id_column)
+        frames[name] = scoring.predict(scoring.load_model(ref), frame, label_column, id_column)
     return frames_to_arrays(frames, frame[label_column].astype(str).reset_index(drop=True))

@@ -1,6 +1,6 @@
 """Snapshot ensembles in PyTorch: DynSnap (paper 003, Algorithm 1) and the paper's baselines.
 
-Methods (SPEC section 2):
+Methods (paper 003, Sec. 4 and its baselines):
 
 - ``dynsnap-cyc``: cyclic cosine learning rate, the best-on-validation snapshot of each of
   the N cycles, dynamic pruning (keep snapshot j if W_j >= tau).
@@ -28,49 +28,15 @@ import math
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 from torch import nn
 
+from consistency_gate.ensembles.config import TrainSettings
+from consistency_gate.ensembles.recipes import RecipeSpec, build_module
 from consistency_gate.errors import UsageError
-from consistency_gate.recipes import RecipeSpec, build_module
-
-METHODS = ("dynsnap-cyc", "dynsnap-step", "snapshot", "extbagging", "mcdropout", "singlebase")
-
-
-@dataclass(frozen=True)
-class TrainSettings:
-    """Options of an ensemble build (the config's ``remediation:`` block)."""
-
-    method: str = "dynsnap-cyc"
-    m: int = 20
-    n_snapshots: int = 10
-    epochs: int = 40
-    beta: float | None = None  # None: beta* per run
-    lr: float = 0.05
-    batch_size: int = 64
-    val_fraction: float = 0.2
-    seed: int = 0
-    max_runs: int = 200
-
-    def __post_init__(self) -> None:
-        if self.method not in METHODS:
-            raise UsageError(f"remediation method '{self.method}' is unknown; use one of {', '.join(METHODS)}")
-        for name in ("m", "n_snapshots", "epochs", "batch_size", "max_runs"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                label = "N" if name == "n_snapshots" else name
-                raise UsageError(f"remediation {label} must be an integer >= 1, got {value!r}")
-        if self.beta is not None and not 0.0 <= float(self.beta) <= 1.0:
-            raise UsageError(f"remediation beta must be in [0, 1] (or null for beta*), got {self.beta}")
-        if not 0.0 < self.val_fraction < 1.0:
-            raise UsageError(f"remediation val_fraction must be in (0, 1), got {self.val_fraction}")
-        if (self.method.startswith("dynsnap") or self.method == "snapshot") and self.n_snapshots > self.epochs:
-            raise UsageError(
-                f"remediation N={self.n_snapshots} snapshots need at least as many epochs (epochs={self.epochs})"
-            )
 
 
 @dataclass
@@ -102,9 +68,7 @@ class EnsembleBuild:
     settings: TrainSettings
     mc_passes: int = 1
     seconds: float = 0.0
-    single_run_seconds: float = 0.0
     epochs_trained: int = 0
-    info: dict = field(default_factory=dict)
 
     @property
     def kappa(self) -> float:
@@ -200,7 +164,6 @@ def build_ensemble(
         settings=settings,
         mc_passes=settings.m if settings.method == "mcdropout" else 1,
         seconds=seconds,
-        single_run_seconds=runs[0].seconds,
         epochs_trained=settings.epochs * len(runs),
     )
     return build

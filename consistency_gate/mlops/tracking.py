@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from consistency_gate import plots
+from consistency_gate.report import plots
 
 EXPERIMENT_PREFIX = "consistency-gate"
 

@@ -35,11 +35,6 @@ METRICS = ("ck", "qs", "bd", "fk", "kw", "gd")
 _HIGHER_IS_MORE_DIVERSE = ("bd", "kw", "gd")
 
 
-def oracle_outputs(predictions: np.ndarray, y_true: np.ndarray) -> np.ndarray:
-    """(members, n) booleans: member i right on sample k."""
-    return np.asarray(predictions) == np.asarray(y_true)[None, :]
-
-
 def ranking_score(metric: str, value: float | None) -> float | None:
     """Score for ranking teams, low = diverse (1 - value for BD, KW, GD)."""
     if value is None:

@@ -14,7 +14,7 @@ from itertools import combinations
 
 import numpy as np
 
-from consistency_gate.diversity import METRICS, ranking_score, teams_diversity
+from consistency_gate.diagnostics.diversity import METRICS, ranking_score, teams_diversity
 
 
 @dataclass
@@ -111,23 +111,20 @@ def alpha_filter(
 def kmeans_filter(scores: np.ndarray, accuracy: np.ndarray, iterations: int = 100) -> np.ndarray:
     """K-means with K=2 on (score, accuracy), initial centroids (low score, high accuracy) and
     (high score, low accuracy); keep teams scoring below the smallest score of the low-accuracy
-    cluster. Features are min-max scaled so neither axis dominates."""
+    cluster. Features are min-max scaled so neither axis dominates (scikit-learn's KMeans)."""
+    from sklearn.cluster import KMeans
+
     ok = np.isfinite(scores)
     keep = np.zeros(len(scores), dtype=bool)
-    if ok.sum() < 2:
+    pts = np.column_stack([scores[ok], accuracy[ok]])
+    if len(np.unique(pts, axis=0)) < 2:  # fewer than two distinct teams: nothing to split
         keep[ok] = True
         return keep
-    pts = np.column_stack([scores[ok], accuracy[ok]])
     span = pts.max(axis=0) - pts.min(axis=0)
     span[span == 0] = 1
     pts = (pts - pts.min(axis=0)) / span
     centroids = np.array([[pts[:, 0].min(), pts[:, 1].max()], [pts[:, 0].max(), pts[:, 1].min()]])
-    for _ in range(iterations):
-        label = ((pts[:, None, :] - centroids[None]) ** 2).sum(-1).argmin(axis=1)
-        new = np.array([pts[label == k].mean(axis=0) if (label == k).any() else centroids[k] for k in (0, 1)])
-        if np.allclose(new, centroids):
-            break
-        centroids = new
+    label = KMeans(n_clusters=2, init=centroids, n_init=1, max_iter=iterations).fit(pts).labels_
     low_acc = label == 1
     threshold = scores[ok][low_acc].min() if low_acc.any() else np.inf
     keep[np.flatnonzero(ok)] = scores[ok] < threshold if low_acc.any() else True

@@ -1,4 +1,4 @@
-"""Diversity decomposition and learner-collusion diagnostics (paper 001, SPEC section 4).
+"""Diversity decomposition and learner-collusion diagnostics (paper 001).
 
 DIV = weighted mean of member losses - ensemble loss. The identities, checked in tests:
 

@@ -1,7 +1,7 @@
 """`--engine spark`: the same metrics on Apache Spark, for evaluation sets past one machine.
 
-Each partition feeds its rows through an :class:`~consistency_gate.compare.Evaluation` (the
-same code as in-process) and returns its :class:`~consistency_gate.accumulator.ConsistencyCounts`;
+Each partition feeds its rows through an :class:`~consistency_gate.core.evaluation.Evaluation` (the
+same code as in-process) and returns its :class:`~consistency_gate.core.counts.ConsistencyCounts`;
 the driver merges them. Both generations must give class scores (the class-id space is then
 fixed up front, so every partition agrees on it).
 
@@ -23,12 +23,12 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from consistency_gate import predictions as io
-from consistency_gate.accumulator import ConsistencyCounts
-from consistency_gate.compare import ComparisonResult, Evaluation, flip_table, resolve_ks
+from consistency_gate.core.counts import ROLES, ConsistencyCounts
+from consistency_gate.core.evaluation import ComparisonResult, Evaluation, flip_table
+from consistency_gate.engines.local import resolve_ks
 from consistency_gate.errors import DataError, ModelError, UsageError
+from consistency_gate.io import predictions as io
 
-ROLES = ("previous", "candidate")
 # flipped samples (CtoI, ItoC) each partition sends back for the logged flip table
 MAX_FLIPS_PER_PARTITION = 100_000
 
@@ -107,7 +107,8 @@ def compare_spark(
     ks: Sequence[int] | None = None,
     partitions: int | None = None,
 ) -> ComparisonResult:
-    """Compare two prediction files on Spark; the result equals :func:`~consistency_gate.compare.compare_files`."""
+    """Compare two prediction files on Spark; the result equals
+    :func:`~consistency_gate.engines.local.compare_files`."""
     if id_column is None:
         raise UsageError("--engine spark aligns rows by id: pass --id-column")
     spark = spark_session(partitions)

@@ -1,8 +1,8 @@
 """Consistency metrics between two generations of a classifier, as pure numpy functions.
 
-Definitions follow SPEC section 1 (paper 003, Sec. 6 and Appendix H). Every function
+Definitions follow paper 003 (Sec. 6 and Appendix H). Every function
 takes arrays for one set of n samples and returns a number or a per-sample array; the
-mergeable counts behind them live in :mod:`consistency_gate.accumulator`.
+mergeable counts behind them live in :mod:`consistency_gate.core.counts`.
 
 Tie rule: whenever scores tie, the lowest class index wins. ``argmax`` therefore behaves
 exactly like :func:`numpy.argmax`, and the top-k set of a row is the k classes that come
@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from consistency_gate import kernels
+from consistency_gate.core import kernels
 
 FLIP_NAMES = ("ctoc", "ctoi", "itoc", "itoi")
 
@@ -40,7 +40,7 @@ def predicted_classes(scores: np.ndarray) -> np.ndarray:
 def top_k(scores: np.ndarray, k: int) -> np.ndarray:
     """The k best class indices of each row, best first (ties: lowest index first).
 
-    One compiled pass over the matrix (:func:`consistency_gate.kernels.top_k_rows`).
+    One compiled pass over the matrix (:func:`consistency_gate.core.kernels.top_k_rows`).
     Scores must not be NaN (the prediction readers refuse them).
 
     >>> top_k(np.array([[0.1, 0.4, 0.4, 0.1]]), 3).tolist()

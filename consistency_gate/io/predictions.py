@@ -1,6 +1,6 @@
 """Reading label and prediction files (CSV or Parquet) in chunks, with precise errors.
 
-A prediction file (SPEC section 6) holds one row per evaluation sample and either one
+A prediction file holds one row per evaluation sample and either one
 numeric column per class, headed by the class label, or one column ``prediction`` with
 hard labels. An optional id column aligns rows across files. Labels are compared as
 strings, so a header ``3`` and a label value ``3`` name the same class.
@@ -21,8 +21,7 @@ import numpy as np
 import pandas as pd
 import pyarrow.parquet as pq
 
-from consistency_gate.errors import DataError
-from consistency_gate.report import plain
+from consistency_gate.errors import DataError, plain
 
 HARD_LABEL_COLUMN = "prediction"
 _PANDAS_INDEX = re.compile(r"__index_level_\d+__")
@@ -279,11 +278,15 @@ def _raise_at(source: PredictionSource, frame: pd.DataFrame, block: pd.DataFrame
 
 def hard_labels(frame: pd.DataFrame, source: PredictionSource) -> pd.Series:
     """The chunk's hard-label column as text, refusing missing values."""
-    labels = frame[HARD_LABEL_COLUMN]
+    return labels_present(frame[HARD_LABEL_COLUMN], source.path, "a label")
+
+
+def labels_present(labels: pd.Series, path: Path, what: str = "a true label") -> pd.Series:
+    """``labels`` (a chunk's column, indexed by 0-based row), or DataError naming the first empty row."""
     missing = labels.isna()
     if missing.any():
-        row = int(frame.index[np.argmax(missing.to_numpy())]) + 1
-        raise DataError(f"{source.path}: row {row}, column '{HARD_LABEL_COLUMN}' is empty; every sample needs a label")
+        row = int(labels.index[np.argmax(missing.to_numpy())]) + 1
+        raise DataError(f"{path}: row {row}, column '{labels.name}' is empty; every sample needs {what}")
     return labels
 
 
@@ -294,3 +297,20 @@ def _format(path: Path) -> str:
     if suffix in (".csv", ".txt"):
         return "csv"
     raise DataError(f"{path}: unknown file type '{suffix}'; use .csv or .parquet")
+
+
+def read_evaluation_data(
+    path: Path, label_column: str, id_column: str | None, max_rows: int | None = None
+) -> pd.DataFrame:
+    """The evaluation set, or its first ``max_rows`` rows."""
+    columns = file_columns(path)
+    require_columns(path, columns, [label_column] + ([id_column] if id_column else []))
+    text = (label_column,) + ((id_column,) if id_column else ())
+    chunks = iter_frames(path, columns, chunk_rows=max_rows or DEFAULT_CHUNK_ROWS, text_columns=text)
+    frames = [next(chunks, None)] if max_rows else list(chunks)
+    frames = [f for f in frames if f is not None and len(f)]
+    if not frames:
+        raise DataError(f"{path}: the file has a header but no rows; nothing to evaluate")
+    frame = pd.concat(frames)
+    frame.attrs["source"] = str(path)  # error messages name the file
+    return frame

@@ -2,8 +2,8 @@
 
 :func:`run_gate` is the Python API a pipeline step calls; ``consistency-gate check`` is a
 thin shell over it. It loads both generations from the MLflow Model Registry, validates
-the evaluation data (great-expectations), predicts, computes the metrics of SPEC
-section 1, applies the configured rules, logs everything to one MLflow run, tags the
+the evaluation data (great-expectations), predicts, computes the consistency
+metrics, applies the configured rules, logs everything to one MLflow run, tags the
 candidate version and, with ``promote=True`` and a pass, moves the baseline alias.
 
     result = run_gate("digits", data="eval.csv", tracking_uri="sqlite:///mlflow.db")
@@ -17,18 +17,29 @@ import contextlib
 import json
 import os
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
 
-from consistency_gate import registry, rules, tracking
-from consistency_gate.compare import ComparisonResult, Evaluation, flip_table
-from consistency_gate.errors import DataError, GateError, ModelError, TrackingError, UsageError, redact_credentials
-from consistency_gate.predictions import DEFAULT_CHUNK_ROWS, file_columns, iter_frames, require_columns
-from consistency_gate.report import plain
-from consistency_gate.spark import SparkModel, gate_comparison
+from consistency_gate.core.evaluation import ComparisonResult, Evaluation, flip_table
+from consistency_gate.engines.spark import SparkModel, gate_comparison
+from consistency_gate.errors import (
+    DataError,
+    GateError,
+    TrackingError,
+    UsageError,
+    redact_credentials,
+)
+from consistency_gate.gate import rules
+from consistency_gate.io import predictions as io
+from consistency_gate.mlops import registry, scoring, store, tracking
+
+if TYPE_CHECKING:
+    from mlflow import MlflowClient
 
 DEFAULT_BASELINE = "@champion"
 NOTHING_TO_DECIDE = "nothing to decide"
@@ -104,21 +115,41 @@ class GateResult:
         }
 
 
-class _Timer:
-    def __init__(self) -> None:
-        self.spent: dict[str, float] = {}
+@contextlib.contextmanager
+def _timed(timings: dict[str, float], phase: str) -> Iterator[None]:
+    """Add the time spent in the block to ``timings[phase]``."""
+    start = time.perf_counter()
+    try:
+        yield
+    finally:
+        timings[phase] = timings.get(phase, 0.0) + time.perf_counter() - start
 
-    def __call__(self, name: str):
-        timer = self
 
-        class _Span:
-            def __enter__(self):
-                self.t0 = time.perf_counter()
+@dataclass
+class _GateRun:
+    """One gate's inputs and what it has done so far, shared by its steps."""
 
-            def __exit__(self, *exc):
-                timer.spent[name] = timer.spent.get(name, 0.0) + time.perf_counter() - self.t0
+    client: MlflowClient
+    cfg: rules.GateConfig
+    cand_ref: registry.ModelRef
+    base_ref: registry.ModelRef | None
+    frame: pd.DataFrame
+    data_path: Path
+    label_column: str
+    id_column: str | None
+    promote: bool
+    quiet: bool
+    engine: str
+    partitions: int | None
+    timings: dict[str, float]
+    started: list[str] = field(default_factory=list)  # the runs it opened: the gate run, a remediation run
 
-        return _Span()
+    @property
+    def run_id(self) -> str:
+        return self.started[0]
+
+    def timed(self, phase: str) -> contextlib.AbstractContextManager[None]:
+        return _timed(self.timings, phase)
 
 
 def run_gate(
@@ -145,24 +176,18 @@ def run_gate(
     ``engine="spark"`` predicts and counts on Apache Spark (``mlflow.pyfunc.spark_udf``), for
     evaluation sets past one machine; the driver then reads only the first ``SPARK_SAMPLE_ROWS``
     rows, to validate them and for the two-generation diagnosis.
-    Raises a :class:`~consistency_gate.errors.GateError` with the SPEC exit code on error.
+    Raises a :class:`~consistency_gate.errors.GateError` with its exit code (2 usage, 3 data,
+    4 model, 5 tracking) on error.
     """
     import mlflow
-    from mlflow import MlflowClient
 
     if engine not in ("local", "spark"):
         raise UsageError(f"engine must be 'local' or 'spark', got {engine!r}")
-    timer = _Timer()
+    timings: dict[str, float] = {}
     cfg = config if isinstance(config, rules.GateConfig) else rules.load_config(config)
-    uri = registry.resolve_tracking_uri(tracking_uri)
-    registry.configure_fail_fast()
-    registry.check_reachable(uri)
-    mlflow.set_tracking_uri(uri)
-    mlflow.set_registry_uri(uri)
-    client = MlflowClient(tracking_uri=uri, registry_uri=uri)
-    registry.check_access(client, uri)
+    uri, client = store.connect(tracking_uri)
 
-    with timer("registry"):
+    with _timed(timings, "registry"):
         cand_ref = registry.resolve_version(client, model, None if candidate is None else str(candidate))
         base_spec = str(baseline or DEFAULT_BASELINE)
         first_generation = baseline is None and not registry.alias_exists(client, model, base_spec[1:])
@@ -170,7 +195,7 @@ def run_gate(
     if base_ref is not None and base_ref.version == cand_ref.version:
         return _same_version(cand_ref, base_ref, report_path)
     sample = SPARK_SAMPLE_ROWS if engine == "spark" else None
-    frame = _read_evaluation_data(Path(data), label_column, id_column, max_rows=sample)
+    frame = io.read_evaluation_data(Path(data), label_column, id_column, max_rows=sample)
 
     try:
         # in the model's gate experiment, leaving the caller's active experiment as it was;
@@ -181,58 +206,48 @@ def run_gate(
             nested=mlflow.active_run() is not None,
         )
     except Exception as exc:  # noqa: BLE001
-        raise registry.refusal(exc, uri) or TrackingError(
+        raise store.refusal(exc, uri) or TrackingError(
             f"cannot start an MLflow run on {redact_credentials(uri)}: {exc}"
         ) from None
-    started = [run.info.run_id]  # the runs this gate opened: the gate run, then a remediation run
+    gate = _GateRun(
+        client, cfg, cand_ref, base_ref, frame, Path(data), label_column, id_column, promote, quiet, engine,
+        partitions, timings, started=[run.info.run_id],
+    )  # fmt: skip
     try:
         mlflow.set_tags(tracking.owner_tags())
         tracking.close_orphaned_runs(client, run.info.experiment_id, run.info.run_id)
-        result = _gate_in_run(
-            started,
-            client,
-            cfg,
-            cand_ref,
-            base_ref,
-            frame,
-            Path(data),
-            label_column,
-            id_column,
-            promote,
-            timer,
-            quiet,
-            engine,
-            partitions,
-        )
+        result = _gate_in_run(gate)
         if report_path:
             Path(report_path).write_text(json.dumps(result.to_dict(), indent=2, default=str))
         mlflow.end_run("FINISHED")
         return result
     except BaseException as exc:
-        left = _end_failed(exc, started, client)
-        error = exc
-        if not isinstance(exc, GateError):
-            refused = registry.refusal(exc, uri)
-            if refused is not None:
-                error = refused
-            elif registry.looks_unreachable(exc):
-                error = TrackingError(f"tracking server or storage became unreachable during the gate: {exc}")
-        if left:
-            error = type(error)(
-                f"{error}; runs left RUNNING (the server did not answer within {END_RUN_RETRY_S:.0f} s): "
-                f"{', '.join(left)}: the next gate of '{model}' marks them FAILED"
-            )
-        if report_path and isinstance(error, GateError):
-            report = {
-                "verdict": "error",
-                "error": redact_credentials(str(error)),
-                "run_id": started[0],
-                "left_running": left,
-            }
-            Path(report_path).write_text(json.dumps(report, indent=2))
+        error = _failed(exc, gate, uri, report_path)
         if error is exc:
             raise
         raise error from exc
+
+
+def _failed(exc: BaseException, gate: _GateRun, uri: str, report_path: str | Path | None) -> BaseException:
+    """End the gate's runs FAILED and return the error to raise: a refusal or an unreachable
+    server as TrackingError, naming the runs left RUNNING; written to the report if one is asked."""
+    left = _end_failed(exc, gate.started, gate.client)
+    error = exc
+    if not isinstance(exc, GateError):
+        refused = store.refusal(exc, uri)
+        if refused is not None:
+            error = refused
+        elif store.looks_unreachable(exc):
+            error = TrackingError(f"tracking server or storage became unreachable during the gate: {exc}")
+    if left:
+        error = type(error)(
+            f"{error}; runs left RUNNING (the server did not answer within {END_RUN_RETRY_S:.0f} s): "
+            f"{', '.join(left)}: the next gate of '{gate.cand_ref.name}' marks them FAILED"
+        )
+    if report_path and isinstance(error, GateError):
+        report = {"verdict": "error", "error": redact_credentials(str(error)), "run_id": gate.run_id}
+        Path(report_path).write_text(json.dumps({**report, "left_running": left}, indent=2))
+    return error
 
 
 def _same_version(cand_ref: registry.ModelRef, base_ref: registry.ModelRef, report_path) -> GateResult:
@@ -294,7 +309,7 @@ class _Comparer:
     frame: pd.DataFrame
     label_column: str
     id_column: str | None
-    baseline: registry.LoadedModel | None = None
+    baseline: scoring.LoadedModel | None = None
     base_scores: pd.DataFrame | None = None  # the baseline's scores on ``frame``
     engine: str = "local"
     partitions: int | None = None
@@ -333,18 +348,17 @@ class _Comparer:
         reported = _reported_metrics(comparison.metrics, self.cfg.ks, first_generation)
         return _Decision(comparison, results, rules.verdict(results), samples, ks, reported)
 
-    def spark_model(self, model: registry.LoadedModel, scores: pd.DataFrame) -> SparkModel:
+    def spark_model(self, model: scoring.LoadedModel, scores: pd.DataFrame) -> SparkModel:
         """How Spark loads a registered version: its classes are those its scorer gave on the sample."""
-        features = model.features or list(_features(model, self.frame, self.label_column, self.id_column).columns)
+        frame = scoring.feature_frame(model, self.frame, self.label_column, self.id_column)
+        features = model.features or list(frame.columns)
         return SparkModel(model.ref.uri, model.flavor, list(scores.columns), features)
 
 
 def _log_decision(decision: _Decision, report: dict) -> None:
     """Metrics, rule table, flip table, plots and JSON report into the active run."""
     tracking.log_metrics(decision.metrics)
-    tracking.log_rules(
-        [{**r.to_dict(), "rule": rules.Rule(r.metric, r.kind, r.threshold).describe()} for r in decision.rules]
-    )
+    tracking.log_rules([{**r.to_dict(), "rule": r.rule.describe()} for r in decision.rules])
     tracking.log_samples(decision.samples)
     tracking.log_plots(
         decision.samples, decision.comparison.counts.flip_counts, decision.comparison.metrics, decision.ks
@@ -352,57 +366,35 @@ def _log_decision(decision: _Decision, report: dict) -> None:
     tracking.log_json(report, "gate/report.json")
 
 
-def _gate_in_run(
-    started,
-    client,
-    cfg,
-    cand_ref,
-    base_ref,
-    frame,
-    data_path,
-    label_column,
-    id_column,
-    promote,
-    timer,
-    quiet=False,
-    engine="local",
-    partitions=None,
-):
-    import mlflow
-
-    run_id = started[0]
-    mlflow.log_params(
-        {
-            "model": cand_ref.name,
-            "candidate_version": cand_ref.version,
-            "baseline_version": base_ref.version if base_ref else "none (first generation)",
-            "baseline_alias": base_ref.alias if base_ref else "",
-            "data": str(data_path),
-            "n_rows": len(frame) if engine == "local" else f"spark (validated on the first {len(frame)})",
-            "label_column": label_column,
-            "engine": engine,
-            "config": cfg.source,
-            "remediation": cfg.remediation.settings.method if cfg.remediation else "off",
-        }
-    )
-    tracking.log_json([{"metric": r.metric, r.kind: r.threshold} for r in cfg.rules], "gate/config.json")
-    with timer("registry"):
-        models = [registry.load_model(ref, cfg.classes) for ref in ([base_ref] if base_ref else []) + [cand_ref]]
-    with timer("validation"):
-        _validate(frame, label_column, id_column, models, data_path)
-    with timer("predict"):  # on Spark: the sample only (classes, diagnosis); the job predicts the rest
-        frames = [_predict(m, frame, label_column, id_column) for m in models]
+def _gate_in_run(gate: _GateRun) -> GateResult:
+    """The gate inside its run: load, validate, predict, decide, tag, remediate, promote."""
+    cfg, cand_ref, base_ref, frame = gate.cfg, gate.cand_ref, gate.base_ref, gate.frame
+    _log_params(gate)
+    with gate.timed("registry"):
+        models = [scoring.load_model(ref, cfg.classes) for ref in ([base_ref] if base_ref else []) + [cand_ref]]
+    with gate.timed("validation"):
+        _validate(frame, gate.label_column, gate.id_column, models, gate.data_path)
+    with gate.timed("predict"):  # on Spark: the sample only (classes, diagnosis); the job predicts the rest
+        frames = [scoring.predict(m, frame, gate.label_column, gate.id_column) for m in models]
     base_scores = frames[0] if base_ref else None
     comparer = _Comparer(
-        cfg, data_path, frame, label_column, id_column, models[0] if base_ref else None, base_scores, engine, partitions
+        cfg,
+        gate.data_path,
+        frame,
+        gate.label_column,
+        gate.id_column,
+        models[0] if base_ref else None,
+        base_scores,
+        gate.engine,
+        gate.partitions,
     )
-    with timer("metrics"):
+    with gate.timed("metrics"):
         single = comparer.decide(frames[-1], comparer.spark_model(models[-1], frames[-1]))
     result = GateResult(
         verdict=single.verdict,
         rules=single.rules,
         metrics=single.metrics,
-        run_id=run_id,
+        run_id=gate.run_id,
         candidate=cand_ref.to_dict(),
         baseline=base_ref.to_dict() if base_ref else None,
         first_generation=base_ref is None,
@@ -410,49 +402,74 @@ def _gate_in_run(
         unknown_labels=single.comparison.unknown_labels,
         n=single.comparison.n,
     )
-    with timer("logging"):
+    with gate.timed("logging"):
         _log_decision(single, result.to_dict())
         if base_scores is not None:
-            _log_diagnosis(base_scores, frames[-1], frame[label_column])
-        for key, value in (
-            (registry.TAG_VERDICT, single.verdict),
-            (registry.TAG_KIND, _kind(cand_ref)),
-            (registry.TAG_RUN_ID, run_id),
-        ):
-            client.set_model_version_tag(cand_ref.name, cand_ref.version, key, value)
+            _log_diagnosis(base_scores, frames[-1], frame[gate.label_column])
+        registry.tag_version(gate.client, cand_ref, single.verdict, _kind(cand_ref), gate.run_id)
     promoted_version = cand_ref.version if single.verdict == "passed" else None
     if single.verdict == "failed" and cfg.remediation is not None:
-        with timer("remediation"):
-            result.ensemble = _remediate(client, comparer, cand_ref, models[-1], started, quiet)
+        with gate.timed("remediation"):
+            result.ensemble = _remediate(gate, comparer, models[-1])
         result.verdict = result.ensemble["verdict"]
         result.registered_version = result.ensemble["registered_version"]
         promoted_version = result.registered_version
-    with timer("logging"):
-        if promote and promoted_version is not None:
+    with gate.timed("logging"):
+        if gate.promote and promoted_version is not None:
             alias = (base_ref.alias if base_ref else None) or DEFAULT_BASELINE[1:]
             expected = base_ref.version if base_ref else None
-            promotion = registry.promote(client, cand_ref.name, alias, promoted_version, expected, owner=run_id)
+            promotion = registry.promote(gate.client, cand_ref.name, alias, promoted_version, expected, gate.run_id)
             result.promoted = promotion.promoted
             result.promotion = promotion.to_dict()
         tracking.log_json(result.to_dict(), "gate/report.json")
-        # the run's verdict is the candidate's; the outcome says what the gate did about it
-        tags = {
-            "consistency_gate.verdict": result.candidate_verdict,
-            "consistency_gate.outcome": result.outcome,
-            "consistency_gate.promoted": str(result.promoted),
-        }
-        if result.promotion and not result.promoted:
-            tags["consistency_gate.promotion"] = result.promotion["reason"][:500]
-        if result.registered_version is not None:
-            tags["consistency_gate.ensemble_version"] = result.registered_version
-        mlflow.set_tags(tags)
-    result.timings = dict(timer.spent)
+        _tag_run(result)
+    result.timings = dict(gate.timings)
     return result
+
+
+def _log_params(gate: _GateRun) -> None:
+    """The gate's inputs as run params, and its rules as ``gate/config.json``."""
+    import mlflow
+
+    base_ref, cfg = gate.base_ref, gate.cfg
+    mlflow.log_params(
+        {
+            "model": gate.cand_ref.name,
+            "candidate_version": gate.cand_ref.version,
+            "baseline_version": base_ref.version if base_ref else "none (first generation)",
+            "baseline_alias": base_ref.alias if base_ref else "",
+            "data": str(gate.data_path),
+            "n_rows": len(gate.frame)
+            if gate.engine == "local"
+            else f"spark (validated on the first {len(gate.frame)})",
+            "label_column": gate.label_column,
+            "engine": gate.engine,
+            "config": cfg.source,
+            "remediation": cfg.remediation.settings.method if cfg.remediation else "off",
+        }
+    )
+    tracking.log_json([{"metric": r.metric, r.kind: r.threshold} for r in cfg.rules], "gate/config.json")
+
+
+def _tag_run(result: GateResult) -> None:
+    """The gate run's tags: the candidate's own verdict, and what the gate did about it."""
+    import mlflow
+
+    tags = {
+        "consistency_gate.verdict": result.candidate_verdict,
+        "consistency_gate.outcome": result.outcome,
+        "consistency_gate.promoted": str(result.promoted),
+    }
+    if result.promotion and not result.promoted:
+        tags["consistency_gate.promotion"] = result.promotion["reason"][:500]
+    if result.registered_version is not None:
+        tags["consistency_gate.ensemble_version"] = result.registered_version
+    mlflow.set_tags(tags)
 
 
 def _log_diagnosis(base_scores: pd.DataFrame, cand_scores: pd.DataFrame, labels: pd.Series) -> None:
     """The two-generation `diagnose` report, so a reviewer sees why the candidate flipped."""
-    from consistency_gate.diagnose import diagnose, frames_to_arrays
+    from consistency_gate.diagnostics.diagnose import diagnose, frames_to_arrays
 
     names, probs, y, classes = frames_to_arrays(
         {"previous": base_scores, "candidate": cand_scores}, labels.astype(str).reset_index(drop=True)
@@ -469,23 +486,25 @@ def _kind(ref: registry.ModelRef) -> str:
     return "ensemble" if ref.tags.get(registry.TAG_KIND) == "ensemble" else "single"
 
 
-def _remediate(client, comparer: _Comparer, cand_ref, cand_model, started: list[str], quiet) -> dict:
+def _remediate(gate: _GateRun, comparer: _Comparer, cand_model: scoring.LoadedModel) -> dict:
     """Train the configured ensemble in a nested run, gate it, and register it if it passes."""
     import mlflow
 
-    run_id = started[0]
-    from consistency_gate.ensemble_model import log_ensemble
-    from consistency_gate.remediation import log_build, train_ensemble
+    from consistency_gate.ensembles.model import log_ensemble
+    from consistency_gate.ensembles.remediation import log_build, train_ensemble
 
-    cfg, frame, data_path = comparer.cfg, comparer.frame, comparer.data_path
-    label_column, id_column = comparer.label_column, comparer.id_column
+    cfg, frame, data_path, cand_ref = gate.cfg, gate.frame, gate.data_path, gate.cand_ref
+    label_column, id_column = gate.label_column, gate.id_column
     method = cfg.remediation.settings.method
     gate_experiment = mlflow.active_run().info.experiment_id
     with mlflow.start_run(experiment_id=gate_experiment, run_name=f"remediation: {method}", nested=True) as child:
-        started.append(child.info.run_id)
+        gate.started.append(child.info.run_id)
         mlflow.set_tags(tracking.owner_tags())
         ensemble, build = train_ensemble(
-            cfg.remediation, cand_model.features, exclude=tuple(c for c in (label_column, id_column) if c), quiet=quiet
+            cfg.remediation,
+            cand_model.features,
+            exclude=tuple(c for c in (label_column, id_column) if c),
+            quiet=gate.quiet,
         )
         log_build(build)
         model_info = log_ensemble(ensemble)
@@ -509,15 +528,12 @@ def _remediate(client, comparer: _Comparer, cand_ref, cand_model, started: list[
         }
         _log_decision(decision, report)
         if decision.verdict == "passed":
-            version = mlflow.register_model(model_info.model_uri, cand_ref.name).version
-            for key, value in (
-                (registry.TAG_VERDICT, "passed"),
-                (registry.TAG_KIND, "ensemble"),
-                (registry.TAG_RUN_ID, run_id),
-                ("consistency_gate.replaces", cand_ref.version),
-            ):
-                client.set_model_version_tag(cand_ref.name, str(version), key, value)
-            report["registered_version"] = str(version)
+            version = str(mlflow.register_model(model_info.model_uri, cand_ref.name).version)
+            ensemble_ref = registry.ModelRef(cand_ref.name, version)
+            registry.tag_version(
+                gate.client, ensemble_ref, "passed", "ensemble", gate.run_id, replaces=cand_ref.version
+            )
+            report["registered_version"] = version
             tracking.log_json(report, "gate/report.json")
     return report
 
@@ -529,28 +545,11 @@ def _reported_metrics(metrics: dict, ks: tuple[int, ...], first_generation: bool
     return keep
 
 
-def _read_evaluation_data(
-    path: Path, label_column: str, id_column: str | None, max_rows: int | None = None
-) -> pd.DataFrame:
-    """The evaluation set, or its first ``max_rows`` rows."""
-    columns = file_columns(path)
-    require_columns(path, columns, [label_column] + ([id_column] if id_column else []))
-    text = (label_column,) + ((id_column,) if id_column else ())
-    chunks = iter_frames(path, columns, chunk_rows=max_rows or DEFAULT_CHUNK_ROWS, text_columns=text)
-    frames = [next(chunks, None)] if max_rows else list(chunks)
-    frames = [f for f in frames if f is not None and len(f)]
-    if not frames:
-        raise DataError(f"{path}: the file has a header but no rows; nothing to evaluate")
-    frame = pd.concat(frames)
-    frame.attrs["source"] = str(path)  # error messages name the file
-    return frame
-
-
 def _validate(
     frame: pd.DataFrame,
     label_column: str,
     id_column: str | None,
-    models: list[registry.LoadedModel],
+    models: list[scoring.LoadedModel],
     data_path: Path,
 ) -> None:
     """Validate the evaluation data (great-expectations) before anything is predicted.
@@ -559,7 +558,7 @@ def _validate(
     without it the model cannot predict, so its classes are unknown and the labels are not
     checked against them (that check would only report every label as unexpected).
     """
-    from consistency_gate.validation import validate_evaluation_data
+    from consistency_gate.io.validation import validate_evaluation_data
 
     features: dict[str, str | None] = {}
     for m in models:
@@ -568,7 +567,7 @@ def _validate(
     missing = [name for name in features if name not in frame.columns]
     known = None
     if not missing:
-        known = sorted({str(c) for m in models for c in _model_classes(m, frame, label_column, id_column)})
+        known = sorted({str(c) for m in models for c in scoring.model_classes(m, frame, label_column, id_column)})
     report = validate_evaluation_data(frame, label_column, features, known)
     tracking.log_json(report.result, "gate/data_validation.json")
     if missing:
@@ -580,56 +579,3 @@ def _validate(
         )
     if not report.success:
         raise DataError(f"evaluation data failed validation ({len(report.failures)} expectations): {report.summary()}")
-
-
-def _model_classes(
-    model: registry.LoadedModel, frame: pd.DataFrame, label_column: str, id_column: str | None
-) -> list[str]:
-    """Class names of a model, from one predicted row (none if its feature columns are missing:
-    the validation reports those)."""
-    if model.features and not set(model.features) <= set(frame.columns):
-        return []
-    return list(_predict(model, frame.head(1), label_column, id_column).columns)
-
-
-def _refuse_non_finite(features: pd.DataFrame, model: registry.LoadedModel) -> None:
-    """DataError naming the first numeric feature column holding NaN or an infinite value, and its
-    first such row (1-based data row); nothing if every numeric feature is finite."""
-    for name in features.columns:
-        column = features[name]
-        if not pd.api.types.is_numeric_dtype(column.dtype) or pd.api.types.is_bool_dtype(column.dtype):
-            continue
-        bad = ~np.isfinite(column.to_numpy(dtype=np.float64, na_value=np.nan))
-        if bad.any():
-            first = int(np.argmax(bad))
-            raise DataError(
-                f"{features.attrs.get('source', 'evaluation data')}: feature column '{name}', "
-                f"row {int(features.index[first]) + 1} holds "
-                f"{plain(column.iloc[first])} and {model.ref.uri} cannot score it; fill or drop such rows "
-                "(or gate a model that handles missing values)"
-            )
-
-
-def _features(model: registry.LoadedModel, frame: pd.DataFrame, label_column: str, id_column: str | None):
-    if model.features:
-        return frame[model.features]
-    return frame.drop(columns=[c for c in (label_column, id_column) if c])
-
-
-def _predict(model: registry.LoadedModel, frame: pd.DataFrame, label_column: str, id_column: str | None):
-    """The model's class scores for ``frame``. A model that fails, or returns NaN, infinite or
-    negative scores, is the model's fault (ModelError), unless the features it read hold NaN or
-    infinite values: then the data's (DataError, naming the first such column and row)."""
-    features = _features(model, frame, label_column, id_column)
-    try:
-        scores = model.predict_scores(features)
-    except GateError:
-        raise
-    except Exception as exc:  # noqa: BLE001 - any model failure is the model's, unless the data is not finite
-        _refuse_non_finite(features, model)
-        raise ModelError(f"{model.ref.uri}: prediction failed ({type(exc).__name__}: {exc})") from None
-    values = scores.to_numpy(dtype=np.float64)
-    if not np.isfinite(values).all() or (values < 0).any():
-        _refuse_non_finite(features, model)
-        raise ModelError(f"{model.ref.uri}: the model returned NaN, infinite or negative class scores")
-    return scores

@@ -29,19 +29,6 @@ def finite_or_null(payload: object, reasons: dict[str, str] | None = None, path:
     return payload
 
 
-def plain(value: object) -> str:
-    """A value for an error message: numpy scalars as the plain Python value they hold.
-
-    >>> import numpy as np
-    >>> plain(np.float64(-0.135)), plain("id-7"), plain(np.int64(3))
-    ('-0.135', "'id-7'", '3')
-    """
-    item = getattr(value, "item", None)
-    if callable(item) and getattr(value, "ndim", None) == 0:
-        value = item()
-    return repr(value)
-
-
 def fmt(value: object, digits: int = 4) -> str:
     """A metric value for a table: floats rounded, None as 'null'."""
     if value is None:
@@ -122,8 +109,7 @@ def verdict_table(report: dict) -> str:
 
 def _rule_row(r: dict) -> list:
     outcome = "skipped" if r["held"] is None else ("held" if r["held"] else "FAILED")
-    op = {"min": ">=", "max": "<=", "min_delta": "delta >="}[r["kind"]]
-    return [r["metric"], r["value"], f"{op} {r['threshold']:g}", outcome, r.get("note", "")]
+    return [r["metric"], r["value"], r["condition"], outcome, r.get("note", "")]
 
 
 def diagnose_text(report: dict) -> str:

@@ -2,7 +2,7 @@
 
 >>> config = parse_config("rules:\\n  - {metric: ctoi, max: 0.02}\\n  - {metric: acc, min_delta: 0}\\n")
 >>> results = evaluate_rules(config.rules, {"ctoi": 0.05, "acc_candidate": 0.9, "acc_previous": 0.88})
->>> [(r.metric, r.held) for r in results]
+>>> [(r.rule.metric, r.held) for r in results]
 [('ctoi', False), ('acc', True)]
 """
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -20,11 +20,13 @@ import yaml
 from consistency_gate.errors import UsageError
 
 if TYPE_CHECKING:
-    from consistency_gate.remediation import RemediationConfig
+    from consistency_gate.ensembles.config import RemediationConfig
 
 PAIR_METRICS = ("con", "acc_con", "ctoc", "ctoi", "itoc", "itoi", "com", "pearson", "cosine", "btc", "bec")
 LEARNER_METRICS = ("acc_previous", "acc_candidate")
-KINDS = ("min", "max", "min_delta")
+# each kind of threshold and how it reads: value >= t, value <= t, candidate - previous >= t
+OPERATORS = {"min": ">=", "max": "<=", "min_delta": "delta >="}
+KINDS = tuple(OPERATORS)
 DEFAULT_SOURCE = "default config"
 MAX_CONFIG_BYTES = 1_000_000
 MAX_CONFIG_NODES = 100_000
@@ -60,9 +62,20 @@ class Rule:
         """Checkable without a previous generation (acc / cacc@K with min or max)."""
         return self.kind != "min_delta" and (self.metric in ("acc", "acc_candidate") or self.metric.startswith("cacc@"))
 
+    @property
+    def condition(self) -> str:
+        """The threshold as it reads: ``>= 0.9``, ``<= 0.02``, ``delta >= -0.01`` (candidate - previous)."""
+        return f"{OPERATORS[self.kind]} {self.threshold:g}"
+
     def describe(self) -> str:
-        op = {"min": ">=", "max": "<=", "min_delta": "candidate - previous >="}[self.kind]
-        return f"{self.metric} {op} {self.threshold:g}"
+        return f"{self.metric} {self.condition}"
+
+    def holds(self, value: float) -> bool:
+        """Whether a measured value (a delta for min_delta) meets the threshold; a tolerance of 1e-12
+        absorbs float rounding (a delta of exactly -0.01 computed as -0.0100...02)."""
+        if self.kind == "max":
+            return value <= self.threshold + 1e-12
+        return value >= self.threshold - 1e-12
 
 
 @dataclass
@@ -77,15 +90,23 @@ class GateConfig:
 
 @dataclass(frozen=True)
 class RuleResult:
-    metric: str
-    kind: str
-    threshold: float
+    """A rule, the value it was checked against, and the outcome (``held`` None: skipped)."""
+
+    rule: Rule
     value: float | None
-    held: bool | None  # None: skipped
+    held: bool | None
     note: str = ""
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        return {
+            "metric": self.rule.metric,
+            "kind": self.rule.kind,
+            "threshold": self.rule.threshold,
+            "condition": self.rule.condition,
+            "value": self.value,
+            "held": self.held,
+            "note": self.note,
+        }
 
 
 def default_config_text() -> str:
@@ -141,7 +162,7 @@ def parse_config(text: str, source: str = "config") -> GateConfig:
     classes = data.get("classes")
     if classes is not None and not (isinstance(classes, list) and classes):
         raise UsageError(f"{source}: line {_line(root, 'classes')}: 'classes' must be a non-empty list of labels")
-    from consistency_gate.remediation import parse_remediation
+    from consistency_gate.ensembles.config import parse_remediation
 
     remediation = parse_remediation(data.get("remediation"), source)
     if not rules:
@@ -243,29 +264,16 @@ def evaluate_rules(
     results = []
     for rule in rules:
         if first_generation and not rule.single_model:
-            results.append(
-                RuleResult(
-                    rule.metric,
-                    rule.kind,
-                    rule.threshold,
-                    None,
-                    None,
-                    "skipped: first generation, no baseline to compare with",
-                )
-            )
+            results.append(RuleResult(rule, None, None, "skipped: first generation, no baseline to compare with"))
             continue
         value = metrics.get(candidate_key(rule.metric))
         if rule.kind == "min_delta" and value is not None:
             previous = metrics.get(candidate_key(rule.metric).replace("candidate", "previous"))
             value = None if previous is None else value - previous
         if value is None:
-            results.append(
-                RuleResult(rule.metric, rule.kind, rule.threshold, None, False, "metric is null: rule fails")
-            )
+            results.append(RuleResult(rule, None, False, "metric is null: rule fails"))
             continue
-        # a tolerance of 1e-12 absorbs float rounding (e.g. a delta of exactly -0.01 computed as -0.0100...02)
-        held = value <= rule.threshold + 1e-12 if rule.kind == "max" else value >= rule.threshold - 1e-12
-        results.append(RuleResult(rule.metric, rule.kind, rule.threshold, value, held))
+        results.append(RuleResult(rule, value, rule.holds(value)))
     return results
 
 

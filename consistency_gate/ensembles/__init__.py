@@ -1,0 +1,1 @@
+"""Remediation ensembles: recipes, DynSnap snapshot learning and pruning, combination, the pyfunc model."""

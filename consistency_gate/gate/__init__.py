@@ -1,0 +1,1 @@
+"""The gate: its config and rules (value objects that check themselves), and the gate run."""

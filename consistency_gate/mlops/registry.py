@@ -1,0 +1,258 @@
+"""The model registry: versions by number or alias, the gate's version tags, and promotion
+(moving an alias under a lock, only from the baseline the gate compared against, read back).
+
+Nothing here computes a metric or loads a model (:mod:`consistency_gate.mlops.scoring` does).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import random
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from consistency_gate.errors import ModelError, TrackingError, redact_credentials
+from consistency_gate.mlops.store import looks_unreachable, mlflow_tracking_uri, refusal
+
+if TYPE_CHECKING:
+    from mlflow import MlflowClient
+
+CLASSES_TAG = "consistency_gate.classes"
+TAG_VERDICT = "consistency_gate.verdict"
+TAG_KIND = "consistency_gate.kind"
+TAG_RUN_ID = "consistency_gate.run_id"
+TAG_REPLACES = "consistency_gate.replaces"
+
+
+@dataclass
+class ModelRef:
+    """One registered model version."""
+
+    name: str
+    version: str
+    alias: str | None = None
+    run_id: str | None = None
+    tags: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def uri(self) -> str:
+        return f"models:/{self.name}/{self.version}"
+
+    def to_dict(self) -> dict:
+        return {"name": self.name, "version": self.version, "alias": self.alias, "uri": self.uri}
+
+
+def resolve_version(client, name: str, spec: str | None) -> ModelRef:
+    """A version from ``'3'``, ``'@alias'`` or None (the latest version). ModelError if absent."""
+    from mlflow.exceptions import MlflowException
+
+    try:
+        client.get_registered_model(name)
+    except MlflowException as exc:
+        _reraise(exc, f"registered model '{name}' not found; check --model or register it first")
+    try:
+        if spec is None:
+            versions = client.search_model_versions(f"name='{name}'")
+            if not versions:
+                raise ModelError(f"model '{name}' has no versions; register one first")
+            mv = max(versions, key=lambda v: int(v.version))
+            alias = None
+        elif spec.startswith("@"):
+            alias = spec[1:]
+            mv = client.get_model_version_by_alias(name, alias)
+        else:
+            alias = None
+            if not spec.isdigit():
+                raise ModelError(f"version '{spec}' of model '{name}': expected a number or @alias")
+            mv = client.get_model_version(name, spec)
+    except MlflowException as exc:
+        what = f"alias '@{spec[1:]}' is not set" if spec and spec.startswith("@") else f"version '{spec}' not found"
+        _reraise(exc, f"model '{name}': {what}; list versions with the MLflow UI or `mlflow models`")
+    return ModelRef(name, str(mv.version), alias, mv.run_id, dict(mv.tags or {}))
+
+
+def tag_version(
+    client: MlflowClient, ref: ModelRef, verdict: str, kind: str, run_id: str, replaces: str | None = None
+) -> None:
+    """Tag a gated version with its verdict, its kind (single or ensemble) and the gate run; an
+    ensemble registered in place of a failed candidate also names the version it replaces."""
+    tags = {TAG_VERDICT: verdict, TAG_KIND: kind, TAG_RUN_ID: run_id}
+    if replaces is not None:
+        tags[TAG_REPLACES] = replaces
+    for key, value in tags.items():
+        client.set_model_version_tag(ref.name, ref.version, key, value)
+
+
+def alias_exists(client, name: str, alias: str) -> bool:
+    from mlflow.exceptions import MlflowException
+
+    try:
+        client.get_model_version_by_alias(name, alias)
+        return True
+    except MlflowException as exc:
+        if _is_not_found(exc):
+            return False
+        raise
+
+
+def _is_not_found(exc) -> bool:
+    return getattr(exc, "error_code", "") in ("RESOURCE_DOES_NOT_EXIST", "INVALID_PARAMETER_VALUE", "NOT_FOUND")
+
+
+def _reraise(exc, message: str):
+    refused = refusal(exc, mlflow_tracking_uri())
+    if refused is not None:
+        raise refused from None
+    if _is_not_found(exc):
+        raise ModelError(message) from None
+    if looks_unreachable(exc):
+        raise TrackingError(f"tracking server unreachable: {exc}") from None
+    raise ModelError(f"{message} ({exc})") from None
+
+
+# ---------------------------------------------------------------- promotion
+
+LOCK_SUFFIX = ".consistency-gate-lock"
+TAG_LOCK_OWNER = "consistency_gate.lock_owner"
+TAG_LOCK_EXPIRES = "consistency_gate.lock_expires"
+
+
+@dataclass
+class Promotion:
+    """What a promotion did, as read back from the registry.
+
+    ``promoted`` is True only when the alias was read back pointing to ``version``; ``holds`` is
+    the version the alias points to now (None if unset, ``"unknown"`` if it could not be read).
+    """
+
+    alias: str
+    version: str
+    promoted: bool
+    holds: str | None
+    reason: str = ""
+
+    @property
+    def exit_code(self) -> int:
+        """0 promoted; 4 refused (the baseline moved); 5 the registry could not be read back."""
+        if self.promoted:
+            return 0
+        return 5 if self.holds == "unknown" else 4
+
+    def to_dict(self) -> dict:
+        return {
+            "alias": self.alias,
+            "version": self.version,
+            "promoted": self.promoted,
+            "holds": self.holds,
+            "reason": self.reason,
+        }
+
+
+def read_alias(client, name: str, alias: str, attempts: int = 5, pause: float = 1.0) -> str | None:
+    """The version ``@alias`` points to (None if unset), retried ``attempts`` times on any error
+    but "not set"; raises the last error if every attempt fails."""
+    from mlflow.exceptions import MlflowException
+
+    for attempt in range(attempts):
+        try:
+            return str(client.get_model_version_by_alias(name, alias).version)
+        except MlflowException as exc:
+            if _is_not_found(exc):
+                return None
+            if attempt == attempts - 1:
+                raise
+        except Exception:  # noqa: BLE001 - a lost response or a server restarting: ask again
+            if attempt == attempts - 1:
+                raise
+        time.sleep(pause * (attempt + 1))
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+@contextlib.contextmanager
+def promotion_lock(client, name: str, owner: str, wait_s: float = 120.0, lease_s: float = 600.0):
+    """Hold the model's promotion lock: a registered model ``NAME.consistency-gate-lock`` that only
+    one gate can create (the store refuses a second with RESOURCE_ALREADY_EXISTS). A lock whose
+    lease ran out (its holder died) is removed; a create whose response was lost is recognised by
+    its owner tag. ModelError (exit 4) if another gate holds it for ``wait_s`` seconds."""
+    from mlflow.exceptions import MlflowException
+
+    lock = f"{name}{LOCK_SUFFIX}"
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            client.create_registered_model(
+                lock,
+                tags={TAG_LOCK_OWNER: owner, TAG_LOCK_EXPIRES: str(time.time() + lease_s)},
+                description=f"consistency-gate: a gate is moving an alias of '{name}'; removed when it is done",
+            )
+            break
+        except MlflowException as exc:
+            if exc.error_code != "RESOURCE_ALREADY_EXISTS":
+                raise
+        try:
+            held = client.get_registered_model(lock).tags or {}
+        except MlflowException as exc:
+            if _is_not_found(exc):
+                continue  # released meanwhile: try again
+            raise
+        if held.get(TAG_LOCK_OWNER) == owner:
+            break  # our own create went through; its response was lost
+        if float(held.get(TAG_LOCK_EXPIRES, "0")) < time.time():
+            with contextlib.suppress(MlflowException):
+                client.delete_registered_model(lock)  # its holder died
+            continue
+        if time.monotonic() > deadline:
+            raise ModelError(
+                f"model '{name}': another gate has held the promotion lock ({lock}) for over {wait_s:.0f} s; "
+                "try again, or delete that registered model if no gate is running"
+            )
+        time.sleep(0.2 + random.random() * 0.3)
+    try:
+        yield
+    finally:
+        with contextlib.suppress(Exception):
+            client.delete_registered_model(lock)
+
+
+def promote(client, name: str, alias: str, version: str, expected: str | None, owner: str) -> Promotion:
+    """Move ``@alias`` to ``version``, only if it still points to ``expected`` (the version the gate
+    compared against; None: it was unset), under the promotion lock, and read it back.
+
+    Concurrent gates that compared against the same baseline: exactly one moves the alias; the
+    others find it moved and report why. A lost response is resolved by reading the alias again.
+    """
+    with promotion_lock(client, name, owner):
+        current = read_alias(client, name, alias)
+        if current != expected:
+            was = f"v{expected}" if expected else "unset"
+            now = f"v{current}" if current else "unset"
+            return Promotion(
+                alias,
+                version,
+                False,
+                current,
+                f"@{alias} is {now}, not {was} as when this gate compared against it (another gate or a person "
+                f"moved it): not moved; gate v{version} again against the new baseline",
+            )
+        error = None
+        try:
+            client.set_registered_model_alias(name, alias, version)
+        except Exception as exc:  # noqa: BLE001 - the request may have gone through: read it back
+            error = exc
+        try:
+            holds = read_alias(client, name, alias)
+        except Exception as exc:  # noqa: BLE001
+            return Promotion(
+                alias,
+                version,
+                False,
+                "unknown",
+                f"could not read @{alias} back after moving it ({type(exc).__name__}: "
+                f"{redact_credentials(str(exc))}); check the registry "
+                "before deploying",
+            )
+    if holds == version:
+        return Promotion(alias, version, True, holds)
+    why = f" ({type(error).__name__}: {redact_credentials(str(error))})" if error else ""
+    return Promotion(alias, version, False, holds, f"moving @{alias} to v{version} failed{why}; it holds v{holds}")

@@ -1,0 +1,203 @@
+"""Scoring: load a registered model version (sklearn, PyTorch or pyfunc) as a class-probability
+scorer, and predict an evaluation frame with it, telling the model's failures from the data's."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from consistency_gate.errors import DataError, GateError, ModelError, TrackingError, plain
+from consistency_gate.mlops.registry import CLASSES_TAG, ModelRef
+from consistency_gate.mlops.store import looks_unreachable
+
+Scorer = Callable[[pd.DataFrame], pd.DataFrame]
+
+
+@dataclass
+class LoadedModel:
+    """A model version that maps a feature frame to a frame of class probabilities."""
+
+    ref: ModelRef
+    flavor: str
+    features: list[str] | None  # from the signature; None means "every non-label column"
+    feature_types: dict[str, str]
+    predict_scores: Scorer
+
+
+def load_model(ref: ModelRef, classes_hint: list[str] | None = None) -> LoadedModel:
+    """Load a version with the flavor that yields class probabilities (sklearn, pytorch, pyfunc)."""
+    import mlflow
+
+    try:
+        info = mlflow.models.get_model_info(ref.uri)
+    except Exception as exc:  # noqa: BLE001 - MLflow raises many kinds here
+        if looks_unreachable(exc):
+            raise TrackingError(f"cannot reach the store to load {ref.uri}: {exc}") from None
+        raise ModelError(f"{ref.uri}: cannot read the model's metadata ({exc})") from None
+    flavors = info.flavors or {}
+    features, types = _signature_features(info.signature)
+    try:
+        if "sklearn" in flavors:
+            scorer, flavor = _sklearn_scorer(ref), "sklearn"
+        elif "pytorch" in flavors:
+            scorer, flavor = _torch_scorer(ref, classes_hint), "pytorch"
+        else:
+            scorer, flavor = _pyfunc_scorer(ref), "pyfunc"
+    except (ModelError, TrackingError):
+        raise
+    except Exception as exc:  # noqa: BLE001
+        if looks_unreachable(exc):
+            raise TrackingError(f"cannot reach the store to load {ref.uri}: {exc}") from None
+        raise ModelError(f"{ref.uri}: cannot load the model ({type(exc).__name__}: {exc})") from None
+    return LoadedModel(ref, flavor, features, types, scorer)
+
+
+def _signature_features(signature) -> tuple[list[str] | None, dict[str, str]]:
+    if signature is None or signature.inputs is None:
+        return None, {}
+    try:
+        names = signature.inputs.input_names()
+        types = signature.inputs.input_types()
+    except Exception:  # noqa: BLE001 - tensor-based signatures have no column names
+        return None, {}
+    if not names or any(isinstance(n, int) for n in names):
+        return None, {}
+    return [str(n) for n in names], {str(n): str(getattr(t, "name", t)) for n, t in zip(names, types, strict=True)}
+
+
+def _sklearn_scorer(ref: ModelRef) -> Scorer:
+    import mlflow.sklearn
+
+    model = mlflow.sklearn.load_model(ref.uri)
+    if not hasattr(model, "predict_proba"):
+        raise ModelError(f"{ref.uri}: the sklearn model has no predict_proba, so it gives no class scores")
+    classes = [str(c) for c in model.classes_]
+
+    def score(features: pd.DataFrame) -> pd.DataFrame:
+        return pd.DataFrame(np.asarray(model.predict_proba(features)), columns=classes, index=features.index)
+
+    return score
+
+
+def _torch_scorer(ref: ModelRef, classes_hint: list[str] | None) -> Scorer:
+    import mlflow.pytorch
+    import torch
+
+    classes = _torch_classes(ref, classes_hint)
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    model = mlflow.pytorch.load_model(ref.uri, map_location=device)
+    with contextlib.suppress(NotImplementedError):  # exported (pt2) graphs have no train/eval modes
+        model.eval()
+
+    def score(features: pd.DataFrame) -> pd.DataFrame:
+        text = [c for c in features.columns if not pd.api.types.is_numeric_dtype(features[c])]
+        if text:
+            raise DataError(
+                f"{ref.uri} takes numeric features but column '{text[0]}' is not numeric; if it identifies "
+                "samples pass --id-column, or log the model with a signature naming its feature columns"
+            )
+        x = torch.as_tensor(features.to_numpy(dtype=np.float32), device=device)
+        outs = []
+        with torch.no_grad():
+            for start in range(0, len(x), 8192):
+                outs.append(torch.softmax(model(x[start : start + 8192]), dim=1).cpu().numpy())
+        probs = np.concatenate(outs) if outs else np.zeros((0, len(classes)))
+        if probs.shape[1] != len(classes):
+            raise ModelError(
+                f"{ref.uri}: the model outputs {probs.shape[1]} scores but {len(classes)} classes are named"
+            )
+        return pd.DataFrame(probs, columns=classes, index=features.index)
+
+    return score
+
+
+def _torch_classes(ref: ModelRef, hint: list[str] | None) -> list[str]:
+    raw = ref.tags.get(CLASSES_TAG)
+    if raw:
+        try:
+            classes = json.loads(raw)
+        except json.JSONDecodeError:
+            raise ModelError(f"{ref.uri}: tag {CLASSES_TAG} must be a JSON list of class labels, got {raw!r}") from None
+        return [str(c) for c in classes]
+    if hint:
+        return hint
+    raise ModelError(
+        f"{ref.uri}: a PyTorch model needs its class names: set the model version tag {CLASSES_TAG} "
+        "to a JSON list, or 'classes:' in the gate config"
+    )
+
+
+def _pyfunc_scorer(ref: ModelRef) -> Scorer:
+    import mlflow.pyfunc
+
+    model = mlflow.pyfunc.load_model(ref.uri)
+
+    def score(features: pd.DataFrame) -> pd.DataFrame:
+        out = model.predict(features)
+        if not isinstance(out, pd.DataFrame) or out.shape[1] < 2:
+            raise ModelError(
+                f"{ref.uri}: the pyfunc model returned {type(out).__name__}, not a DataFrame with one column per "
+                "class, so it gives no class scores; log it as sklearn/pytorch or return class probabilities"
+            )
+        out = out.copy()
+        out.columns = [str(c) for c in out.columns]
+        out.index = features.index
+        return out
+
+    return score
+
+
+def model_classes(model: LoadedModel, frame: pd.DataFrame, label_column: str, id_column: str | None) -> list[str]:
+    """Class names of a model, from one predicted row (none if its feature columns are missing:
+    the validation reports those)."""
+    if model.features and not set(model.features) <= set(frame.columns):
+        return []
+    return list(predict(model, frame.head(1), label_column, id_column).columns)
+
+
+def _refuse_non_finite(features: pd.DataFrame, model: LoadedModel) -> None:
+    """DataError naming the first numeric feature column holding NaN or an infinite value, and its
+    first such row (1-based data row); nothing if every numeric feature is finite."""
+    for name in features.columns:
+        column = features[name]
+        if not pd.api.types.is_numeric_dtype(column.dtype) or pd.api.types.is_bool_dtype(column.dtype):
+            continue
+        bad = ~np.isfinite(column.to_numpy(dtype=np.float64, na_value=np.nan))
+        if bad.any():
+            first = int(np.argmax(bad))
+            raise DataError(
+                f"{features.attrs.get('source', 'evaluation data')}: feature column '{name}', "
+                f"row {int(features.index[first]) + 1} holds "
+                f"{plain(column.iloc[first])} and {model.ref.uri} cannot score it; fill or drop such rows "
+                "(or gate a model that handles missing values)"
+            )
+
+
+def feature_frame(model: LoadedModel, frame: pd.DataFrame, label_column: str, id_column: str | None):
+    if model.features:
+        return frame[model.features]
+    return frame.drop(columns=[c for c in (label_column, id_column) if c])
+
+
+def predict(model: LoadedModel, frame: pd.DataFrame, label_column: str, id_column: str | None):
+    """The model's class scores for ``frame``. A model that fails, or returns NaN, infinite or
+    negative scores, is the model's fault (ModelError), unless the features it read hold NaN or
+    infinite values: then the data's (DataError, naming the first such column and row)."""
+    features = feature_frame(model, frame, label_column, id_column)
+    try:
+        scores = model.predict_scores(features)
+    except GateError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - any model failure is the model's, unless the data is not finite
+        _refuse_non_finite(features, model)
+        raise ModelError(f"{model.ref.uri}: prediction failed ({type(exc).__name__}: {exc})") from None
+    values = scores.to_numpy(dtype=np.float64)
+    if not np.isfinite(values).all() or (values < 0).any():
+        _refuse_non_finite(features, model)
+        raise ModelError(f"{model.ref.uri}: the model returned NaN, infinite or negative class scores")
+    return scores

@@ -1,0 +1,198 @@
+"""The tracking store: which URI, whether MLflow can keep a registry there, whether it answers,
+and what a refusal or an unreachable server means for the user (exit 2 or 5, one line)."""
+
+from __future__ import annotations
+
+import os
+import socket
+from pathlib import Path
+from typing import TYPE_CHECKING
+from urllib.parse import urlparse
+
+from consistency_gate.errors import TrackingError, UsageError, redact_credentials
+
+if TYPE_CHECKING:
+    from mlflow import MlflowClient
+
+DEFAULT_TRACKING_URI = "sqlite:///mlflow.db"
+
+
+def resolve_tracking_uri(uri: str | None) -> str:
+    """The tracking URI: the argument, else ``MLFLOW_TRACKING_URI``, else ``sqlite:///mlflow.db``."""
+    return uri or os.environ.get("MLFLOW_TRACKING_URI") or DEFAULT_TRACKING_URI
+
+
+def configure_fail_fast() -> None:
+    """Make MLflow's HTTP client give up in seconds, not minutes, when a server is down; no download bars."""
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "1")
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR", "1")
+    os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "15")
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+
+
+# the schemes MLflow 3 keeps runs and registered models under (databases as SQLAlchemy URLs)
+DATABASE_SCHEMES = ("sqlite", "postgresql", "mysql", "mssql")
+SERVER_SCHEMES = ("http", "https", "databricks", "databricks-uc", "uc")
+# the pip package that provides a database driver module SQLAlchemy asks for
+DRIVER_PACKAGES = {
+    "psycopg": "psycopg[binary]",
+    "psycopg2": "psycopg2-binary",
+    "MySQLdb": "mysqlclient",
+    "pymysql": "PyMySQL",
+    "pyodbc": "pyodbc",
+    "pymssql": "pymssql",
+}
+SQLITE_HEADER = b"SQLite format 3\x00"
+
+
+def check_store_uri(uri: str) -> None:
+    """Refuse, in one line, a tracking URI MLflow cannot keep a registry in.
+
+    UsageError (exit 2) for a scheme MLflow does not support, or the file store MLflow 3 refuses;
+    TrackingError (exit 5) for a SQLite URI on a file that is not a database, or a database whose
+    driver is not installed (with the package to install).
+
+    >>> check_store_uri("ftp://host/mlflow")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    consistency_gate.errors.UsageError: tracking URI 'ftp://host/mlflow': scheme 'ftp' is not one MLflow keeps...
+    """
+    parsed = urlparse(uri)
+    scheme = parsed.scheme.split("+", 1)[0]
+    shown = redact_credentials(uri)
+    if scheme in ("", "file") or (len(scheme) == 1 and os.name == "nt"):
+        if os.environ.get("MLFLOW_ALLOW_FILE_STORE", "").lower() in ("true", "1"):
+            return
+        raise UsageError(
+            f"tracking URI '{shown}' names a folder (MLflow's file store), which MLflow 3 refuses; use "
+            "sqlite:///PATH/mlflow.db or http(s)://HOST:PORT (or migrate it with `mlflow migrate-filestore`)"
+        )
+    if scheme not in DATABASE_SCHEMES + SERVER_SCHEMES:
+        raise UsageError(
+            f"tracking URI '{shown}': scheme '{parsed.scheme}' is not one MLflow keeps a model registry in; use "
+            "sqlite:///PATH, http(s)://HOST:PORT, or a postgresql://, mysql:// or mssql:// database"
+        )
+    if scheme == "sqlite":
+        path = Path(uri.removeprefix("sqlite:///")).expanduser()
+        if path.is_file() and path.stat().st_size:
+            with path.open("rb") as f:
+                if f.read(len(SQLITE_HEADER)) != SQLITE_HEADER:
+                    raise TrackingError(
+                        f"tracking store {shown}: {path} is not an SQLite database; point --tracking-uri at "
+                        "an MLflow database (or a new file name, which MLflow creates)"
+                    )
+    elif scheme in DATABASE_SCHEMES:
+        from sqlalchemy.engine import make_url
+
+        try:
+            make_url(uri).get_dialect().import_dbapi()
+        except ModuleNotFoundError as exc:
+            package = DRIVER_PACKAGES.get((exc.name or "").split(".")[0], exc.name)
+            raise TrackingError(
+                f"tracking store {shown}: its database driver '{exc.name}' is not installed; "
+                f"`pip install {package}` (or name another driver, e.g. {scheme}+DRIVER://)"
+            ) from None
+        except Exception as exc:  # noqa: BLE001 - SQLAlchemy's word on a malformed or unknown URL
+            raise UsageError(f"tracking URI '{shown}' is not a database URL SQLAlchemy knows: {exc}") from None
+
+
+def check_reachable(uri: str, timeout: float = 3.0) -> None:
+    """Raise within ``timeout`` seconds if the store cannot be used (:func:`check_store_uri`) or
+    reached (TrackingError, exit 5).
+
+    An HTTP(S) server is reached through the proxy the environment names for it
+    (``HTTPS_PROXY``, ``HTTP_PROXY``, ``NO_PROXY``), as MLflow's client will reach it.
+    """
+    check_store_uri(uri)
+    parsed = urlparse(uri)
+    if parsed.scheme in ("http", "https"):
+        import requests.utils
+
+        proxy = requests.utils.get_environ_proxies(uri).get(parsed.scheme)
+        target = urlparse(proxy) if proxy else parsed
+        port = target.port or (443 if target.scheme == "https" else 80)
+        via = f" through proxy {redact_credentials(proxy)}" if proxy else ""
+        try:
+            with socket.create_connection((target.hostname, port), timeout=timeout):
+                pass
+        except OSError as exc:
+            raise TrackingError(
+                f"tracking server {redact_credentials(uri)} is unreachable{via} ({exc.strerror or exc}); "
+                "start it or fix --tracking-uri"
+            ) from None
+    elif parsed.scheme == "sqlite":
+        folder = Path(uri.removeprefix("sqlite:///")).expanduser().resolve().parent
+        if not folder.is_dir():
+            raise TrackingError(
+                f"tracking store {redact_credentials(uri)}: folder {folder} does not exist; "
+                "create it or fix --tracking-uri"
+            )
+
+
+def refusal(exc: BaseException, uri: str) -> TrackingError | None:
+    """A TrackingError (exit 5) if ``exc`` is the server refusing the request (HTTP 401 or 403),
+    with the server's reason and what to change; None for any other error."""
+    code = getattr(exc, "error_code", "")
+    status = getattr(exc, "get_http_status_code", lambda: None)()
+    if code not in ("PERMISSION_DENIED", "UNAUTHENTICATED") and status not in (401, 403):
+        return None
+    text = str(exc)
+    reason = text.split("Response body:", 1)[1].strip(" '\"") if "Response body:" in text else text
+    if "host header" in reason.lower():
+        host = urlparse(uri).netloc.rsplit("@", 1)[-1]
+        advice = f"the server must allow this Host header: start it with --allowed-hosts including '{host}'"
+    elif code == "UNAUTHENTICATED" or status == 401:
+        advice = "set MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD (or MLFLOW_TRACKING_TOKEN)"
+    else:
+        advice = "check that this user may read and write the experiment and the registered model"
+    return TrackingError(
+        f"tracking server {redact_credentials(uri)} refused the request ({status or code}: {reason[:200]}); {advice}"
+    )
+
+
+def check_access(client, uri: str) -> None:
+    """One cheap request to an HTTP(S) tracking server, so that a server that refuses us (a Host
+    header it does not allow, missing or wrong credentials) is exit 5 before anything else."""
+    if urlparse(uri).scheme not in ("http", "https"):
+        return
+    try:
+        client.search_experiments(max_results=1)
+    except Exception as exc:  # noqa: BLE001 - MLflow and requests raise many kinds here
+        refused = refusal(exc, uri)
+        if refused is not None:
+            raise refused from None
+        if looks_unreachable(exc):
+            raise TrackingError(f"tracking server {redact_credentials(uri)} is unreachable: {exc}") from None
+        raise
+
+
+def looks_unreachable(exc: BaseException) -> bool:
+    """Whether an exception from MLflow or requests means the server or store is gone."""
+    if isinstance(exc, ConnectionError | TimeoutError):
+        return True
+    text = f"{type(exc).__name__} {exc}".lower()
+    return any(s in text for s in ("connection", "max retries", "timed out", "refused", "unreachable"))
+
+
+def mlflow_tracking_uri() -> str:
+    """The tracking URI MLflow's client uses now."""
+    import mlflow
+
+    return mlflow.get_tracking_uri()
+
+
+def connect(tracking_uri: str | None) -> tuple[str, MlflowClient]:
+    """Check the tracking store (supported, reachable, not refusing us), point MLflow's fluent API
+    at it for tracking and the registry (``models:/`` URIs load through both; never a stray
+    ``./mlflow.db``), and return its URI and a client."""
+    import mlflow
+    from mlflow import MlflowClient
+
+    uri = resolve_tracking_uri(tracking_uri)
+    configure_fail_fast()
+    check_reachable(uri)
+    mlflow.set_tracking_uri(uri)
+    mlflow.set_registry_uri(uri)
+    client = MlflowClient(tracking_uri=uri, registry_uri=uri)
+    check_access(client, uri)
+    return uri, client
