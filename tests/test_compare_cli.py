@@ -8,6 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from consistency_gate.core import metrics as m
+from consistency_gate.core import rows
 
 SPEC_KEYS = {
     "acc_previous",
@@ -72,7 +73,7 @@ def test_json_contract_and_values(files):
     assert set(out["metrics"]) == SPEC_KEYS | {
         f"{x}@{k}" for k in (1, 3) for x in ("ccon", "cacc_previous", "cacc_candidate")
     }
-    pa, pb = m.predicted_classes(a), m.predicted_classes(b)
+    pa, pb = rows.predicted_classes(a), rows.predicted_classes(b)
     assert out["metrics"]["con"] == pytest.approx(m.consistency(pa, pb))
     assert out["metrics"]["ctoi"] == pytest.approx(m.flip_rates(y, pa, pb)["ctoi"])
     assert out["metrics"]["ccon@3"] == pytest.approx(m.topk_consistency(a, b, 3))

@@ -7,6 +7,7 @@ from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
 from consistency_gate.core import metrics as m
+from consistency_gate.core import rows
 from consistency_gate.core.counts import ConsistencyCounts, Outputs
 
 
@@ -31,8 +32,8 @@ def test_compatibility_scores_are_none_when_undefined():
 
 def test_tie_rule_lowest_index_wins():
     scores = np.array([[0.3, 0.3, 0.3, 0.1], [0.0, 0.0, 0.0, 0.0]])
-    assert m.predicted_classes(scores).tolist() == [0, 0]
-    assert m.top_k(scores, 3).tolist() == [[0, 1, 2], [0, 1, 2]]
+    assert rows.predicted_classes(scores).tolist() == [0, 0]
+    assert rows.top_k(scores, 3).tolist() == [[0, 1, 2], [0, 1, 2]]
 
 
 def test_top_k_matches_stable_sort_on_wide_rows_with_ties():
@@ -40,7 +41,7 @@ def test_top_k_matches_stable_sort_on_wide_rows_with_ties():
     scores = rng.integers(0, 5, size=(300, 97)).astype(np.float32)  # many ties
     scores[:5] = 0.0
     expected = np.argsort(-scores, axis=1, kind="stable")[:, :7]
-    assert (m.top_k(scores, 7) == expected).all()
+    assert (rows.top_k(scores, 7) == expected).all()
 
 
 @settings(max_examples=200, deadline=None)
@@ -55,8 +56,8 @@ def test_top_k_matches_stable_sort_on_wide_rows_with_ties():
 def test_top_k_kernel_equals_stable_sort(case):
     """The compiled one-pass top-k ranks exactly as a stable sort by score (ties: lower index)."""
     scores, k = case
-    assert (m.top_k(scores, k) == np.argsort(-scores, axis=1, kind="stable")[:, :k]).all()
-    assert (m.top_k(scores.astype(np.int64), k)[:, 0] == scores.argmax(axis=1)).all()
+    assert (rows.top_k(scores, k) == np.argsort(-scores, axis=1, kind="stable")[:, :k]).all()
+    assert (rows.top_k(scores.astype(np.int64), k)[:, 0] == scores.argmax(axis=1)).all()
 
 
 @settings(max_examples=100, deadline=None)
@@ -64,7 +65,7 @@ def test_top_k_kernel_equals_stable_sort(case):
 def test_row_moments_equal_numpy_sums(a):
     b = a[::-1].copy()
     expected = (a.sum(1), b.sum(1), (a * a).sum(1), (b * b).sum(1), (a * b).sum(1))
-    for got, want in zip(m.row_moments(a, b), expected, strict=True):
+    for got, want in zip(rows.row_moments(a, b), expected, strict=True):
         assert np.allclose(got, want, rtol=1e-12, atol=1e-12)
 
 
@@ -134,7 +135,7 @@ def test_ccon_non_decreasing_in_k_and_matches_direct_functions(data):
     for k in ks:
         assert values[f"ccon@{k}"] == pytest.approx(m.topk_consistency(a, b, k))
         assert values[f"cacc_candidate@{k}"] == pytest.approx(m.topk_accuracy(y, b, k))
-    assert values["con"] == pytest.approx(m.consistency(m.predicted_classes(a), m.predicted_classes(b)))
+    assert values["con"] == pytest.approx(m.consistency(rows.predicted_classes(a), rows.predicted_classes(b)))
 
 
 @settings(max_examples=150, deadline=None)

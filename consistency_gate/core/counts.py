@@ -23,9 +23,10 @@ from dataclasses import dataclass, field, fields
 
 import numpy as np
 
-from consistency_gate.core import metrics as m
+from consistency_gate.core import rows
 
 ROLES = ("previous", "candidate")
+FLIP_NAMES = ("ctoc", "ctoi", "itoc", "itoi")
 
 
 @dataclass(frozen=True)
@@ -46,7 +47,7 @@ class Outputs:
     def from_scores(cls, scores: np.ndarray, columns: np.ndarray | list[int], k_max: int) -> Outputs:
         """Outputs from an (n, p) score matrix whose column j holds class id ``columns[j]``."""
         columns = np.asarray(columns, dtype=np.int64)
-        top = columns[m.top_k(scores, k_max)]
+        top = columns[rows.top_k(scores, k_max)]
         return cls(labels=top[:, 0], top=top, scores=scores, columns=columns)
 
     @classmethod
@@ -114,7 +115,7 @@ class ConsistencyCounts:
         self._check_kind("previous", previous.has_scores)
         self._check_kind("candidate", candidate.has_scores)
         self.n += y_true.size
-        flips = m.flip_indicators(y_true, previous.labels, candidate.labels)
+        flips = rows.flip_indicators(y_true, previous.labels, candidate.labels)
         self.ctoc, self.ctoi, self.itoc, self.itoi = (
             total + int(ind.sum()) for total, ind in zip(self.flip_counts, flips, strict=True)
         )
@@ -149,11 +150,11 @@ class ConsistencyCounts:
                 top = out.top[:, : self.k_max]
                 ranks[role] = top
                 counter = self.cacc_previous if role == "previous" else self.cacc_candidate
-                true_rank = m.true_class_rank(y_true, top)
+                true_rank = rows.true_class_rank(y_true, top)
                 for k in self.ks:
                     counter[k] += int((true_rank <= k).sum())
         if len(ranks) == 2:
-            shared = m.first_shared_rank(ranks["previous"], ranks["candidate"])
+            shared = rows.first_shared_rank(ranks["previous"], ranks["candidate"])
             for k in self.ks:
                 self.ccon[k] += int((shared <= k).sum())
         elif 1 in self.ks:
@@ -165,9 +166,9 @@ class ConsistencyCounts:
             # over the union of both class sets; a class a generation lacks scores 0 there
             union = np.union1d(previous.columns, candidate.columns)
             a, b = _on_classes(a, previous.columns, union), _on_classes(b, candidate.columns, union)
-        sum_a, sum_b, sq_a, sq_b, dot = m.row_moments(a, b)
-        r = m.rowwise_pearson(sum_a, sum_b, sq_a, sq_b, dot, a.shape[1], rel_tol=m.rounding_tolerance(a, b))
-        c = m.rowwise_cosine(sq_a, sq_b, dot)
+        sum_a, sum_b, sq_a, sq_b, dot = rows.row_moments(a, b)
+        r = rows.rowwise_pearson(sum_a, sum_b, sq_a, sq_b, dot, a.shape[1], rel_tol=rows.rounding_tolerance(a, b))
+        c = rows.rowwise_cosine(sq_a, sq_b, dot)
         self.pearson_sum += float(np.nansum(r))
         self.pearson_n += int((~np.isnan(r)).sum())
         self.cosine_sum += float(np.nansum(c))
@@ -211,7 +212,7 @@ class ConsistencyCounts:
         ratio("acc_candidate", self.correct_candidate, self.n, empty)
         ratio("con", self.agree, self.n, empty)
         ratio("acc_con", self.ctoc, self.n, empty)
-        for name, count in zip(m.FLIP_NAMES, self.flip_counts, strict=True):
+        for name, count in zip(FLIP_NAMES, self.flip_counts, strict=True):
             ratio(name, count, self.n, empty)
         ratio("com", self.ctoc + self.itoc - self.ctoi, self.n, empty)
         for key, num, den in (

@@ -25,8 +25,7 @@ from itertools import combinations
 import numpy as np
 import pandas as pd
 
-from consistency_gate.core.counts import ConsistencyCounts, Outputs
-from consistency_gate.core.metrics import FLIP_NAMES
+from consistency_gate.core.counts import FLIP_NAMES, ConsistencyCounts, Outputs
 from consistency_gate.errors import DataError, plain
 
 DEFAULT_KS = (1, 5)

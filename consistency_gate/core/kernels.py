@@ -1,4 +1,4 @@
-"""Compiled row kernels behind :mod:`consistency_gate.core.metrics` (numba).
+"""Compiled row kernels behind :mod:`consistency_gate.core.rows` (numba).
 
 numpy needs a separate pass over a score matrix for every reduction (argmax, each top-k
 rank, each sum), and the matrices of a large evaluation do not fit in cache, so the
@@ -45,7 +45,7 @@ def _insert(vals, idx, pos, v, j):  # pragma: no cover - compiled
 def top_k_rows(scores: np.ndarray, k: int) -> np.ndarray:  # pragma: no cover - compiled
     """(n, k) int64: each row's k best column indices, best first, lowest index first on ties.
 
-    Needs 1 <= k <= number of columns (checked by :func:`consistency_gate.core.metrics.top_k`).
+    Needs 1 <= k <= number of columns (checked by :func:`consistency_gate.core.rows.top_k`).
     """
     n, p = scores.shape
     chunks = (p + _CHUNK - 1) // _CHUNK

@@ -1,0 +1,134 @@
+"""Per-sample building blocks of the metrics: predicted classes, top-k lists, flip indicators,
+ranks, and the per-row sums behind Pearson and cosine. Each returns one value per sample (row);
+:class:`~consistency_gate.core.counts.ConsistencyCounts` adds them up.
+
+Tie rule: whenever scores tie, the lowest class index wins (the evaluation lays columns out in the
+canonical class order first, so that is the class whose label sorts first). ``argmax`` therefore
+behaves exactly like :func:`numpy.argmax`, and the top-k set of a row is the k classes that come
+first when the row is sorted by score descending and then by class index ascending. This makes
+the top-k sets nested (TopK is a subset of Top(K+1)), so CCON-k never decreases in k.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from consistency_gate.core import kernels
+
+
+def predicted_classes(scores: np.ndarray) -> np.ndarray:
+    """Index of the highest score in each row (ties: lowest index, as numpy).
+
+    >>> predicted_classes(np.array([[0.2, 0.8], [0.5, 0.5]])).tolist()
+    [1, 0]
+    """
+    return np.asarray(scores).argmax(axis=1)
+
+
+def top_k(scores: np.ndarray, k: int) -> np.ndarray:
+    """The k best class indices of each row, best first (ties: lowest index first).
+
+    One compiled pass over the matrix (:func:`consistency_gate.core.kernels.top_k_rows`).
+    Scores must not be NaN (the prediction readers refuse them).
+
+    >>> top_k(np.array([[0.1, 0.4, 0.4, 0.1]]), 3).tolist()
+    [[1, 2, 0]]
+    """
+    scores = _float_matrix(scores)
+    p = scores.shape[1]
+    if not 1 <= k <= p:
+        raise ValueError(f"k must be between 1 and the number of classes ({p}), got {k}")
+    return kernels.top_k_rows(scores, k)
+
+
+def _float_matrix(scores: np.ndarray) -> np.ndarray:
+    """A C-contiguous (n, p) float matrix: float32 and float64 kept, anything else as float64."""
+    scores = np.asarray(scores)
+    if scores.ndim != 2:
+        raise ValueError(f"expected an (n, p) score matrix, got shape {scores.shape}")
+    if scores.dtype not in (np.float32, np.float64):
+        scores = scores.astype(np.float64)
+    return np.ascontiguousarray(scores)
+
+
+def flip_indicators(
+    y_true: np.ndarray, pred_a: np.ndarray, pred_b: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Per-sample booleans (CtoC, CtoI, ItoC, ItoI): A correct/incorrect -> B correct/incorrect."""
+    a_ok = np.asarray(pred_a) == np.asarray(y_true)
+    b_ok = np.asarray(pred_b) == np.asarray(y_true)
+    return a_ok & b_ok, a_ok & ~b_ok, ~a_ok & b_ok, ~a_ok & ~b_ok
+
+
+def first_shared_rank(top_a: np.ndarray, top_b: np.ndarray) -> np.ndarray:
+    """Smallest k at which the two top-k lists of each row share a class (k_max + 1 if none).
+
+    ``top_a`` and ``top_b`` are (n, k_max) class indices, best first. Then
+    ``first_shared_rank(...) <= k`` is the CCON-k indicator for every k <= k_max at once.
+    """
+    k_max = top_a.shape[1]
+    same = top_a[:, :, None] == top_b[:, None, :]
+    ranks = np.maximum.outer(np.arange(k_max), np.arange(k_max)) + 1
+    return np.where(same, ranks, k_max + 1).min(axis=(1, 2))
+
+
+def true_class_rank(y_true: np.ndarray, top: np.ndarray) -> np.ndarray:
+    """1-based position of the true class in each row's top list (k_max + 1 if absent).
+
+    ``true_class_rank(...) <= k`` is the CACC-k indicator for every k <= k_max.
+    """
+    k_max = top.shape[1]
+    hit = top == np.asarray(y_true)[:, None]
+    return np.where(hit.any(axis=1), hit.argmax(axis=1) + 1, k_max + 1)
+
+
+def row_moments(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, ...]:
+    """Per-row float64 (sum a, sum b, sum a², sum b², sum ab) of two (n, p) score matrices,
+    in one compiled pass; a row's values do not depend on the batch it came in.
+
+    >>> [v.tolist() for v in row_moments(np.array([[1.0, 2.0]]), np.array([[3.0, 4.0]]))]
+    [[3.0], [7.0], [5.0], [25.0], [11.0]]
+    """
+    a, b = _float_matrix(a), _float_matrix(b)
+    if a.shape != b.shape:
+        raise ValueError(f"score matrices differ in shape: {a.shape} and {b.shape}")
+    return tuple(kernels.pair_moments(a, b))
+
+
+def rowwise_pearson(
+    sum_a: np.ndarray,
+    sum_b: np.ndarray,
+    sq_a: np.ndarray,
+    sq_b: np.ndarray,
+    dot_ab: np.ndarray,
+    width: int,
+    rel_tol: float = 1e-6,
+) -> np.ndarray:
+    """Pearson's r of each row pair from its five sums over ``width`` classes.
+
+    Rows where either vector is constant have no correlation: they come back as NaN. A
+    variance below ``rel_tol`` times the sum of squares counts as zero, since the sums carry
+    rounding error of that order (the default suits float32 scores).
+    """
+    cov = dot_ab - sum_a * sum_b / width
+    var_a = sq_a - sum_a**2 / width
+    var_b = sq_b - sum_b**2 / width
+    tol = rel_tol * width
+    defined = (var_a > tol * sq_a) & (var_b > tol * sq_b)
+    denom = np.sqrt(np.clip(var_a, 0, None) * np.clip(var_b, 0, None))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        r = np.where(defined, cov / denom, np.nan)
+    return np.clip(r, -1.0, 1.0)
+
+
+def rounding_tolerance(*arrays: np.ndarray) -> float:
+    """Relative tolerance for sums of the arrays' dtypes: 8 machine epsilons of the coarsest."""
+    return 8 * max(np.finfo(x.dtype).eps if x.dtype.kind == "f" else np.finfo(np.float64).eps for x in arrays)
+
+
+def rowwise_cosine(sq_a: np.ndarray, sq_b: np.ndarray, dot_ab: np.ndarray) -> np.ndarray:
+    """Cosine similarity of each row pair; NaN where a vector is all zeros."""
+    denom = np.sqrt(sq_a * sq_b)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        c = np.where(denom > 0, dot_ab / denom, np.nan)
+    return np.clip(c, -1.0, 1.0)
