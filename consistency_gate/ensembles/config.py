@@ -1,9 +1,10 @@
 """The ``remediation:`` block of a gate config, checked without importing torch or MLflow
 (``consistency-gate config --check`` and every gate parse it before anything heavy loads).
 
->>> parse_remediation({"data": "train.csv", "method": "dynsnap-step", "m": 5, "N": 2, "epochs": 4}).settings.m
+>>> block = RemediationBlock(data="train.csv", method="dynsnap-step", m=5, N=2, epochs=4)
+>>> RemediationConfig.from_block(block).settings.m
 5
->>> parse_remediation({"data": "train.csv", "enabled": False}) is None
+>>> RemediationConfig.from_block(RemediationBlock(enabled=False)) is None
 True
 """
 
@@ -11,6 +12,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, field_validator
 
 from consistency_gate.ensembles.combine import RULES
 from consistency_gate.errors import UsageError
@@ -51,19 +55,33 @@ class TrainSettings:
             )
 
 
-_SETTING_KEYS = {
-    "method": "method",
-    "m": "m",
-    "N": "n_snapshots",
-    "epochs": "epochs",
-    "beta": "beta",
-    "lr": "lr",
-    "batch_size": "batch_size",
-    "val_fraction": "val_fraction",
-    "seed": "seed",
-    "max_runs": "max_runs",
-}
-_OTHER_KEYS = {"enabled", "recipe", "recipe_options", "data", "label_column", "combination"}
+class RemediationBlock(BaseModel):
+    """The ``remediation:`` block as written (pydantic: unknown keys and wrong types are refused
+    with their field path; :func:`consistency_gate.gate.rules.parse_config` adds the YAML line)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    data: Path | None = None  # required unless enabled is false
+    enabled: StrictBool = True
+    recipe: StrictStr = "mlp"
+    recipe_options: dict[str, Any] = Field(default_factory=dict)
+    label_column: StrictStr = "label"
+    combination: Literal[RULES] = "avg"
+    method: StrictStr = "dynsnap-cyc"
+    m: StrictInt = 20
+    N: StrictInt = 10
+    epochs: StrictInt = 40
+    beta: Annotated[float, Field(strict=True)] | None = None
+    lr: Annotated[float, Field(strict=True, gt=0)] = 0.05
+    batch_size: StrictInt = 64
+    val_fraction: Annotated[float, Field(strict=True)] = 0.2
+    seed: StrictInt = 0
+    max_runs: StrictInt = 200
+
+    @field_validator("combination", mode="before")
+    @classmethod
+    def _lower(cls, value: object) -> object:
+        return value.lower() if isinstance(value, str) else value
 
 
 @dataclass(frozen=True)
@@ -77,34 +95,32 @@ class RemediationConfig:
     combination: str = "avg"
     settings: TrainSettings = field(default_factory=TrainSettings)
 
+    @classmethod
+    def from_block(cls, block: RemediationBlock, source: str = "config") -> RemediationConfig | None:
+        """The config of a validated block; None when ``enabled: false``. The training settings
+        check themselves (:class:`TrainSettings`)."""
+        if not block.enabled:
+            return None
+        if block.data is None:
+            raise UsageError(f"{source}: remediation: 'data' (the training data file) is required")
+        try:
+            settings = _settings(block)
+        except UsageError as exc:
+            raise UsageError(f"{source}: {exc}") from None
+        options = dict(block.recipe_options)
+        return cls(block.data, block.recipe, options, block.label_column, block.combination, settings)
 
-def parse_remediation(block: object, source: str = "config") -> RemediationConfig | None:
-    """The ``remediation:`` block, checked; None when absent or ``enabled: false``."""
-    if block is None:
-        return None
-    where = f"{source}: remediation"
-    if not isinstance(block, dict):
-        raise UsageError(f"{where}: expected a mapping, got {block!r}")
-    unknown = set(block) - set(_SETTING_KEYS) - _OTHER_KEYS
-    if unknown:
-        known = ", ".join(sorted(set(_SETTING_KEYS) | _OTHER_KEYS))
-        raise UsageError(f"{where}: unknown key '{sorted(unknown)[0]}' (known: {known})")
-    if not block.get("enabled", True):
-        return None
-    if "data" not in block:
-        raise UsageError(f"{where}: 'data' (the training data file) is required")
-    combination = str(block.get("combination", "avg")).lower()
-    if combination not in RULES:
-        raise UsageError(f"{where}: combination '{combination}' is unknown; use one of {', '.join(RULES)}")
-    options = block.get("recipe_options") or {}
-    if not isinstance(options, dict):
-        raise UsageError(f"{where}: recipe_options must be a mapping, got {options!r}")
-    settings = TrainSettings(**{_SETTING_KEYS[k]: v for k, v in block.items() if k in _SETTING_KEYS})
-    return RemediationConfig(
-        data=Path(block["data"]),
-        recipe=str(block.get("recipe", "mlp")),
-        recipe_options=options,
-        label_column=str(block.get("label_column", "label")),
-        combination=combination,
-        settings=settings,
+
+def _settings(block: RemediationBlock) -> TrainSettings:
+    return TrainSettings(
+        method=block.method,
+        m=block.m,
+        n_snapshots=block.N,
+        epochs=block.epochs,
+        beta=block.beta,
+        lr=block.lr,
+        batch_size=block.batch_size,
+        val_fraction=block.val_fraction,
+        seed=block.seed,
+        max_runs=block.max_runs,
     )

@@ -13,10 +13,12 @@ import re
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Annotated
 
 import yaml
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, ValidationError, model_validator
 
+from consistency_gate.ensembles.config import RemediationBlock
 from consistency_gate.errors import UsageError
 
 if TYPE_CHECKING:
@@ -145,26 +147,17 @@ def parse_config(text: str, source: str = "config") -> GateConfig:
         data = {}
     if not isinstance(data, dict):
         raise UsageError(f"{source}: expected a mapping with a 'rules' list at the top level")
-    known = {"rules", "ks", "remediation", "classes"}
-    for key in data:
-        if key not in known:
-            raise UsageError(
-                f"{source}: line {_line(root, key)}: unknown key '{key}' (known: {', '.join(sorted(known))})"
-            )
-    ks = data.get("ks", [1, 5])
-    if not isinstance(ks, list) or not ks or not all(isinstance(k, int) and k >= 1 for k in ks):
-        raise UsageError(f"{source}: line {_line(root, 'ks')}: 'ks' must be a list of integers >= 1, got {ks!r}")
-    rules_data = data.get("rules", [])
-    if not isinstance(rules_data, list):
-        raise UsageError(f"{source}: line {_line(root, 'rules')}: 'rules' must be a list")
-    rule_nodes = _rule_nodes(root)
-    rules = [_parse_rule(item, source, line, tuple(ks)) for item, line in zip(rules_data, rule_nodes, strict=False)]
-    classes = data.get("classes")
-    if classes is not None and not (isinstance(classes, list) and classes):
-        raise UsageError(f"{source}: line {_line(root, 'classes')}: 'classes' must be a non-empty list of labels")
-    from consistency_gate.ensembles.config import parse_remediation
+    try:
+        document = _Document.model_validate(data)
+    except ValidationError as exc:
+        raise _usage_error(exc, root, source) from None
+    ks = tuple(sorted(set(document.ks)))
+    rules = [_rule(spec, source, _line(root, ("rules", i)), ks) for i, spec in enumerate(document.rules)]
+    remediation = None
+    if document.remediation is not None:
+        from consistency_gate.ensembles.config import RemediationConfig
 
-    remediation = parse_remediation(data.get("remediation"), source)
+        remediation = RemediationConfig.from_block(document.remediation, source)
     if not rules:
         raise UsageError(
             f"{source}: no rules: a gate with nothing to check would pass any candidate; add rules "
@@ -172,12 +165,70 @@ def parse_config(text: str, source: str = "config") -> GateConfig:
         )
     return GateConfig(
         rules=rules,
-        ks=tuple(sorted(set(ks))),
+        ks=ks,
         remediation=remediation,
-        classes=[str(c) for c in classes] if classes else None,
+        classes=[str(c) for c in document.classes] if document.classes else None,
         source=source,
         ks_given="ks" in data and source != DEFAULT_SOURCE,
     )
+
+
+FiniteNumber = Annotated[float, Field(strict=True, allow_inf_nan=False)]
+
+
+class _RuleSpec(BaseModel):
+    """One item of ``rules:`` as written: a metric and exactly one threshold."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    metric: StrictStr
+    min: FiniteNumber | None = None
+    max: FiniteNumber | None = None
+    min_delta: FiniteNumber | None = None
+
+    @model_validator(mode="after")
+    def _one_threshold(self) -> _RuleSpec:
+        given = [kind for kind in KINDS if getattr(self, kind) is not None]
+        if len(given) != 1:
+            raise ValueError(f"rule for '{self.metric}' needs exactly one of min, max, min_delta; got {given}")
+        return self
+
+
+class _Document(BaseModel):
+    """A gate config file as written (the top-level keys)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    rules: list[_RuleSpec] = Field(default_factory=list)
+    ks: Annotated[list[Annotated[int, Field(strict=True, ge=1)]], Field(min_length=1)] = [1, 5]
+    remediation: RemediationBlock | None = None
+    classes: Annotated[list[StrictStr | StrictInt], Field(min_length=1)] | None = None
+
+
+def _usage_error(exc: ValidationError, root: yaml.Node | None, source: str) -> UsageError:
+    """The first of pydantic's errors as one line: the YAML line, the key path, what was wrong."""
+    error = exc.errors()[0]
+    loc = tuple(error["loc"])
+    path = "".join(f"[{part}]" if isinstance(part, int) else f".{part}" for part in loc).lstrip(".") or "config"
+    if error["type"] == "extra_forbidden":
+        where, model = loc[:-1], _Document
+        for part in where:
+            model = {"remediation": RemediationBlock, "rules": _RuleSpec}.get(str(part), model)
+        known = ", ".join(sorted(model.model_fields))
+        inside = "".join(f"[{part}]" if isinstance(part, int) else f".{part}" for part in where).lstrip(".")
+        what = f"unknown key '{loc[-1]}'" + (f" in {inside}" if where else "")
+        return UsageError(f"{source}: line {_line(root, loc)}: {what} (known: {known})")
+    message = error["msg"].removeprefix("Value error, ")
+    if error["type"] in ("model_type", "model_attributes_type", "dict_type"):
+        message = "expected a mapping (key: value)"
+    shown = "" if error["type"] == "value_error" else f" (got {error['input']!r})"
+    return UsageError(f"{source}: line {_line(root, loc)}: {path}: {message}{shown}")
+
+
+def _rule(spec: _RuleSpec, source: str, line: int, ks: tuple[int, ...]) -> Rule:
+    kind = next(kind for kind in KINDS if getattr(spec, kind) is not None)
+    _check_metric(spec.metric, kind, f"{source}: line {line}", ks)
+    return Rule(spec.metric, kind, float(getattr(spec, kind)), line)
 
 
 def _check_expanded_size(root: yaml.Node | None, source: str) -> None:
@@ -205,21 +256,6 @@ def _check_expanded_size(root: yaml.Node | None, source: str) -> None:
         )
 
 
-def _parse_rule(item: object, source: str, line: int, ks: tuple[int, ...]) -> Rule:
-    where = f"{source}: line {line}"
-    if not isinstance(item, dict) or "metric" not in item:
-        raise UsageError(f"{where}: each rule needs 'metric' and one of min, max, min_delta; got {item!r}")
-    kinds = [k for k in item if k != "metric"]
-    if len(kinds) != 1 or kinds[0] not in KINDS:
-        raise UsageError(f"{where}: rule for '{item['metric']}' needs exactly one of min, max, min_delta; got {kinds}")
-    kind, metric = kinds[0], str(item["metric"])
-    threshold = item[kind]
-    if isinstance(threshold, bool) or not isinstance(threshold, int | float) or not math.isfinite(threshold):
-        raise UsageError(f"{where}: '{kind}' of rule '{metric}' must be a finite number, got {threshold!r}")
-    _check_metric(metric, kind, where, ks)
-    return Rule(metric, kind, float(threshold), line)
-
-
 def _check_metric(metric: str, kind: str, where: str, ks: tuple[int, ...]) -> None:
     per_k = _PER_K.match(metric)
     if per_k and int(per_k.group(2)) not in ks:
@@ -232,20 +268,22 @@ def _check_metric(metric: str, kind: str, where: str, ks: tuple[int, ...]) -> No
         raise UsageError(f"{where}: unknown metric '{metric}'; known: {names}")
 
 
-def _line(root: yaml.Node | None, key: str) -> int:
-    if isinstance(root, yaml.MappingNode):
-        for k, _ in root.value:
-            if k.value == key:
-                return k.start_mark.line + 1
-    return 1
-
-
-def _rule_nodes(root: yaml.Node | None) -> list[int]:
-    if isinstance(root, yaml.MappingNode):
-        for k, v in root.value:
-            if k.value == "rules" and isinstance(v, yaml.SequenceNode):
-                return [item.start_mark.line + 1 for item in v.value]
-    return []
+def _line(root: yaml.Node | None, loc: tuple) -> int:
+    """The 1-based YAML line of the value at ``loc`` (keys and list indices), or of the nearest
+    enclosing one that exists."""
+    node, line = root, 1
+    for part in loc:
+        if isinstance(node, yaml.MappingNode):
+            match = next(((k, v) for k, v in node.value if k.value == str(part)), None)
+            if match is None:
+                break
+            line, node = match[0].start_mark.line + 1, match[1]
+        elif isinstance(node, yaml.SequenceNode) and isinstance(part, int) and part < len(node.value):
+            node = node.value[part]
+            line = node.start_mark.line + 1
+        else:
+            break
+    return line
 
 
 def candidate_key(metric: str) -> str:

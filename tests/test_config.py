@@ -1,0 +1,49 @@
+"""Gate configs: every mistake is one line naming the file, the YAML line and the key path (exit 2)."""
+
+from __future__ import annotations
+
+import pytest
+
+from consistency_gate.errors import UsageError
+from consistency_gate.gate.rules import parse_config
+
+RULE = "rules:\n  - {metric: con, min: 0.9}\n"
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("rulez: []\n", "gate.yaml: line 1: unknown key 'rulez' (known: classes, ks, remediation, rules)"),
+        ("rules:\n  - {metric: con, mx: 0.9}\n", "line 2: unknown key 'mx' in rules[0] (known: max, metric, min"),
+        ("rules:\n  - con\n", "line 2: rules[0]: expected a mapping (key: value) (got 'con')"),
+        ("rules:\n  - {metric: con, min: 0.9, max: 1}\n", "line 2: rules[0]: rule for 'con' needs exactly one of"),
+        ("rules:\n  - {metric: con, min: yes}\n", "line 2: rules[0].min: Input should be a valid number"),
+        ("rules:\n  - {metric: con, min: .inf}\n", "line 2: rules[0].min: Input should be a finite number"),
+        ("ks: [1, 0]\n" + RULE, "line 1: ks[1]: Input should be greater than or equal to 1"),
+        (RULE + "remediation:\n  data: t.csv\n  colour: red\n", "line 5: unknown key 'colour' in remediation"),
+        (RULE + "remediation:\n  data: t.csv\n  combination: median\n", "line 5: remediation.combination"),
+        (RULE + "remediation:\n  data: t.csv\n  m: 0\n", "gate.yaml: remediation m must be an integer >= 1"),
+        (RULE + "remediation:\n  m: 2\n", "gate.yaml: remediation: 'data' (the training data file) is required"),
+        (RULE + "classes: []\n", "line 3: classes: List should have at least 1 item"),
+    ],
+)
+def test_config_mistakes_name_the_line_and_key(text, expected):
+    with pytest.raises(UsageError) as caught:
+        parse_config(text, "gate.yaml")
+    assert expected in str(caught.value)
+    assert "\n" not in str(caught.value) and "_RuleSpec" not in str(caught.value)
+
+
+def test_a_valid_config_keeps_its_values():
+    config = parse_config(
+        "ks: [5, 1]\nrules:\n  - {metric: ctoi, max: 0.02}\n  - {metric: acc, min_delta: -0.01}\n"
+        "remediation:\n  data: train.csv\n  combination: WAVG\n  N: 3\n  epochs: 6\n  enabled: true\n",
+        "gate.yaml",
+    )
+    assert config.ks == (1, 5) and config.ks_given
+    assert [(r.metric, r.kind, r.threshold, r.line) for r in config.rules] == [
+        ("ctoi", "max", 0.02, 3),
+        ("acc", "min_delta", -0.01, 4),
+    ]
+    assert config.remediation.combination == "wavg" and config.remediation.settings.n_snapshots == 3
+    assert parse_config(RULE + "remediation:\n  enabled: false\n").remediation is None
