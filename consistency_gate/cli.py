@@ -11,6 +11,7 @@ import contextlib
 import json
 import sys
 import traceback
+from collections.abc import Callable
 from pathlib import Path
 
 import click
@@ -27,10 +28,10 @@ def _echo_json(payload: object) -> None:
     click.echo(json.dumps(finite_or_null(payload), indent=2, default=str, allow_nan=False))
 
 
-def _engine_options(spark_help: str):
+def _engine_options(spark_help: str) -> Callable[[click.Command], click.Command]:
     """``--engine local|spark`` and ``--partitions``, for the commands that can run on Spark."""
 
-    def decorate(command):
+    def decorate(command: click.Command) -> click.Command:
         command = click.option(
             "--partitions", type=int, default=None, help="With --engine spark: number of partitions."
         )(command)

@@ -57,6 +57,7 @@ class Outputs:
 
     @property
     def has_scores(self) -> bool:
+        """Whether these outputs carry class scores (not only hard labels)."""
         return self.scores is not None
 
 
@@ -107,6 +108,7 @@ class ConsistencyCounts:
 
     @property
     def k_max(self) -> int:
+        """The largest k counted."""
         return self.ks[-1]
 
     def update(self, y_true: np.ndarray, previous: Outputs, candidate: Outputs) -> ConsistencyCounts:
@@ -131,6 +133,7 @@ class ConsistencyCounts:
 
     @property
     def flip_counts(self) -> tuple[int, int, int, int]:
+        """The 2x2 right/wrong table: (CtoC, CtoI, ItoC, ItoI) counts."""
         return self.ctoc, self.ctoi, self.itoc, self.itoi
 
     def _check_kind(self, role: str, has_scores: bool) -> None:

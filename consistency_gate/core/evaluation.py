@@ -18,7 +18,7 @@ The engines (:mod:`consistency_gate.engines.local`, :mod:`consistency_gate.engin
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from itertools import combinations
 
@@ -49,6 +49,7 @@ class ClassIndex:
         self._ids: dict[str, int] = {}
 
     def add(self, labels: Sequence[str]) -> np.ndarray:
+        """The ids of ``labels``, registering the ones not seen yet."""
         return np.array([self._ids.setdefault(str(label), len(self._ids)) for label in labels], dtype=np.int64)
 
     def ids(self, labels: pd.Series, register: bool) -> np.ndarray:
@@ -62,6 +63,7 @@ class ClassIndex:
 
     @property
     def labels(self) -> list[str]:
+        """Every label seen, in id order."""
         return list(self._ids)
 
 
@@ -234,6 +236,6 @@ def _canonical_layout(ids: np.ndarray) -> tuple[np.ndarray | None, np.ndarray]:
     return order, ids[order]
 
 
-def _mean(values) -> float | None:
+def _mean(values: Iterable[float | None]) -> float | None:
     vals = [v for v in values if v is not None]
     return float(np.mean(vals)) if vals else None

@@ -31,7 +31,7 @@ _ROWS = 256  # rows per parallel task (buffers are allocated once per task)
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
-def _insert(vals, idx, pos, v, j):  # pragma: no cover - compiled
+def _insert(vals: np.ndarray, idx: np.ndarray, pos: int, v: float, j: int) -> None:  # pragma: no cover - compiled
     # move v (column j) up from slot pos past every strictly smaller score
     while pos > 0 and v > vals[pos - 1]:
         vals[pos] = vals[pos - 1]
@@ -86,7 +86,7 @@ def top_k_rows(scores: np.ndarray, k: int) -> np.ndarray:  # pragma: no cover - 
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
-def _chunk_maxima(row, maxima):  # pragma: no cover - compiled
+def _chunk_maxima(row: np.ndarray, maxima: np.ndarray) -> None:  # pragma: no cover - compiled
     p = row.size
     for c in range(maxima.size):
         start = c * _CHUNK

@@ -14,19 +14,25 @@ DIV = weighted mean of member losses - ensemble loss. The identities, checked in
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
 import numpy as np
+
+if TYPE_CHECKING:
+    import torch
 
 _EPS = 1e-12
 
 
-def _weights(m: int, weights=None) -> np.ndarray:
+def _weights(m: int, weights: Sequence[float] | None = None) -> np.ndarray:
     w = np.full(m, 1.0 / m) if weights is None else np.asarray(weights, dtype=np.float64)
     if w.shape != (m,) or (w < 0).any() or not np.isclose(w.sum(), 1.0):
         raise ValueError(f"weights must be {m} non-negative numbers summing to 1")
     return w
 
 
-def diversity_ce_probs(member_probs: np.ndarray, y: np.ndarray, weights=None) -> float:
+def diversity_ce_probs(member_probs: np.ndarray, y: np.ndarray, weights: Sequence[float] | None = None) -> float:
     """DIV for cross-entropy with probability averaging, mean over samples."""
     p = np.asarray(member_probs, dtype=np.float64)
     w = _weights(p.shape[0], weights)
@@ -40,7 +46,7 @@ def _log_softmax(z: np.ndarray) -> np.ndarray:
     return z - np.log(np.exp(z).sum(axis=-1, keepdims=True))
 
 
-def diversity_ce_scores(member_scores: np.ndarray, weights=None) -> float:
+def diversity_ce_scores(member_scores: np.ndarray, weights: Sequence[float] | None = None) -> float:
     """DIV for cross-entropy with score (logit) averaging: sum_j w_j KL(qbar || p_j), mean over samples.
 
     It does not depend on the labels: the true-class terms cancel.
@@ -53,7 +59,7 @@ def diversity_ce_scores(member_scores: np.ndarray, weights=None) -> float:
     return float(np.mean(np.tensordot(w, kl, axes=1)))
 
 
-def diversity_brier(member_probs: np.ndarray, weights=None) -> float:
+def diversity_brier(member_probs: np.ndarray, weights: Sequence[float] | None = None) -> float:
     """DIV for the Brier score (or MSE on any outputs): weighted variance of members around the ensemble."""
     p = np.asarray(member_probs, dtype=np.float64)
     w = _weights(p.shape[0], weights)
@@ -61,7 +67,7 @@ def diversity_brier(member_probs: np.ndarray, weights=None) -> float:
     return float(np.mean(np.tensordot(w, ((p - pbar[None]) ** 2).sum(axis=-1), axes=1)))
 
 
-def losses(member_probs: np.ndarray, y: np.ndarray, weights=None) -> dict[str, float]:
+def losses(member_probs: np.ndarray, y: np.ndarray, weights: Sequence[float] | None = None) -> dict[str, float]:
     """Weighted mean member loss and ensemble loss (probability averaging), for CE and Brier."""
     p = np.asarray(member_probs, dtype=np.float64)
     w = _weights(p.shape[0], weights)
@@ -76,7 +82,7 @@ def losses(member_probs: np.ndarray, y: np.ndarray, weights=None) -> dict[str, f
     }
 
 
-def debiasing_share(member_outputs: np.ndarray, weights=None) -> float | None:
+def debiasing_share(member_outputs: np.ndarray, weights: Sequence[float] | None = None) -> float | None:
     """Share of the (Brier/MSE) diversity that optimal debiasing removes.
 
     Member j is shifted by b_j = mean_i f_j(x_i) - mean_i fbar(x_i); what diversity remains is
@@ -108,7 +114,7 @@ def codependence(
     return float(np.mean(errors) - full)
 
 
-def augmented_loss(member_logits, y, beta: float = 0.0):
+def augmented_loss(member_logits: torch.Tensor, y: torch.Tensor, beta: float = 0.0) -> torch.Tensor:
     """(1 - beta) * mean member cross-entropy + beta * ensemble cross-entropy (probability averaging).
 
     ``member_logits`` is a (members, batch, classes) torch tensor. beta = 0 is independent

@@ -255,7 +255,9 @@ def load_member_files(
     return frames_to_arrays(frames, truth[label_column].reset_index(drop=True))
 
 
-def frames_to_arrays(frames: dict[str, pd.DataFrame | pd.Series], truth: pd.Series):
+def frames_to_arrays(
+    frames: dict[str, pd.DataFrame | pd.Series], truth: pd.Series
+) -> tuple[list[str], np.ndarray, np.ndarray, list[str]]:
     """Member frames (score columns, or a hard-label series) and true labels -> aligned arrays.
 
     Classes are in the canonical order (the members' classes sorted as text, then any true label
@@ -277,7 +279,7 @@ def frames_to_arrays(frames: dict[str, pd.DataFrame | pd.Series], truth: pd.Seri
     return list(frames), probs, y, classes
 
 
-def _align(frame: pd.DataFrame, truth: pd.DataFrame, id_column: str | None, path: Path, labels: Path):
+def _align(frame: pd.DataFrame, truth: pd.DataFrame, id_column: str | None, path: Path, labels: Path) -> pd.DataFrame:
     if id_column is None:
         if len(frame) != len(truth):
             raise DataError(
@@ -332,6 +334,7 @@ def run_diagnose(
 
 
 def render_html(report: dict, names: list[str], probs: np.ndarray, y: np.ndarray, classes: list[str]) -> str:
+    """The ``diagnose --format html`` page: the report with its plots inlined as PNG."""
     import io as _io
 
     import matplotlib.pyplot as plt
@@ -361,7 +364,13 @@ def render_html(report: dict, names: list[str], probs: np.ndarray, y: np.ndarray
     return diagnose_html(report, pngs)
 
 
-def _load_registry_members(members, data, tracking_uri, label_column, id_column):
+def _load_registry_members(
+    members: dict[str, str],
+    data: str | Path | None,
+    tracking_uri: str | None,
+    label_column: str,
+    id_column: str | None,
+) -> tuple[list[str], np.ndarray, np.ndarray, list[str]]:
 
     from consistency_gate.mlops import registry, scoring, store
 

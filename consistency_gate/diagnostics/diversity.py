@@ -30,6 +30,7 @@ from __future__ import annotations
 from itertools import combinations
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 METRICS = ("ck", "qs", "bd", "fk", "kw", "gd")
 _HIGHER_IS_MORE_DIVERSE = ("bd", "kw", "gd")
@@ -47,7 +48,7 @@ def _div(num: np.ndarray, den: np.ndarray) -> np.ndarray:
         return np.where(den != 0, num / np.where(den != 0, den, 1), np.nan)
 
 
-def pairwise_values(n11, n10, n01, n00) -> dict[str, np.ndarray]:
+def pairwise_values(n11: ArrayLike, n10: ArrayLike, n01: ArrayLike, n00: ArrayLike) -> dict[str, np.ndarray]:
     """CK (Formula 1), QS (Formula 2) and BD (Formula 3) from the 2x2 counts (any shape).
 
     N11: both right, N10: only the first right, N01: only the second, N00: both wrong. QS is 0
@@ -66,7 +67,7 @@ def pairwise_values(n11, n10, n01, n00) -> dict[str, np.ndarray]:
     return {"ck": ck, "qs": qs, "bd": bd}
 
 
-def cohen_kappa(n11, n10, n01, n00) -> float | None:
+def cohen_kappa(n11: ArrayLike, n10: ArrayLike, n01: ArrayLike, n00: ArrayLike) -> float | None:
     """Cohen's kappa of two members' right/wrong outcomes from their 2x2 counts (None if undefined).
 
     The textbook statistic (observed minus chance agreement, over one minus chance agreement),

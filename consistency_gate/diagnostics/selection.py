@@ -31,6 +31,7 @@ class Pool:
 
     @property
     def size(self) -> int:
+        """The number of members in the pool."""
         return self.probs.shape[0]
 
 

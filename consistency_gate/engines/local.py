@@ -6,7 +6,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -119,14 +119,16 @@ def evaluate_files(
     return evaluation
 
 
-def _frames(source: io.PredictionSource, chunk_rows: int):
+def _frames(source: io.PredictionSource, chunk_rows: int) -> Iterator[pd.DataFrame]:
     text = (source.id_column,) if source.id_column else ()
     if not source.has_scores:
         text += (io.HARD_LABEL_COLUMN,)
     return io.iter_frames(source.path, source.columns, chunk_rows, text_columns=text)
 
 
-def _next_chunk(stream, source: io.PredictionSource, labels: Path, rows: int, seen: int) -> pd.DataFrame:
+def _next_chunk(
+    stream: Iterator[pd.DataFrame], source: io.PredictionSource, labels: Path, rows: int, seen: int
+) -> pd.DataFrame:
     frame = next(stream, None)
     if frame is None or len(frame) < rows:
         have = seen + (0 if frame is None else len(frame))
@@ -186,7 +188,7 @@ def _unique_ids(path: Path, id_column: str) -> pd.Series:
     return ids.reset_index(drop=True)
 
 
-def _reordered(source: io.PredictionSource, positions: np.ndarray | None, chunk_rows: int):
+def _reordered(source: io.PredictionSource, positions: np.ndarray | None, chunk_rows: int) -> Iterator[pd.DataFrame]:
     """Chunks of a prediction file in the labels' id order. A file out of order is read whole."""
     if positions is None:
         yield from _frames(source, chunk_rows)

@@ -19,6 +19,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from functools import reduce
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
@@ -29,11 +30,17 @@ from consistency_gate.engines.local import resolve_ks
 from consistency_gate.errors import DataError, ModelError, UsageError
 from consistency_gate.io import predictions as io
 
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+
+    from pyspark.sql import Column, SparkSession
+    from pyspark.sql import DataFrame as SparkDataFrame
+
 # flipped samples (CtoI, ItoC) each partition sends back for the logged flip table
 MAX_FLIPS_PER_PARTITION = 100_000
 
 
-def spark_session(partitions: int | None = None):
+def spark_session(partitions: int | None = None) -> SparkSession:
     """The active Spark session, or a local one (``local[*]``)."""
     try:
         from pyspark.sql import SparkSession
@@ -52,7 +59,7 @@ def spark_session(partitions: int | None = None):
     )
 
 
-def read_table(spark, path: Path):
+def read_table(spark: SparkSession, path: Path) -> SparkDataFrame:
     """A Spark DataFrame of a CSV file (header, inferred types) or a Parquet file or directory."""
     if path.is_dir() or path.suffix.lower() in (".parquet", ".pq"):
         return spark.read.parquet(str(path))
@@ -69,7 +76,7 @@ def _partial_row(counts: ConsistencyCounts, flips: pd.DataFrame | None = None) -
     return pd.DataFrame({"counts": [pickle.dumps(counts)], "flips": [pickle.dumps(flips)]})
 
 
-def collect_partials(partials) -> list[tuple[ConsistencyCounts, pd.DataFrame | None]]:
+def collect_partials(partials: Iterable[bytes]) -> list[tuple[ConsistencyCounts, pd.DataFrame | None]]:
     """Run the job and unpickle each partition's (counts, flips). A consistency-gate error raised
     in a Python worker comes back wrapped by Spark; it is raised here again as itself."""
     try:
@@ -181,7 +188,7 @@ class SparkModel:
                 "mlflow.sklearn.log_model(..., pyfunc_predict_fn='predict_proba'), or use --engine local"
             )
 
-    def predict_column(self, spark):
+    def predict_column(self, spark: SparkSession) -> Column:
         """A column of this model's class scores (arrays), predicted with :func:`mlflow.pyfunc.spark_udf`.
 
         The UDF reads a struct of the feature columns, or an array of them when the model's

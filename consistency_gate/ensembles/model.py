@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
@@ -18,6 +19,10 @@ import torch
 
 from consistency_gate.ensembles.combine import combine
 from consistency_gate.ensembles.recipes import RecipeSpec, build_module
+
+if TYPE_CHECKING:
+    from mlflow.models.model import ModelInfo
+    from mlflow.pyfunc import PythonModelContext
 
 try:
     from mlflow.pyfunc import PythonModel
@@ -27,6 +32,9 @@ except ImportError:  # pragma: no cover - mlflow is a dependency; keeps the core
 
 @dataclass
 class TorchEnsemble:
+    """Trained members (state dicts of one recipe), their weights, classes, feature names and
+    standardisation: predicts combined class probabilities on CPU or CUDA."""
+
     recipe: RecipeSpec
     states: list[dict]
     weights: list[float]
@@ -61,6 +69,7 @@ class TorchEnsemble:
         return combine(np.stack(member_probs), self.combination, weights)
 
     def predict_frame(self, frame: pd.DataFrame) -> pd.DataFrame:
+        """One probability column per class, for the ensemble's feature columns of ``frame``."""
         missing = [c for c in self.features if c not in frame.columns]
         if missing:
             raise KeyError(f"the ensemble needs feature columns {missing}")
@@ -68,6 +77,7 @@ class TorchEnsemble:
         return pd.DataFrame(probs, columns=self.classes, index=frame.index)
 
     def save(self, folder: Path) -> None:
+        """Write ``ensemble.json`` (everything but the weights) and ``members.pt`` into ``folder``."""
         folder.mkdir(parents=True, exist_ok=True)
         torch.save(self.states, folder / "members.pt")
         spec = {
@@ -85,6 +95,7 @@ class TorchEnsemble:
 
     @classmethod
     def load(cls, folder: Path) -> TorchEnsemble:
+        """The ensemble :meth:`save` wrote to ``folder`` (weights only: no pickled code)."""
         spec = json.loads((Path(folder) / "ensemble.json").read_text())
         states = torch.load(Path(folder) / "members.pt", map_location="cpu", weights_only=True)
         return cls(
@@ -113,14 +124,18 @@ def _set_mode(module: torch.nn.Module, stochastic: bool) -> None:
 class EnsemblePyfunc(PythonModel):
     """MLflow pyfunc: predict() returns a DataFrame with one probability column per class."""
 
-    def load_context(self, context) -> None:
+    def load_context(self, context: PythonModelContext) -> None:
+        """Load the ensemble from the model's ``ensemble`` artifact."""
         self.ensemble = TorchEnsemble.load(Path(context.artifacts["ensemble"]))
 
-    def predict(self, context, model_input: pd.DataFrame, params=None) -> pd.DataFrame:
+    # MLflow reads predict's type hints to infer a signature: context and params stay unannotated,
+    # as in MLflow's own examples (annotating them makes it log "unsupported type hint" at import)
+    def predict(self, context, model_input: pd.DataFrame, params=None) -> pd.DataFrame:  # noqa: ANN001
+        """One probability column per class."""
         return self.ensemble.predict_frame(pd.DataFrame(model_input))
 
 
-def log_ensemble(ensemble: TorchEnsemble, name: str = "ensemble"):
+def log_ensemble(ensemble: TorchEnsemble, name: str = "ensemble") -> ModelInfo:
     """Log the ensemble as a pyfunc model in the active run; returns MLflow's ModelInfo."""
     import tempfile
 

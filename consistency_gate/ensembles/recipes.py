@@ -15,6 +15,7 @@ torch.Size([2, 3])
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
@@ -25,12 +26,16 @@ from consistency_gate.errors import UsageError
 
 @dataclass(frozen=True)
 class RecipeSpec:
+    """A network to build: a recipe name (built-in or ``package.module:function``), its options,
+    and the input and output widths."""
+
     name: str
     options: dict = field(default_factory=dict)
     n_features: int = 0
     n_classes: int = 0
 
     def to_dict(self) -> dict:
+        """As stored in an ensemble's ``ensemble.json``."""
         return {
             "name": self.name,
             "options": dict(self.options),
@@ -83,7 +88,7 @@ def cnn(
 BUILT_IN = {"mlp": mlp, "cnn": cnn}
 
 
-def _factory(name: str):
+def _factory(name: str) -> Callable[..., nn.Module]:
     if name in BUILT_IN:
         return BUILT_IN[name]
     module_name, sep, func_name = name.partition(":")

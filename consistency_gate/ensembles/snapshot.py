@@ -41,6 +41,8 @@ from consistency_gate.errors import UsageError
 
 @dataclass
 class Member:
+    """One kept snapshot: its weights, validation accuracy, and the run and epoch it came from."""
+
     state: dict
     val_acc: float
     run: int
@@ -63,6 +65,8 @@ class RunLog:
 
 @dataclass
 class EnsembleBuild:
+    """What a build produced: the members, each run's log, the settings and the time spent."""
+
     members: list[Member]
     runs: list[RunLog]
     settings: TrainSettings
@@ -169,7 +173,16 @@ def build_ensemble(
     return build
 
 
-def _train_run(recipe, xt, yt, settings: TrainSettings, rng, run: int, device: str, quiet: bool):
+def _train_run(
+    recipe: RecipeSpec,
+    xt: torch.Tensor,
+    yt: torch.Tensor,
+    settings: TrainSettings,
+    rng: np.random.Generator,
+    run: int,
+    device: str,
+    quiet: bool,
+) -> tuple[list[tuple[float, int, dict]], RunLog]:
     from tqdm.auto import tqdm
 
     t0 = time.perf_counter()
@@ -255,7 +268,9 @@ class _SnapshotKeeper:
         return [self.kept[slot] for slot in sorted(self.kept)]
 
 
-def _select(chosen, settings: TrainSettings, run: int):
+def _select(
+    chosen: list[tuple[float, int, dict]], settings: TrainSettings, run: int
+) -> tuple[list[Member], float | None, float | None, list[int]]:
     """The run's snapshots and the pruning decision (beta used, tau, kept indices)."""
     method = settings.method
     if method in ("extbagging", "mcdropout", "singlebase"):

@@ -70,6 +70,7 @@ class Rule:
         return f"{OPERATORS[self.kind]} {self.threshold:g}"
 
     def describe(self) -> str:
+        """The rule as it reads: ``con >= 0.95``."""
         return f"{self.metric} {self.condition}"
 
     def holds(self, value: float) -> bool:
@@ -82,6 +83,8 @@ class Rule:
 
 @dataclass
 class GateConfig:
+    """A checked gate config: the rules, the k values, the remediation block and class names."""
+
     rules: list[Rule]
     ks: tuple[int, ...] = (1, 5)
     remediation: RemediationConfig | None = None
@@ -100,6 +103,7 @@ class RuleResult:
     note: str = ""
 
     def to_dict(self) -> dict:
+        """As in the JSON report and the logged rule table."""
         return {
             "metric": self.rule.metric,
             "kind": self.rule.kind,
@@ -112,6 +116,7 @@ class RuleResult:
 
 
 def default_config_text() -> str:
+    """The packaged default config (``consistency-gate config --default``)."""
     return resources.files("consistency_gate").joinpath("default_config.yaml").read_text()
 
 

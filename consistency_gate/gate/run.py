@@ -95,6 +95,7 @@ class GateResult:
         return "remediated" if self.registered_version is not None else "failed"
 
     def to_dict(self) -> dict:
+        """The JSON report (``--report``, ``--format json``, ``gate/report.json``)."""
         return {
             "verdict": self.verdict,
             "candidate_verdict": self.candidate_verdict,
@@ -250,7 +251,9 @@ def _failed(exc: BaseException, gate: _GateRun, uri: str, report_path: str | Pat
     return error
 
 
-def _same_version(cand_ref: registry.ModelRef, base_ref: registry.ModelRef, report_path) -> GateResult:
+def _same_version(
+    cand_ref: registry.ModelRef, base_ref: registry.ModelRef, report_path: str | Path | None
+) -> GateResult:
     """The candidate is the baseline itself: nothing to decide, so no run, no tag, no promotion."""
     against = f"@{base_ref.alias}" if base_ref.alias else f"v{base_ref.version}"
     result = GateResult(
@@ -267,7 +270,7 @@ def _same_version(cand_ref: registry.ModelRef, base_ref: registry.ModelRef, repo
     return result
 
 
-def _end_failed(exc: BaseException, run_ids: list[str], client) -> list[str]:
+def _end_failed(exc: BaseException, run_ids: list[str], client: MlflowClient) -> list[str]:
     """End the gate's runs (the gate run and a nested remediation run) as FAILED, retrying while
     the tracking server comes back within ``END_RUN_RETRY_S``; returns the ids left RUNNING."""
     import mlflow

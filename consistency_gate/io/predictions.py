@@ -16,12 +16,16 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
 import pyarrow.parquet as pq
 
 from consistency_gate.errors import DataError, plain
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 HARD_LABEL_COLUMN = "prediction"
 _PANDAS_INDEX = re.compile(r"__index_level_\d+__")
@@ -38,10 +42,12 @@ class PredictionSource:
 
     @property
     def has_scores(self) -> bool:
+        """Whether the file holds class scores (not a ``prediction`` column)."""
         return self.classes is not None
 
     @property
     def columns(self) -> list[str]:
+        """The columns read from the file: the id column (if any), then the classes or ``prediction``."""
         body = list(self.classes) if self.classes is not None else [HARD_LABEL_COLUMN]
         return ([self.id_column] if self.id_column else []) + body
 
@@ -118,7 +124,7 @@ def _directory_columns(path: Path) -> list[str]:
     return [c for c in first.names if not _PANDAS_INDEX.fullmatch(c)]
 
 
-def _schema_text(schema) -> str:
+def _schema_text(schema: pa.Schema) -> str:
     return ", ".join(f"{f.name}:{f.type}" for f in schema)[:200]
 
 

@@ -8,8 +8,13 @@ class of at least one generation.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import pandas as pd
+
+if TYPE_CHECKING:
+    from great_expectations.core.expectation_validation_result import ExpectationValidationResult
+    from great_expectations.data_context import AbstractDataContext
 
 _NUMERIC = ["int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "float16", "float32", "float64"]
 _TYPES = {
@@ -24,11 +29,14 @@ _TYPES = {
 
 @dataclass
 class ValidationReport:
+    """The outcome of validating the evaluation data: success, failures in words, GX's result."""
+
     success: bool
     failures: list[str]
     result: dict  # the GX validation result as JSON
 
     def summary(self) -> str:
+        """The failures on one line."""
         return "; ".join(self.failures)
 
 
@@ -65,7 +73,7 @@ def validate_evaluation_data(
     return ValidationReport(bool(result.success), failures, result.to_json_dict())
 
 
-def _quiet(context) -> None:
+def _quiet(context: AbstractDataContext) -> None:
     try:
         from great_expectations.data_context.types.base import ProgressBarsConfig
 
@@ -74,7 +82,7 @@ def _quiet(context) -> None:
         pass
 
 
-def _describe(result) -> str:
+def _describe(result: ExpectationValidationResult) -> str:
     cfg = result.expectation_config
     kwargs = {k: v for k, v in cfg.kwargs.items() if k not in ("batch_id", "value_set", "type_list")}
     detail = result.result or {}

@@ -9,8 +9,9 @@ from __future__ import annotations
 import contextlib
 import random
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn
 
 from consistency_gate.errors import ModelError, TrackingError, redact_credentials
 from consistency_gate.mlops.store import looks_unreachable, mlflow_tracking_uri, refusal
@@ -37,13 +38,15 @@ class ModelRef:
 
     @property
     def uri(self) -> str:
+        """``models:/NAME/VERSION``."""
         return f"models:/{self.name}/{self.version}"
 
     def to_dict(self) -> dict:
+        """As in the JSON report."""
         return {"name": self.name, "version": self.version, "alias": self.alias, "uri": self.uri}
 
 
-def resolve_version(client, name: str, spec: str | None) -> ModelRef:
+def resolve_version(client: MlflowClient, name: str, spec: str | None) -> ModelRef:
     """A version from ``'3'``, ``'@alias'`` or None (the latest version). ModelError if absent."""
     from mlflow.exceptions import MlflowException
 
@@ -84,7 +87,8 @@ def tag_version(
         client.set_model_version_tag(ref.name, ref.version, key, value)
 
 
-def alias_exists(client, name: str, alias: str) -> bool:
+def alias_exists(client: MlflowClient, name: str, alias: str) -> bool:
+    """Whether ``name@alias`` is set (ModelError if the model does not exist)."""
     from mlflow.exceptions import MlflowException
 
     try:
@@ -96,11 +100,11 @@ def alias_exists(client, name: str, alias: str) -> bool:
         raise
 
 
-def _is_not_found(exc) -> bool:
+def _is_not_found(exc: Exception) -> bool:
     return getattr(exc, "error_code", "") in ("RESOURCE_DOES_NOT_EXIST", "INVALID_PARAMETER_VALUE", "NOT_FOUND")
 
 
-def _reraise(exc, message: str):
+def _reraise(exc: Exception, message: str) -> NoReturn:
     refused = refusal(exc, mlflow_tracking_uri())
     if refused is not None:
         raise refused from None
@@ -140,6 +144,7 @@ class Promotion:
         return 5 if self.holds == "unknown" else 4
 
     def to_dict(self) -> dict:
+        """As in the JSON report's ``promotion``."""
         return {
             "alias": self.alias,
             "version": self.version,
@@ -149,7 +154,7 @@ class Promotion:
         }
 
 
-def read_alias(client, name: str, alias: str, attempts: int = 5, pause: float = 1.0) -> str | None:
+def read_alias(client: MlflowClient, name: str, alias: str, attempts: int = 5, pause: float = 1.0) -> str | None:
     """The version ``@alias`` points to (None if unset), retried ``attempts`` times on any error
     but "not set"; raises the last error if every attempt fails."""
     from mlflow.exceptions import MlflowException
@@ -170,7 +175,9 @@ def read_alias(client, name: str, alias: str, attempts: int = 5, pause: float = 
 
 
 @contextlib.contextmanager
-def promotion_lock(client, name: str, owner: str, wait_s: float = 120.0, lease_s: float = 600.0):
+def promotion_lock(
+    client: MlflowClient, name: str, owner: str, wait_s: float = 120.0, lease_s: float = 600.0
+) -> Iterator[None]:
     """Hold the model's promotion lock: a registered model ``NAME.consistency-gate-lock`` that only
     one gate can create (the store refuses a second with RESOURCE_ALREADY_EXISTS). A lock whose
     lease ran out (its holder died) is removed; a create whose response was lost is recognised by
@@ -215,7 +222,7 @@ def promotion_lock(client, name: str, owner: str, wait_s: float = 120.0, lease_s
             client.delete_registered_model(lock)
 
 
-def promote(client, name: str, alias: str, version: str, expected: str | None, owner: str) -> Promotion:
+def promote(client: MlflowClient, name: str, alias: str, version: str, expected: str | None, owner: str) -> Promotion:
     """Move ``@alias`` to ``version``, only if it still points to ``expected`` (the version the gate
     compared against; None: it was unset), under the promotion lock, and read it back.
 

@@ -7,6 +7,7 @@ import contextlib
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
@@ -14,6 +15,9 @@ import pandas as pd
 from consistency_gate.errors import DataError, GateError, ModelError, TrackingError, plain
 from consistency_gate.mlops.registry import CLASSES_TAG, ModelRef
 from consistency_gate.mlops.store import looks_unreachable
+
+if TYPE_CHECKING:
+    from mlflow.models import ModelSignature
 
 Scorer = Callable[[pd.DataFrame], pd.DataFrame]
 
@@ -57,7 +61,7 @@ def load_model(ref: ModelRef, classes_hint: list[str] | None = None) -> LoadedMo
     return LoadedModel(ref, flavor, features, types, scorer)
 
 
-def _signature_features(signature) -> tuple[list[str] | None, dict[str, str]]:
+def _signature_features(signature: ModelSignature | None) -> tuple[list[str] | None, dict[str, str]]:
     if signature is None or signature.inputs is None:
         return None, {}
     try:
@@ -178,13 +182,14 @@ def _refuse_non_finite(features: pd.DataFrame, model: LoadedModel) -> None:
             )
 
 
-def feature_frame(model: LoadedModel, frame: pd.DataFrame, label_column: str, id_column: str | None):
+def feature_frame(model: LoadedModel, frame: pd.DataFrame, label_column: str, id_column: str | None) -> pd.DataFrame:
+    """The columns of ``frame`` the model reads: its signature's, else all but label and id."""
     if model.features:
         return frame[model.features]
     return frame.drop(columns=[c for c in (label_column, id_column) if c])
 
 
-def predict(model: LoadedModel, frame: pd.DataFrame, label_column: str, id_column: str | None):
+def predict(model: LoadedModel, frame: pd.DataFrame, label_column: str, id_column: str | None) -> pd.DataFrame:
     """The model's class scores for ``frame``. A model that fails, or returns NaN, infinite or
     negative scores, is the model's fault (ModelError), unless the features it read hold NaN or
     infinite values: then the data's (DataError, naming the first such column and row)."""

@@ -150,7 +150,7 @@ def refusal(exc: BaseException, uri: str) -> TrackingError | None:
     )
 
 
-def check_access(client, uri: str) -> None:
+def check_access(client: MlflowClient, uri: str) -> None:
     """One cheap request to an HTTP(S) tracking server, so that a server that refuses us (a Host
     header it does not allow, missing or wrong credentials) is exit 5 before anything else."""
     if urlparse(uri).scheme not in ("http", "https"):

@@ -8,15 +8,20 @@ import socket
 import tempfile
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pandas as pd
 
 from consistency_gate.report import plots
 
+if TYPE_CHECKING:
+    from mlflow import MlflowClient
+
 EXPERIMENT_PREFIX = "consistency-gate"
 
 
 def experiment_name(model: str) -> str:
+    """The experiment a model's gate runs go to: ``consistency-gate/NAME``."""
     return f"{EXPERIMENT_PREFIX}/{model}"
 
 
@@ -57,18 +62,21 @@ def mlflow_metric_name(key: str) -> str:
 
 
 def log_metrics(metrics: dict[str, float | None], prefix: str = "") -> None:
+    """Log the non-null metrics to the active run (``@`` written as ``_at_``)."""
     import mlflow
 
     mlflow.log_metrics({prefix + mlflow_metric_name(k): float(v) for k, v in metrics.items() if v is not None})
 
 
 def log_json(payload: object, artifact_file: str) -> None:
+    """Log ``payload`` as a JSON artifact of the active run."""
     import mlflow
 
     mlflow.log_text(json.dumps(payload, indent=2, default=str), artifact_file)
 
 
 def log_rules(rule_rows: list[dict]) -> None:
+    """Log the rule table (``gate/rules.json``, shown as a table in the MLflow UI)."""
     import mlflow
 
     mlflow.log_table(pd.DataFrame(rule_rows), artifact_file="gate/rules.json")
@@ -102,11 +110,12 @@ def spreadsheet_safe(frame: pd.DataFrame) -> pd.DataFrame:
     return out
 
 
-def _neutralised(value):
+def _neutralised(value: object) -> object:
     return "'" + value if isinstance(value, str) and value.startswith(_FORMULA_START) else value
 
 
 def log_plots(samples: pd.DataFrame, flip_counts: tuple[int, int, int, int], metrics: dict, ks: list[int]) -> None:
+    """Log the gate's plots (flips per class, the 2x2 table, the top-k curve) in one upload."""
     import matplotlib.pyplot as plt
     import mlflow
 
@@ -134,7 +143,7 @@ def owner_tags() -> dict[str, str]:
     return {TAG_HOST: socket.gethostname(), TAG_PID: str(os.getpid())}
 
 
-def close_runs(client, run_ids: list[str], status: str, why: str, budget_s: float) -> list[str]:
+def close_runs(client: MlflowClient, run_ids: list[str], status: str, why: str, budget_s: float) -> list[str]:
     """Set each run's final status (tagging ``why``), retrying for ``budget_s`` seconds while the
     tracking server is away; returns the ids that could not be closed (left RUNNING)."""
     left = list(run_ids)
@@ -156,7 +165,7 @@ def close_runs(client, run_ids: list[str], status: str, why: str, budget_s: floa
     return left
 
 
-def close_orphaned_runs(client, experiment_id: str, closer_run_id: str) -> list[str]:
+def close_orphaned_runs(client: MlflowClient, experiment_id: str, closer_run_id: str) -> list[str]:
     """Mark FAILED the gate runs of this experiment left RUNNING by a gate process that is gone
     (same host, process no longer alive; or RUNNING for over ``ORPHAN_AFTER_S``). Returns their ids."""
     closed = []
