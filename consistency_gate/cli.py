@@ -59,6 +59,13 @@ def cli(verbose: bool) -> None:
 @click.option("--id-column", default=None, help="Column that aligns rows across the files (default: by position).")
 @click.option("--k", "ks", type=int, multiple=True, help="k for top-k metrics; repeat for several (default 1 and 5).")
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
+@click.option(
+    "--confidence",
+    type=click.FloatRange(0, 1, min_open=True, max_open=True),
+    default=0.95,
+    show_default=True,
+    help="Level of the intervals in the JSON (Wilson for proportions).",
+)
 @_engine_options("spark: compute on Apache Spark (needs pyspark and --id-column).")
 def compare(
     labels: Path,
@@ -68,6 +75,7 @@ def compare(
     id_column: str | None,
     ks: tuple[int, ...],
     fmt: str,
+    confidence: float,
     engine: str,
     partitions: int | None,
 ) -> None:
@@ -80,7 +88,14 @@ def compare(
         from consistency_gate.engines.local import compare_files as run
     options = {"partitions": partitions} if engine == "spark" else {}
     result = run(
-        labels, previous, candidate, label_column=label_column, id_column=id_column, ks=list(ks) or None, **options
+        labels,
+        previous,
+        candidate,
+        label_column=label_column,
+        id_column=id_column,
+        ks=list(ks) or None,
+        confidence=confidence,
+        **options,
     ).to_dict()
     if fmt == "json":
         _echo_json(result)

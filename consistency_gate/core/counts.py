@@ -23,6 +23,7 @@ from dataclasses import dataclass, field, fields
 
 import numpy as np
 
+from consistency_gate.core import intervals as ci
 from consistency_gate.core import rows
 
 ROLES = ("previous", "candidate")
@@ -92,8 +93,10 @@ class ConsistencyCounts:
     cacc_previous: dict[int, int] = _state(merge="sum_per_k")
     cacc_candidate: dict[int, int] = _state(merge="sum_per_k")
     pearson_sum: float = _state(0.0)
+    pearson_sq: float = _state(0.0)  # sum of squares: the interval of the mean
     pearson_n: int = _state()
     cosine_sum: float = _state(0.0)
+    cosine_sq: float = _state(0.0)
     cosine_n: int = _state()
     previous_has_scores: bool | None = _state(None, merge="same")
     candidate_has_scores: bool | None = _state(None, merge="same")
@@ -173,8 +176,10 @@ class ConsistencyCounts:
         r = rows.rowwise_pearson(sum_a, sum_b, sq_a, sq_b, dot, a.shape[1], rel_tol=rows.rounding_tolerance(a, b))
         c = rows.rowwise_cosine(sq_a, sq_b, dot)
         self.pearson_sum += float(np.nansum(r))
+        self.pearson_sq += float(np.nansum(r * r))
         self.pearson_n += int((~np.isnan(r)).sum())
         self.cosine_sum += float(np.nansum(c))
+        self.cosine_sq += float(np.nansum(c * c))
         self.cosine_n += int((~np.isnan(c)).sum())
 
     def merge(self, other: ConsistencyCounts) -> ConsistencyCounts:
@@ -235,6 +240,14 @@ class ConsistencyCounts:
             self.n - self.correct_candidate,
             "the candidate got no sample wrong (BEC = ItoI / (1 - ACC_candidate))",
         )
+        wrong_candidate = self.n - self.correct_candidate
+        ratio(
+            "rel_nfr",
+            self.ctoi * self.n,
+            self.correct_previous * wrong_candidate,
+            "the previous generation got no sample right, or the candidate none wrong "
+            "(rel_nfr = CtoI / (ACC_previous x (1 - ACC_candidate)))",
+        )
         for k in self.ks:
             both = self.previous_has_scores and self.candidate_has_scores
             if k == 1 or both:
@@ -252,6 +265,57 @@ class ConsistencyCounts:
                     values[key] = None
                     reasons[key] = f"top-{k} accuracy needs class scores; the {role} gave hard labels"
         return values, reasons
+
+    def intervals(self, level: float = 0.95, method: str = "wilson") -> dict[str, list[float]]:
+        """``{key: [low, high]}`` at confidence ``level`` for every metric :meth:`compute` gives a
+        value, from these counts alone (see :mod:`consistency_gate.core.intervals`); also
+        ``acc_delta``, candidate ACC minus previous ACC (Newcombe's paired interval).
+
+        >>> counts = ConsistencyCounts().update(np.array([0, 1, 1, 0]), *(Outputs.from_labels(np.array(p))
+        ...     for p in ([0, 1, 0, 0], [0, 1, 1, 1])))
+        >>> [round(v, 3) for v in counts.intervals()["con"]]
+        [0.15, 0.85]
+        """
+        values, _ = self.compute()
+        n = self.n
+        counts: dict[str, tuple[int, int]] = {
+            "acc_previous": (self.correct_previous, n),
+            "acc_candidate": (self.correct_candidate, n),
+            "con": (self.agree, n),
+            "acc_con": (self.ctoc, n),
+            "btc": (self.ctoc, self.correct_previous),
+            "bec": (self.itoi, n - self.correct_candidate),
+            **{name: (count, n) for name, count in zip(FLIP_NAMES, self.flip_counts, strict=True)},
+        }
+        for k in self.ks:
+            counts[f"ccon@{k}"] = (self.ccon[k], n)
+            counts[f"cacc_previous@{k}"] = (self.cacc_previous[k], n)
+            counts[f"cacc_candidate@{k}"] = (self.cacc_candidate[k], n)
+            if not self.previous_has_scores:  # top-1 of hard labels: the accuracy's own count
+                counts[f"cacc_previous@{k}"] = (self.correct_previous, n)
+            if not self.candidate_has_scores:
+                counts[f"cacc_candidate@{k}"] = (self.correct_candidate, n)
+        found: dict[str, tuple[float, float] | None] = {
+            key: ci.proportion(k, total, level, method) for key, (k, total) in counts.items()
+        }
+        found["pearson"] = ci.mean_interval(self.pearson_sum, self.pearson_sq, self.pearson_n, level)
+        found["cosine"] = ci.mean_interval(self.cosine_sum, self.cosine_sq, self.cosine_n, level)
+        # Com's per-sample value is +1 (CtoC, ItoC), -1 (CtoI) or 0 (ItoI)
+        com_sq = self.ctoc + self.itoc + self.ctoi
+        found["com"] = ci.mean_interval(self.ctoc + self.itoc - self.ctoi, com_sq, n, level)
+        found["rel_nfr"] = ci.rel_nfr_interval(*self.flip_counts, level)
+        found["acc_delta"] = ci.newcombe_paired(*self.flip_counts, level)
+        return {
+            key: [float(low), float(high)]
+            for key, bounds in found.items()
+            if bounds is not None and (key == "acc_delta" or values.get(key) is not None)
+            for low, high in [bounds]
+        }
+
+    def tests(self) -> dict[str, float]:
+        """``{"mcnemar_p": p}``: the exact two-sided McNemar test of CtoI against ItoC, "is the
+        candidate's accuracy really different from the previous generation's?"."""
+        return {"mcnemar_p": ci.mcnemar_exact(self.ctoi, self.itoc)}
 
     def _similarity_reason(self, key: str) -> str:
         for role in ROLES:

@@ -77,6 +77,18 @@ class ComparisonResult:
     classes: list[str]
     unknown_labels: dict[str, int]
     counts: ConsistencyCounts | None = field(default=None, repr=False)
+    confidence: float = 0.95  # the level of ``intervals``
+    interval_method: str = "wilson"  # or "clopper-pearson", for proportions
+
+    @property
+    def intervals(self) -> dict[str, list[float]]:
+        """``{key: [low, high]}`` for every non-null metric (and ``acc_delta``), at ``confidence``."""
+        return self.counts.intervals(self.confidence, self.interval_method) if self.counts else {}
+
+    @property
+    def tests(self) -> dict[str, float]:
+        """``{"mcnemar_p": p}``: the exact McNemar test of CtoI against ItoC."""
+        return self.counts.tests() if self.counts else {}
 
     def to_dict(self) -> dict:
         """The ``compare --format json`` object (plus ``null_reasons``)."""
@@ -85,6 +97,9 @@ class ComparisonResult:
             "metrics": self.metrics,
             "classes": self.classes,
             "unknown_labels": self.unknown_labels,
+            "confidence": self.confidence,
+            "intervals": self.intervals,
+            "tests": self.tests,
             "null_reasons": self.null_reasons,
         }
 
@@ -185,7 +200,13 @@ class Evaluation:
         """Per-sample predictions of every generation (only with ``keep_samples=True``)."""
         return pd.concat(self._samples) if self._samples else pd.DataFrame()
 
-    def result(self, pair: tuple[int, int] = (0, 1), counts: ConsistencyCounts | None = None) -> ComparisonResult:
+    def result(
+        self,
+        pair: tuple[int, int] = (0, 1),
+        counts: ConsistencyCounts | None = None,
+        confidence: float = 0.95,
+        interval_method: str = "wilson",
+    ) -> ComparisonResult:
         """The metrics of a pair of generations; with ``counts``, of counts merged elsewhere (the
         partitions of a map-reduce) over this evaluation's classes."""
         counts = self.pairs[pair] if counts is None else counts
@@ -197,6 +218,8 @@ class Evaluation:
             classes=sorted(self.index.labels),
             unknown_labels=counts.unknown_labels(),
             counts=counts,
+            confidence=confidence,
+            interval_method=interval_method,
         )
 
     def generations_report(self) -> dict:

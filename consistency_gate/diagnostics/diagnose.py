@@ -27,7 +27,13 @@ from consistency_gate.report.tables import finite_or_null
 
 
 def diagnose(names: list[str], probs: np.ndarray, y: np.ndarray, classes: list[str]) -> dict:
-    """The report for members ``names`` with probabilities ``probs`` (M, n, p) and true ids ``y``."""
+    """The report for members ``names`` with probabilities ``probs`` (M, n, p) and true ids ``y``.
+
+    >>> probs = np.array([[[0.9, 0.1], [0.8, 0.2], [0.3, 0.7]], [[0.6, 0.4], [0.3, 0.7], [0.4, 0.6]]])
+    >>> report = diagnose(["a", "b"], probs, np.array([0, 1, 1]), ["x", "y"])
+    >>> report["members"]["a"]["acc"], report["members"]["b"]["acc"]
+    (0.6666666666666666, 1.0)
+    """
     m, n, _ = probs.shape
     if m < 2:
         raise UsageError("diagnose needs at least two members: pairwise metrics and ensembles compare members")

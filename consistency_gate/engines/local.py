@@ -44,10 +44,19 @@ def compare_files(
     id_column: str | None = None,
     ks: Sequence[int] | None = None,
     chunk_rows: int = io.DEFAULT_CHUNK_ROWS,
+    confidence: float = 0.95,
 ) -> ComparisonResult:
-    """Stream a labels file and two prediction files through the metrics (``compare``).
+    """Stream a labels file and two prediction files through the metrics (``compare``), with
+    intervals at ``confidence``.
 
-    >>> # compare_files("labels.csv", "gen1.csv", "gen2.csv", ks=[1, 5]).to_dict()
+    >>> import tempfile, pathlib
+    >>> folder = pathlib.Path(tempfile.mkdtemp())
+    >>> _ = (folder / "labels.csv").write_text("label\\na\\nb\\nb\\n")
+    >>> _ = (folder / "previous.csv").write_text("a,b\\n0.9,0.1\\n0.2,0.8\\n0.6,0.4\\n")
+    >>> _ = (folder / "candidate.csv").write_text("prediction\\na\\nb\\nb\\n")
+    >>> result = compare_files(folder / "labels.csv", folder / "previous.csv", folder / "candidate.csv", ks=[1])
+    >>> result.metrics["con"], result.metrics["itoc"], result.metrics["ctoi"]
+    (0.6666666666666666, 0.3333333333333333, 0.0)
     """
     evaluation = evaluate_files(
         labels,
@@ -57,7 +66,7 @@ def compare_files(
         ks=ks,
         chunk_rows=chunk_rows,
     )
-    return evaluation.result()
+    return evaluation.result(confidence=confidence)
 
 
 def compare_generations(
@@ -68,7 +77,18 @@ def compare_generations(
     id_column: str | None = None,
     ks: Sequence[int] | None = None,
 ) -> dict:
-    """Multi-generation report over prediction files of G1..GT, in the given order."""
+    """Multi-generation report over prediction files of G1..GT, in the given order.
+
+    >>> import tempfile, pathlib
+    >>> folder = pathlib.Path(tempfile.mkdtemp())
+    >>> _ = (folder / "labels.csv").write_text("label\\na\\nb\\n")
+    >>> for name, rows in {"g1": "a\\na", "g2": "a\\nb", "g3": "b\\nb"}.items():
+    ...     _ = (folder / f"{name}.csv").write_text("prediction\\n" + rows + "\\n")
+    >>> files = {g: folder / f"{g}.csv" for g in ("g1", "g2", "g3")}
+    >>> report = compare_generations(folder / "labels.csv", files)
+    >>> report["consecutive_flips"]["g1->g2"]["itoc"], report["consecutive_flips"]["g2->g3"]["ctoi"]
+    (0.5, 0.5)
+    """
     if len(generations) < 2:
         raise DataError("a multi-generation report needs at least two generations")
     return evaluate_files(

@@ -113,6 +113,7 @@ def compare_spark(
     id_column: str | None = None,
     ks: Sequence[int] | None = None,
     partitions: int | None = None,
+    confidence: float = 0.95,
 ) -> ComparisonResult:
     """Compare two prediction files on Spark; the result equals
     :func:`~consistency_gate.engines.local.compare_files`."""
@@ -162,7 +163,7 @@ def compare_spark(
             "prediction files; every file needs the same ids"
         )
     # the class-id space every partition used
-    return Evaluation(list(ROLES), class_sets, ks=ks).result(counts=counts)
+    return Evaluation(list(ROLES), class_sets, ks=ks).result(counts=counts, confidence=confidence)
 
 
 @dataclass(frozen=True)

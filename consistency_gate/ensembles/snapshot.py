@@ -127,6 +127,14 @@ def build_ensemble(
     """Train an ensemble of ``settings.m`` members with ``settings.method`` (see module docstring).
 
     ``x`` is (n, features) float, ``y`` (n,) class indices 0..n_classes-1.
+
+    >>> rng = np.random.default_rng(0)
+    >>> x = rng.normal(size=(60, 4)).astype(np.float32)
+    >>> y = (x[:, 0] > 0).astype(np.int64)
+    >>> settings = TrainSettings(method="dynsnap-step", m=2, n_snapshots=2, epochs=3, seed=0)
+    >>> build = build_ensemble(RecipeSpec("mlp", {"hidden": [8]}, 4, 2), x, y, settings, quiet=True, device="cpu")
+    >>> len(build.members) >= 2
+    True
     """
     from tqdm.auto import tqdm
 

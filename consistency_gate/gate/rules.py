@@ -13,11 +13,12 @@ import re
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, ValidationError, model_validator
 
+from consistency_gate.core.intervals import METHODS
 from consistency_gate.ensembles.config import RemediationBlock
 from consistency_gate.errors import UsageError
 
@@ -91,6 +92,8 @@ class GateConfig:
     classes: list[str] | None = None
     source: str = "default"
     ks_given: bool = False  # the user's config names ks (then each must fit the models' classes)
+    confidence: float = 0.95  # the level of the metrics' intervals
+    interval_method: str = "wilson"  # for proportions: wilson or clopper-pearson
 
 
 @dataclass(frozen=True)
@@ -175,6 +178,8 @@ def parse_config(text: str, source: str = "config") -> GateConfig:
         classes=[str(c) for c in document.classes] if document.classes else None,
         source=source,
         ks_given="ks" in data and source != DEFAULT_SOURCE,
+        confidence=document.confidence,
+        interval_method=document.intervals,
     )
 
 
@@ -208,6 +213,8 @@ class _Document(BaseModel):
     ks: Annotated[list[Annotated[int, Field(strict=True, ge=1)]], Field(min_length=1)] = [1, 5]
     remediation: RemediationBlock | None = None
     classes: Annotated[list[StrictStr | StrictInt], Field(min_length=1)] | None = None
+    confidence: Annotated[float, Field(gt=0, lt=1)] = 0.95
+    intervals: Literal[METHODS] = "wilson"
 
 
 def _usage_error(exc: ValidationError, root: yaml.Node | None, source: str) -> UsageError:

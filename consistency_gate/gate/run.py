@@ -39,6 +39,7 @@ from consistency_gate.io import predictions as io
 from consistency_gate.mlops import registry, scoring, store, tracking
 
 if TYPE_CHECKING:
+    import mlflow
     from mlflow import MlflowClient
 
 DEFAULT_BASELINE = "@champion"
@@ -67,6 +68,9 @@ class GateResult:
     null_reasons: dict[str, str] = field(default_factory=dict)
     unknown_labels: dict[str, int] = field(default_factory=dict)
     n: int = 0
+    confidence: float = 0.95
+    intervals: dict[str, list[float]] = field(default_factory=dict)  # {metric: [low, high]} at ``confidence``
+    tests: dict[str, float] = field(default_factory=dict)  # {"mcnemar_p": p}
     timings: dict[str, float] = field(default_factory=dict)
 
     @property
@@ -112,6 +116,9 @@ class GateResult:
             "promotion": self.promotion,
             "n": self.n,
             "unknown_labels": self.unknown_labels,
+            "confidence": self.confidence,
+            "intervals": self.intervals,
+            "tests": self.tests,
             "null_reasons": self.null_reasons,
         }
 
@@ -189,27 +196,13 @@ def run_gate(
     uri, client = store.connect(tracking_uri)
 
     with _timed(timings, "registry"):
-        cand_ref = registry.resolve_version(client, model, None if candidate is None else str(candidate))
-        base_spec = str(baseline or DEFAULT_BASELINE)
-        first_generation = baseline is None and not registry.alias_exists(client, model, base_spec[1:])
-        base_ref = None if first_generation else registry.resolve_version(client, model, base_spec)
+        cand_ref, base_ref = _versions(client, model, candidate, baseline)
     if base_ref is not None and base_ref.version == cand_ref.version:
         return _same_version(cand_ref, base_ref, report_path)
     sample = SPARK_SAMPLE_ROWS if engine == "spark" else None
     frame = io.read_evaluation_data(Path(data), label_column, id_column, max_rows=sample)
 
-    try:
-        # in the model's gate experiment, leaving the caller's active experiment as it was;
-        # inside a pipeline's own run, the gate's run nests under it
-        run = mlflow.start_run(
-            experiment_id=tracking.experiment_id(tracking.experiment_name(model), uri),
-            run_name=f"gate {model} v{cand_ref.version}",
-            nested=mlflow.active_run() is not None,
-        )
-    except Exception as exc:  # noqa: BLE001
-        raise store.refusal(exc, uri) or TrackingError(
-            f"cannot start an MLflow run on {redact_credentials(uri)}: {exc}"
-        ) from None
+    run = _start_run(cand_ref, uri)
     gate = _GateRun(
         client, cfg, cand_ref, base_ref, frame, Path(data), label_column, id_column, promote, quiet, engine,
         partitions, timings, started=[run.info.run_id],
@@ -227,6 +220,35 @@ def run_gate(
         if error is exc:
             raise
         raise error from exc
+
+
+def _versions(
+    client: MlflowClient, model: str, candidate: str | None, baseline: str | None
+) -> tuple[registry.ModelRef, registry.ModelRef | None]:
+    """The candidate version and the baseline (None: a first generation, when the default
+    ``@champion`` is not set yet)."""
+    cand_ref = registry.resolve_version(client, model, None if candidate is None else str(candidate))
+    base_spec = str(baseline or DEFAULT_BASELINE)
+    if baseline is None and not registry.alias_exists(client, model, base_spec[1:]):
+        return cand_ref, None
+    return cand_ref, registry.resolve_version(client, model, base_spec)
+
+
+def _start_run(cand_ref: registry.ModelRef, uri: str) -> mlflow.ActiveRun:
+    """The gate's run, in the model's gate experiment, leaving the caller's active experiment as
+    it was; inside a pipeline's own run, the gate's run nests under it."""
+    import mlflow
+
+    try:
+        return mlflow.start_run(
+            experiment_id=tracking.experiment_id(tracking.experiment_name(cand_ref.name), uri),
+            run_name=f"gate {cand_ref.name} v{cand_ref.version}",
+            nested=mlflow.active_run() is not None,
+        )
+    except Exception as exc:  # noqa: BLE001 - MLflow and requests raise many kinds here
+        raise store.refusal(exc, uri) or TrackingError(
+            f"cannot start an MLflow run on {redact_credentials(uri)}: {exc}"
+        ) from None
 
 
 def _failed(exc: BaseException, gate: _GateRun, uri: str, report_path: str | Path | None) -> BaseException:
@@ -298,6 +320,17 @@ class _Decision:
     ks: list[int]
     metrics: dict  # the reported metrics: the config's k values only
 
+    @property
+    def intervals(self) -> dict[str, list[float]]:
+        """The intervals of the reported metrics (and ``acc_delta`` against a baseline)."""
+        keep = set(self.metrics) | ({"acc_delta"} if "con" in self.metrics else set())
+        return {k: v for k, v in self.comparison.intervals.items() if k in keep}
+
+    @property
+    def tests(self) -> dict[str, float]:
+        """The paired test against the baseline (none for a first generation)."""
+        return self.comparison.tests if "con" in self.metrics else {}
+
 
 @dataclass
 class _Comparer:
@@ -339,12 +372,13 @@ class _Comparer:
                 ks=ks,
                 partitions=self.partitions,
             )
+            comparison.confidence, comparison.interval_method = self.cfg.confidence, self.cfg.interval_method
         else:
             evaluation = Evaluation(
                 ["previous", "candidate"], [list(f.columns) for f in frames], ks=ks, keep_samples=True
             )
             evaluation.add(self.frame[self.label_column].astype(str), frames, where=str(self.data_path))
-            comparison = evaluation.result()
+            comparison = evaluation.result(confidence=self.cfg.confidence, interval_method=self.cfg.interval_method)
             ids = self.frame[self.id_column].to_numpy() if self.id_column else np.arange(len(self.frame))
             samples = flip_table(evaluation.samples(), ids)
         results = rules.evaluate_rules(self.cfg.rules, comparison.metrics, first_generation=first_generation)
@@ -404,6 +438,9 @@ def _gate_in_run(gate: _GateRun) -> GateResult:
         null_reasons=single.comparison.null_reasons,
         unknown_labels=single.comparison.unknown_labels,
         n=single.comparison.n,
+        confidence=cfg.confidence,
+        intervals=single.intervals,
+        tests=single.tests,
     )
     with gate.timed("logging"):
         _log_decision(single, result.to_dict())
@@ -521,6 +558,8 @@ def _remediate(gate: _GateRun, comparer: _Comparer, cand_model: scoring.LoadedMo
             "verdict": decision.verdict,
             "rules": [r.to_dict() for r in decision.rules],
             "metrics": decision.metrics,
+            "intervals": decision.intervals,
+            "tests": decision.tests,
             "method": method,
             "members": len(build.members),
             "runs": len(build.runs),
