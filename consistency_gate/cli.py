@@ -257,6 +257,48 @@ def config(show_default: bool, check_path: Path | None) -> None:
 
 
 @cli.command()
+@click.option("--rules", "rules_path", required=True, type=click.Path(path_type=Path), help="A gate config.")
+@click.option(
+    "--rate",
+    "rates",
+    multiple=True,
+    metavar="METRIC=R",
+    help="The rate you expect for a metric (e.g. ctoi=0.01); repeat for several.",
+)
+@click.option(
+    "--confidence",
+    type=click.FloatRange(0, 1, min_open=True, max_open=True),
+    default=None,
+    help="Level (default: the config's, else 0.95).",
+)
+@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
+def plan(rules_path: Path, rates: tuple[str, ...], confidence: float | None, fmt: str) -> None:
+    """How many evaluation samples would show each rule at the rates you expect (before building a set)."""
+    from consistency_gate.gate.rules import load_config, plan_sizes
+    from consistency_gate.report.tables import table
+
+    cfg = load_config(rules_path)
+    expected: dict[str, float] = {}
+    for item in rates:
+        metric, sep, value = item.partition("=")
+        try:
+            expected[metric.strip()] = float(value)
+        except ValueError:
+            raise click.UsageError(f"--rate {item}: expected METRIC=R with R a number, e.g. ctoi=0.01") from None
+        if not sep or not 0.0 <= expected[metric.strip()] <= 1.0:
+            raise click.UsageError(f"--rate {item}: expected METRIC=R with R in [0, 1]")
+    level = confidence or cfg.confidence
+    rows = plan_sizes(cfg.rules, expected, level)
+    if fmt == "json":
+        _echo_json({"confidence": level, "rules": rows})
+        return
+    click.echo(f"Samples needed to show each rule at {level:.0%} (Wilson), at the rates you expect:")
+    click.echo(
+        table([[r["rule"], r["rate"], r["samples"], r["note"]] for r in rows], ["rule", "rate", "samples", "note"])
+    )
+
+
+@cli.command()
 @click.option(
     "--workdir",
     default="consistency-gate-demo",

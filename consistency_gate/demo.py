@@ -27,6 +27,22 @@ remediation:                 # when the single candidate fails, train and gate a
 """
 
 
+# the demo's CtoI rule decides on its interval: the candidate must be *shown* to flip at most 2%
+DEFAULT_CTOI_RULE = "- {metric: ctoi, max: 0.02}        "
+DEMO_CTOI_RULE = "- {metric: ctoi, max: 0.02, decide: upper}"
+
+
+def demo_config_text(train: Path) -> str:
+    """The packaged default config, its CtoI rule deciding on the upper bound of its 95% interval,
+    and a remediation block training on ``train``."""
+    from consistency_gate.gate.rules import default_config_text
+
+    default = default_config_text()
+    if DEFAULT_CTOI_RULE not in default:
+        raise AssertionError("the default config's CtoI rule changed; update DEFAULT_CTOI_RULE")
+    return default.replace(DEFAULT_CTOI_RULE, DEMO_CTOI_RULE) + DEMO_REMEDIATION.format(train=train)
+
+
 def prepare(workdir: Path, seed: int = 0) -> tuple[str, Path, Path]:
     """Train and register generation 1 (alias @champion) and generation 2; write the data files.
 
@@ -45,7 +61,6 @@ def prepare(workdir: Path, seed: int = 0) -> tuple[str, Path, Path]:
     from sklearn.pipeline import make_pipeline
     from sklearn.preprocessing import StandardScaler
 
-    from consistency_gate.gate.rules import default_config_text
     from consistency_gate.mlops import tracking
 
     workdir.mkdir(parents=True, exist_ok=True)
@@ -89,5 +104,5 @@ def prepare(workdir: Path, seed: int = 0) -> tuple[str, Path, Path]:
     train_path = workdir / "train.csv"
     x_pool.assign(label=y_pool.to_numpy()).to_csv(train_path, index=False)
     config_path = workdir / "gate.yaml"
-    config_path.write_text(default_config_text() + DEMO_REMEDIATION.format(train=train_path.resolve()))
+    config_path.write_text(demo_config_text(train_path.resolve()))
     return uri, eval_path, config_path

@@ -158,3 +158,35 @@ def rel_nfr_interval(ctoc: int, ctoi: int, itoc: int, itoi: int, level: float) -
     half = z_value(level) * math.sqrt(max(0.0, variance) / n)
     estimate = (ctoi / n) / denominator
     return estimate * math.exp(-half), estimate * math.exp(half)
+
+
+def samples_needed(rate: float, threshold: float, at_most: bool, level: float, limit: int = 10**9) -> int | None:
+    """The smallest evaluation-set size at which a proportion measured at ``rate`` is shown to be
+    at most (``at_most``) or at least ``threshold``: the Wilson bound on that side crosses it.
+    None when no size can show it (the rate is on the wrong side of the threshold, or it needs
+    more than ``limit`` samples).
+
+    >>> samples_needed(0.01, 0.02, at_most=True, level=0.95)
+    753
+    >>> samples_needed(0.03, 0.02, at_most=True, level=0.95) is None
+    True
+    """
+    if (at_most and rate >= threshold) or (not at_most and rate <= threshold):
+        return None
+
+    def shown(n: int) -> bool:
+        z = z_value(level)
+        centre = (rate + z * z / (2 * n)) / (1 + z * z / n)
+        half = z / (1 + z * z / n) * math.sqrt(rate * (1 - rate) / n + z * z / (4 * n * n))
+        return centre + half <= threshold if at_most else centre - half >= threshold
+
+    if not shown(limit):
+        return None
+    low, high = 1, limit  # shown(high); the bound narrows as n grows
+    while low < high:
+        middle = (low + high) // 2
+        if shown(middle):
+            high = middle
+        else:
+            low = middle + 1
+    return low

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Annotated, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, ValidationError, model_validator
 
+from consistency_gate.core import intervals as ci
 from consistency_gate.core.intervals import METHODS
 from consistency_gate.ensembles.config import RemediationBlock
 from consistency_gate.errors import UsageError
@@ -25,11 +26,17 @@ from consistency_gate.errors import UsageError
 if TYPE_CHECKING:
     from consistency_gate.ensembles.config import RemediationConfig
 
-PAIR_METRICS = ("con", "acc_con", "ctoc", "ctoi", "itoc", "itoi", "com", "pearson", "cosine", "btc", "bec")
+# metrics that are a share of all evaluated samples (intervals: Wilson over n)
+SHARES = ("acc_previous", "acc_candidate", "con", "acc_con", "ctoc", "ctoi", "itoc", "itoi")
+PAIR_METRICS = (
+    "con", "acc_con", "ctoc", "ctoi", "itoc", "itoi", "com", "pearson", "cosine", "btc", "bec", "rel_nfr",
+)  # fmt: skip
 LEARNER_METRICS = ("acc_previous", "acc_candidate")
 # each kind of threshold and how it reads: value >= t, value <= t, candidate - previous >= t
 OPERATORS = {"min": ">=", "max": "<=", "min_delta": "delta >="}
 KINDS = tuple(OPERATORS)
+# what a rule compares with its threshold: the point estimate, or a bound of the metric's interval
+DECIDE = ("estimate", "upper", "lower")
 DEFAULT_SOURCE = "default config"
 MAX_CONFIG_BYTES = 1_000_000
 MAX_CONFIG_NODES = 100_000
@@ -53,12 +60,21 @@ class Rule:
     kind: str
     threshold: float
     line: int | None = None
+    decide: str = "estimate"  # or "upper"/"lower": compare that bound of the metric's interval
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
             raise UsageError(f"rule for '{self.metric}': kind must be one of {', '.join(KINDS)}, got '{self.kind}'")
         if not math.isfinite(self.threshold):
             raise UsageError(f"rule for '{self.metric}': the {self.kind} threshold must be a finite number")
+        if self.decide not in DECIDE:
+            choices = ", ".join(DECIDE)
+            raise UsageError(f"rule for '{self.metric}': decide must be one of {choices}, got '{self.decide}'")
+        if self.kind == "min_delta" and self.decide != "estimate" and self.metric != "acc":
+            raise UsageError(
+                f"rule for '{self.metric}': decide: {self.decide} on min_delta needs a paired interval, which "
+                "acc has (Newcombe's); use decide: estimate for cacc@K deltas"
+            )
 
     @property
     def single_model(self) -> bool:
@@ -67,8 +83,15 @@ class Rule:
 
     @property
     def condition(self) -> str:
-        """The threshold as it reads: ``>= 0.9``, ``<= 0.02``, ``delta >= -0.01`` (candidate - previous)."""
-        return f"{OPERATORS[self.kind]} {self.threshold:g}"
+        """The threshold as it reads: ``>= 0.9``, ``<= 0.02``, ``delta >= -0.01`` (candidate - previous),
+        with the bound compared when it is not the estimate: ``<= 0.02 (upper bound)``."""
+        bound = "" if self.decide == "estimate" else f" ({self.decide} bound)"
+        return f"{OPERATORS[self.kind]} {self.threshold:g}{bound}"
+
+    @property
+    def interval_key(self) -> str:
+        """The key of the interval a ``decide: upper/lower`` rule reads (``acc_delta`` for min_delta)."""
+        return "acc_delta" if self.kind == "min_delta" else candidate_key(self.metric)
 
     def describe(self) -> str:
         """The rule as it reads: ``con >= 0.95``."""
@@ -98,12 +121,18 @@ class GateConfig:
 
 @dataclass(frozen=True)
 class RuleResult:
-    """A rule, the value it was checked against, and the outcome (``held`` None: skipped)."""
+    """A rule, the value it was checked against, and the outcome (``held`` None: skipped).
+
+    ``interval`` is the metric's interval (for min_delta: of the difference) when known, and
+    ``compared`` what was compared with the threshold: the value, or the bound ``decide`` names.
+    """
 
     rule: Rule
     value: float | None
     held: bool | None
     note: str = ""
+    interval: list[float] | None = None
+    compared: float | None = None
 
     def to_dict(self) -> dict:
         """As in the JSON report and the logged rule table."""
@@ -111,8 +140,11 @@ class RuleResult:
             "metric": self.rule.metric,
             "kind": self.rule.kind,
             "threshold": self.rule.threshold,
+            "decide": self.rule.decide,
             "condition": self.rule.condition,
             "value": self.value,
+            "interval": self.interval,
+            "compared": self.compared,
             "held": self.held,
             "note": self.note,
         }
@@ -195,6 +227,7 @@ class _RuleSpec(BaseModel):
     min: FiniteNumber | None = None
     max: FiniteNumber | None = None
     min_delta: FiniteNumber | None = None
+    decide: Literal[DECIDE] = "estimate"
 
     @model_validator(mode="after")
     def _one_threshold(self) -> _RuleSpec:
@@ -240,7 +273,10 @@ def _usage_error(exc: ValidationError, root: yaml.Node | None, source: str) -> U
 def _rule(spec: _RuleSpec, source: str, line: int, ks: tuple[int, ...]) -> Rule:
     kind = next(kind for kind in KINDS if getattr(spec, kind) is not None)
     _check_metric(spec.metric, kind, f"{source}: line {line}", ks)
-    return Rule(spec.metric, kind, float(getattr(spec, kind)), line)
+    try:
+        return Rule(spec.metric, kind, float(getattr(spec, kind)), line, spec.decide)
+    except UsageError as exc:
+        raise UsageError(f"{source}: line {line}: {exc}") from None
 
 
 def _check_expanded_size(root: yaml.Node | None, source: str) -> None:
@@ -308,10 +344,24 @@ def candidate_key(metric: str) -> str:
 
 
 def evaluate_rules(
-    rules: list[Rule], metrics: dict[str, float | None], first_generation: bool = False
+    rules: list[Rule],
+    metrics: dict[str, float | None],
+    first_generation: bool = False,
+    intervals: dict[str, list[float]] | None = None,
+    level: float = 0.95,
+    n: int = 0,
 ) -> list[RuleResult]:
-    """Check each rule against the measured metrics; a null metric fails its rule."""
+    """Check each rule against the measured metrics (and their ``intervals`` at ``level`` for
+    ``decide: upper/lower``); a null metric, or a missing interval a rule needs, fails its rule.
+    A rule on a share of the ``n`` samples that fails on its bound although its estimate meets the
+    threshold says how many samples would decide it.
+
+    >>> rule = Rule("ctoi", "max", 0.02, decide="upper")
+    >>> [(r.held, r.compared) for r in evaluate_rules([rule], {"ctoi": 0.018}, intervals={"ctoi": [0.01, 0.031]})]
+    [(False, 0.031)]
+    """
     results = []
+    intervals = intervals or {}
     for rule in rules:
         if first_generation and not rule.single_model:
             results.append(RuleResult(rule, None, None, "skipped: first generation, no baseline to compare with"))
@@ -320,11 +370,62 @@ def evaluate_rules(
         if rule.kind == "min_delta" and value is not None:
             previous = metrics.get(candidate_key(rule.metric).replace("candidate", "previous"))
             value = None if previous is None else value - previous
+        interval = intervals.get(rule.interval_key)
         if value is None:
-            results.append(RuleResult(rule, None, False, "metric is null: rule fails"))
+            results.append(RuleResult(rule, None, False, "metric is null: rule fails", interval))
             continue
-        results.append(RuleResult(rule, value, rule.holds(value)))
+        if rule.decide == "estimate":
+            results.append(RuleResult(rule, value, rule.holds(value), "", interval, value))
+        elif interval is None:
+            results.append(RuleResult(rule, value, False, "no interval for this metric: rule fails", None))
+        else:
+            compared = interval[1] if rule.decide == "upper" else interval[0]
+            held = rule.holds(compared)
+            note = "" if held else _advice(rule, value, level, n)
+            results.append(RuleResult(rule, value, held, note, interval, compared))
     return results
+
+
+def is_share_of_samples(metric: str) -> bool:
+    """Whether a rule's metric is a proportion of all evaluated samples (sample sizes apply)."""
+    key = candidate_key(metric)
+    return key in SHARES or _PER_K.match(key) is not None
+
+
+def _advice(rule: Rule, value: float, level: float, n: int) -> str:
+    """How many samples would show the rule at the measured rate; empty if no size would."""
+    if rule.kind == "min_delta" or not is_share_of_samples(rule.metric) or not rule.holds(value):
+        return ""
+    needed = ci.samples_needed(value, rule.threshold, rule.kind == "max", level)
+    if needed is None:
+        return ""
+    op = OPERATORS[rule.kind]
+    return (
+        f"the estimate meets it, its {rule.decide} bound does not: about {needed:,} samples would show "
+        f"{rule.metric} {op} {rule.threshold:g} at {level:.0%} (this set has {n:,})"
+    )
+
+
+def plan_sizes(rules: list[Rule], rates: dict[str, float], level: float) -> list[dict]:
+    """For each rule, the evaluation-set size that would show it at the expected ``rates``
+    (``{metric: rate}``), at confidence ``level``: ``consistency-gate plan``.
+
+    >>> plan_sizes([Rule("ctoi", "max", 0.02)], {"ctoi": 0.01}, 0.95)[0]["samples"]
+    753
+    """
+    rows = []
+    for rule in rules:
+        row = {"rule": rule.describe(), "rate": rates.get(rule.metric), "samples": None, "note": ""}
+        if rule.kind == "min_delta" or not is_share_of_samples(rule.metric):
+            row["note"] = "not a share of the samples: no size formula"
+        elif row["rate"] is None:
+            row["note"] = f"give --rate {rule.metric}=R, the rate you expect"
+        else:
+            row["samples"] = ci.samples_needed(row["rate"], rule.threshold, rule.kind == "max", level)
+            if row["samples"] is None:
+                row["note"] = "no size shows it: the expected rate does not meet the threshold"
+        rows.append(row)
+    return rows
 
 
 def verdict(results: list[RuleResult]) -> str:

@@ -381,7 +381,14 @@ class _Comparer:
             comparison = evaluation.result(confidence=self.cfg.confidence, interval_method=self.cfg.interval_method)
             ids = self.frame[self.id_column].to_numpy() if self.id_column else np.arange(len(self.frame))
             samples = flip_table(evaluation.samples(), ids)
-        results = rules.evaluate_rules(self.cfg.rules, comparison.metrics, first_generation=first_generation)
+        results = rules.evaluate_rules(
+            self.cfg.rules,
+            comparison.metrics,
+            first_generation=first_generation,
+            intervals=comparison.intervals,
+            level=self.cfg.confidence,
+            n=comparison.n,
+        )
         reported = _reported_metrics(comparison.metrics, self.cfg.ks, first_generation)
         return _Decision(comparison, results, rules.verdict(results), samples, ks, reported)
 

@@ -108,8 +108,12 @@ def verdict_table(report: dict) -> str:
 
 
 def _rule_row(r: dict) -> list:
+    """metric, value (with its interval when known), condition, outcome, note."""
     outcome = "skipped" if r["held"] is None else ("held" if r["held"] else "FAILED")
-    return [r["metric"], r["value"], r["condition"], outcome, r.get("note", "")]
+    value = fmt(r["value"])
+    if r.get("interval") and r["value"] is not None:
+        value += f" [{fmt(r['interval'][0])}, {fmt(r['interval'][1])}]"
+    return [r["metric"], value, r["condition"], outcome, r.get("note", "")]
 
 
 def diagnose_text(report: dict) -> str:
