@@ -17,7 +17,10 @@ RULE = "rules:\n  - {metric: con, min: 0.9}\n"
             "rulez: []\n",
             "gate.yaml: line 1: unknown key 'rulez' (known: classes, confidence, intervals, ks, remediation, rules)",
         ),
-        ("rules:\n  - {metric: con, mx: 0.9}\n", "line 2: unknown key 'mx' in rules[0] (known: decide, max, metric, min"),
+        (
+            "rules:\n  - {metric: con, mx: 0.9}\n",
+            "line 2: unknown key 'mx' in rules[0] (known: decide, max, metric, min",
+        ),
         ("rules:\n  - con\n", "line 2: rules[0]: expected a mapping (key: value) (got 'con')"),
         ("rules:\n  - {metric: con, min: 0.9, max: 1}\n", "line 2: rules[0]: rule for 'con' needs exactly one of"),
         ("rules:\n  - {metric: con, min: yes}\n", "line 2: rules[0].min: Input should be a valid number"),

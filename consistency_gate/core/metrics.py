@@ -51,38 +51,68 @@ def _score_values(
 
 
 def accuracy(y_true: np.ndarray, y_pred: np.ndarray) -> float:
-    """ACC: share of samples whose predicted class is the true class."""
+    """ACC: share of samples whose predicted class is the true class.
+
+    >>> accuracy(np.array([0, 1, 1]), np.array([0, 1, 0]))
+    0.6666666666666666
+    """
     return _label_values(y_true, y_pred, y_pred)["acc_previous"]
 
 
 def consistency(pred_a: np.ndarray, pred_b: np.ndarray) -> float:
-    """CON: share of samples on which the two learners predict the same class."""
+    """CON: share of samples on which the two learners predict the same class.
+
+    >>> consistency(np.array(['a', 'b']), np.array(['a', 'a']))
+    0.5
+    """
     return _label_values(pred_a, pred_a, pred_b)["con"]
 
 
 def correct_consistency(y_true: np.ndarray, pred_a: np.ndarray, pred_b: np.ndarray) -> float:
-    """ACC-CON: share of samples both learners get right (equals CtoC)."""
+    """ACC-CON: share of samples both learners get right (equals CtoC).
+
+    >>> correct_consistency(np.array([0, 1]), np.array([0, 1]), np.array([0, 0]))
+    0.5
+    """
     return _label_values(y_true, pred_a, pred_b)["acc_con"]
 
 
 def flip_rates(y_true: np.ndarray, pred_a: np.ndarray, pred_b: np.ndarray) -> dict[str, float]:
-    """The four flip rates; CtoI is the literature's negative flip rate."""
+    """The four flip rates; CtoI is the literature's negative flip rate.
+
+    >>> flip_rates(np.array([0, 1]), np.array([0, 0]), np.array([1, 1]))
+    {'ctoc': 0.0, 'ctoi': 0.5, 'itoc': 0.5, 'itoi': 0.0}
+    """
     values = _label_values(y_true, pred_a, pred_b)
     return {name: values[name] for name in FLIP_NAMES}
 
 
 def com(y_true: np.ndarray, pred_a: np.ndarray, pred_b: np.ndarray) -> float:
-    """Com = CtoC + ItoC - CtoI."""
+    """Com = CtoC + ItoC - CtoI.
+
+    >>> com(np.array([0, 1, 1]), np.array([0, 0, 1]), np.array([0, 1, 0]))  # (1 + 1 - 1) / 3
+    0.3333333333333333
+    """
     return _label_values(y_true, pred_a, pred_b)["com"]
 
 
 def backward_trust_compatibility(y_true: np.ndarray, pred_a: np.ndarray, pred_b: np.ndarray) -> float | None:
-    """BTC = CtoC / ACC_A: share of A's correct answers that B keeps. None if A is never right."""
+    """BTC = CtoC / ACC_A: share of A's correct answers that B keeps. None if A is never right.
+
+    >>> backward_trust_compatibility(np.array([0, 1, 1]), np.array([0, 1, 0]), np.array([0, 0, 0]))
+    0.5
+    >>> backward_trust_compatibility(np.array([0]), np.array([1]), np.array([0])) is None
+    True
+    """
     return _label_values(y_true, pred_a, pred_b)["btc"]
 
 
 def backward_error_compatibility(y_true: np.ndarray, pred_a: np.ndarray, pred_b: np.ndarray) -> float | None:
-    """BEC = ItoI / (1 - ACC_B): share of B's errors that A made too. None if B is never wrong."""
+    """BEC = ItoI / (1 - ACC_B): share of B's errors that A made too. None if B is never wrong.
+
+    >>> backward_error_compatibility(np.array([0, 1, 1]), np.array([0, 0, 0]), np.array([0, 0, 1]))
+    1.0
+    """
     return _label_values(y_true, pred_a, pred_b)["bec"]
 
 
@@ -96,7 +126,12 @@ def topk_consistency(scores_a: np.ndarray, scores_b: np.ndarray, k: int) -> floa
 
 
 def topk_accuracy(y_true: np.ndarray, scores: np.ndarray, k: int) -> float:
-    """CACC-k: share of samples whose true class (a column index) is among the top k."""
+    """CACC-k: share of samples whose true class (a column index) is among the top k.
+
+    >>> scores = np.array([[0.5, 0.1, 0.4]])
+    >>> topk_accuracy(np.array([2]), scores, 1), topk_accuracy(np.array([2]), scores, 2)
+    (0.0, 1.0)
+    """
     return _score_values(y_true, scores, scores, k)[f"cacc_previous@{k}"]
 
 
@@ -113,5 +148,9 @@ def pearson(scores_a: np.ndarray, scores_b: np.ndarray) -> float | None:
 
 def cosine(scores_a: np.ndarray, scores_b: np.ndarray) -> float | None:
     """Mean over samples of the cosine similarity of the two score vectors (None if every
-    sample has an all-zero vector)."""
+    sample has an all-zero vector).
+
+    >>> round(cosine(np.array([[1.0, 0.0]]), np.array([[1.0, 1.0]])), 6)
+    0.707107
+    """
     return _score_values(None, scores_a, scores_b)["cosine"]

@@ -54,7 +54,11 @@ def _float_matrix(scores: np.ndarray) -> np.ndarray:
 def flip_indicators(
     y_true: np.ndarray, pred_a: np.ndarray, pred_b: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Per-sample booleans (CtoC, CtoI, ItoC, ItoI): A correct/incorrect -> B correct/incorrect."""
+    """Per-sample booleans (CtoC, CtoI, ItoC, ItoI): A correct/incorrect -> B correct/incorrect.
+
+    >>> [m.tolist() for m in flip_indicators(np.array([0, 1]), np.array([0, 0]), np.array([1, 1]))]
+    [[False, False], [True, False], [False, True], [False, False]]
+    """
     a_ok = np.asarray(pred_a) == np.asarray(y_true)
     b_ok = np.asarray(pred_b) == np.asarray(y_true)
     return a_ok & b_ok, a_ok & ~b_ok, ~a_ok & b_ok, ~a_ok & ~b_ok
@@ -65,6 +69,9 @@ def first_shared_rank(top_a: np.ndarray, top_b: np.ndarray) -> np.ndarray:
 
     ``top_a`` and ``top_b`` are (n, k_max) class indices, best first. Then
     ``first_shared_rank(...) <= k`` is the CCON-k indicator for every k <= k_max at once.
+
+    >>> first_shared_rank(np.array([[0, 1, 2]]), np.array([[2, 1, 0]])).tolist()  # share 1 at rank 2
+    [2]
     """
     k_max = top_a.shape[1]
     same = top_a[:, :, None] == top_b[:, None, :]
@@ -76,6 +83,9 @@ def true_class_rank(y_true: np.ndarray, top: np.ndarray) -> np.ndarray:
     """1-based position of the true class in each row's top list (k_max + 1 if absent).
 
     ``true_class_rank(...) <= k`` is the CACC-k indicator for every k <= k_max.
+
+    >>> true_class_rank(np.array([2, 5]), np.array([[0, 2], [1, 3]])).tolist()
+    [2, 3]
     """
     k_max = top.shape[1]
     hit = top == np.asarray(y_true)[:, None]
@@ -109,6 +119,10 @@ def rowwise_pearson(
     Rows where either vector is constant have no correlation: they come back as NaN. A
     variance below ``rel_tol`` times the sum of squares counts as zero, since the sums carry
     rounding error of that order (the default suits float32 scores).
+
+    >>> sums = row_moments(np.array([[1.0, 2.0, 3.0]]), np.array([[3.0, 2.0, 1.0]]))
+    >>> rowwise_pearson(*sums, 3).tolist()
+    [-1.0]
     """
     cov = dot_ab - sum_a * sum_b / width
     var_a = sq_a - sum_a**2 / width
@@ -122,12 +136,20 @@ def rowwise_pearson(
 
 
 def rounding_tolerance(*arrays: np.ndarray) -> float:
-    """Relative tolerance for sums of the arrays' dtypes: 8 machine epsilons of the coarsest."""
+    """Relative tolerance for sums of the arrays' dtypes: 8 machine epsilons of the coarsest.
+
+    >>> bool(rounding_tolerance(np.zeros(1, np.float32)) > rounding_tolerance(np.zeros(1, np.float64)))
+    True
+    """
     return 8 * max(np.finfo(x.dtype).eps if x.dtype.kind == "f" else np.finfo(np.float64).eps for x in arrays)
 
 
 def rowwise_cosine(sq_a: np.ndarray, sq_b: np.ndarray, dot_ab: np.ndarray) -> np.ndarray:
-    """Cosine similarity of each row pair; NaN where a vector is all zeros."""
+    """Cosine similarity of each row pair; NaN where a vector is all zeros.
+
+    >>> rowwise_cosine(np.array([1.0, 0.0]), np.array([4.0, 1.0]), np.array([2.0, 0.0])).tolist()
+    [1.0, nan]
+    """
     denom = np.sqrt(sq_a * sq_b)
     with np.errstate(invalid="ignore", divide="ignore"):
         c = np.where(denom > 0, dot_ab / denom, np.nan)

@@ -37,7 +37,11 @@ _HIGHER_IS_MORE_DIVERSE = ("bd", "kw", "gd")
 
 
 def ranking_score(metric: str, value: float | None) -> float | None:
-    """Score for ranking teams, low = diverse (1 - value for BD, KW, GD)."""
+    """Score for ranking teams, low = diverse (1 - value for BD, KW, GD).
+
+    >>> ranking_score("bd", 0.3), ranking_score("qs", 0.3), ranking_score("qs", None)
+    (0.7, 0.3, None)
+    """
     if value is None:
         return None
     return 1.0 - value if metric in _HIGHER_IS_MORE_DIVERSE else value

@@ -36,7 +36,11 @@ class Pool:
 
 
 def teams_of_size(m: int, size: int) -> np.ndarray:
-    """(T, m) membership of every team of ``size`` members, in lexicographic order."""
+    """(T, m) membership of every team of ``size`` members, in lexicographic order.
+
+    >>> teams_of_size(3, 2).astype(int).tolist()
+    [[1, 1, 0], [1, 0, 1], [0, 1, 1]]
+    """
     combos = list(combinations(range(m), size))
     teams = np.zeros((len(combos), m), dtype=bool)
     for t, combo in enumerate(combos):

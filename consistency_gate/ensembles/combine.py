@@ -28,6 +28,10 @@ def combine(member_probs: np.ndarray, rule: str = "avg", weights: Sequence[float
 
     ``weights`` (one per member, e.g. validation accuracy) are used by WMV and WAVG; MV and
     AVG weigh members equally.
+
+    >>> members = np.array([[[0.9, 0.1]], [[0.4, 0.6]], [[0.3, 0.7]]])
+    >>> combine(members, "avg").round(3).tolist(), combine(members, "mv").round(3).tolist()  # mv: vote shares
+    ([[0.533, 0.467]], [[0.333, 0.667]])
     """
     probs = np.asarray(member_probs, dtype=np.float64)
     if probs.ndim != 3:

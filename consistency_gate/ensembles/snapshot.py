@@ -81,14 +81,22 @@ class EnsembleBuild:
 
 
 def beta_star(w: Sequence[float]) -> float | None:
-    """(max - mean) / (max - min): the beta that puts tau at mean(w). None when max = min."""
+    """(max - mean) / (max - min): the beta that puts tau at mean(w). None when max = min.
+
+    >>> round(beta_star([0.9, 0.8, 0.7]), 6)  # (max - mean) / (max - min)
+    0.5
+    """
     w = np.asarray(w, dtype=np.float64)
     spread = w.max() - w.min()
     return None if spread == 0 else float((w.max() - w.mean()) / spread)
 
 
 def pruning_threshold(w: Sequence[float], beta: float | None) -> float:
-    """tau = (1 - beta) * max(w) + beta * min(w); beta None means beta*."""
+    """tau = (1 - beta) * max(w) + beta * min(w); beta None means beta*.
+
+    >>> round(pruning_threshold([0.9, 0.8, 0.7], 0.25), 3)  # (1 - beta) max + beta min
+    0.85
+    """
     w = np.asarray(w, dtype=np.float64)
     if beta is None:
         beta = beta_star(w)
@@ -98,19 +106,31 @@ def pruning_threshold(w: Sequence[float], beta: float | None) -> float:
 
 
 def kept_snapshots(w: Sequence[float], beta: float | None) -> list[int]:
-    """Indices of the snapshots with W_j >= tau (a tiny tolerance absorbs float rounding)."""
+    """Indices of the snapshots with W_j >= tau (a tiny tolerance absorbs float rounding).
+
+    >>> kept_snapshots([0.9, 0.8, 0.7], 0.25)
+    [0]
+    """
     tau = pruning_threshold(w, beta)
     return [j for j, value in enumerate(w) if value >= tau - 1e-12]
 
 
 def cyclic_cosine_lr(alpha0: float, epoch: int, epochs: int, n_cycles: int) -> float:
-    """alpha(t) = alpha0 / 2 * (cos(pi * ((t - 1) mod ceil(T/N)) / ceil(T/N)) + 1), t = 1..T."""
+    """alpha(t) = alpha0 / 2 * (cos(pi * ((t - 1) mod ceil(T/N)) / ceil(T/N)) + 1), t = 1..T.
+
+    >>> [round(cyclic_cosine_lr(0.1, t, 10, 2), 4) for t in (1, 3, 6)]  # cycles of 5 epochs restart at t = 6
+    [0.1, 0.0655, 0.1]
+    """
     length = math.ceil(epochs / n_cycles)
     return alpha0 / 2 * (math.cos(math.pi * ((epoch - 1) % length) / length) + 1)
 
 
 def step_decay_lr(alpha0: float, epoch: int, epochs: int) -> float:
-    """x1 before 40% of the epochs, x0.1 from 40%, x0.01 from 60%, x0.001 from 80%."""
+    """x1 before 40% of the epochs, x0.1 from 40%, x0.01 from 60%, x0.001 from 80% (epochs 1..T).
+
+    >>> [round(step_decay_lr(0.1, t, 10), 6) for t in (1, 5, 7, 9)]
+    [0.1, 0.01, 0.001, 0.0001]
+    """
     done = (epoch - 1) / epochs
     factor = 1.0 if done < 0.4 else 0.1 if done < 0.6 else 0.01 if done < 0.8 else 0.001
     return alpha0 * factor

@@ -156,7 +156,11 @@ def default_config_text() -> str:
 
 
 def load_config(path: str | Path | None) -> GateConfig:
-    """The gate configuration from a YAML file, or the packaged default when ``path`` is None."""
+    """The gate configuration from a YAML file, or the packaged default when ``path`` is None.
+
+    >>> [r.describe() for r in load_config(None).rules][:2]
+    ['acc delta >= -0.01', 'ctoi <= 0.02']
+    """
     if path is None:
         return parse_config(default_config_text(), DEFAULT_SOURCE)
     path = Path(path)
@@ -335,7 +339,11 @@ def _line(root: yaml.Node | None, loc: tuple) -> int:
 
 
 def candidate_key(metric: str) -> str:
-    """The metrics-dict key a rule reads for the candidate (acc -> acc_candidate)."""
+    """The metrics-dict key a rule reads for the candidate (acc -> acc_candidate).
+
+    >>> candidate_key("acc"), candidate_key("cacc@5"), candidate_key("ctoi")
+    ('acc_candidate', 'cacc_candidate@5', 'ctoi')
+    """
     if metric == "acc":
         return "acc_candidate"
     if metric.startswith("cacc@"):
@@ -387,7 +395,11 @@ def evaluate_rules(
 
 
 def is_share_of_samples(metric: str) -> bool:
-    """Whether a rule's metric is a proportion of all evaluated samples (sample sizes apply)."""
+    """Whether a rule's metric is a proportion of all evaluated samples (sample sizes apply).
+
+    >>> is_share_of_samples("ctoi"), is_share_of_samples("ccon@5"), is_share_of_samples("pearson")
+    (True, True, False)
+    """
     key = candidate_key(metric)
     return key in SHARES or _PER_K.match(key) is not None
 
@@ -429,5 +441,9 @@ def plan_sizes(rules: list[Rule], rates: dict[str, float], level: float) -> list
 
 
 def verdict(results: list[RuleResult]) -> str:
-    """'passed' when no checked rule failed."""
+    """'passed' when no checked rule failed.
+
+    >>> verdict(evaluate_rules([Rule("con", "min", 0.9)], {"con": 0.95}))
+    'passed'
+    """
     return "failed" if any(r.held is False for r in results) else "passed"

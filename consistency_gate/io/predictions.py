@@ -288,7 +288,13 @@ def hard_labels(frame: pd.DataFrame, source: PredictionSource) -> pd.Series:
 
 
 def labels_present(labels: pd.Series, path: Path, what: str = "a true label") -> pd.Series:
-    """``labels`` (a chunk's column, indexed by 0-based row), or DataError naming the first empty row."""
+    """``labels`` (a chunk's column, indexed by 0-based row), or DataError naming the first empty row.
+
+    >>> labels_present(pd.Series(["a", None], name="label"), Path("labels.csv"))
+    Traceback (most recent call last):
+    ...
+    consistency_gate.errors.DataError: labels.csv: row 2, column 'label' is empty; every sample needs a true label
+    """
     missing = labels.isna()
     if missing.any():
         row = int(labels.index[np.argmax(missing.to_numpy())]) + 1

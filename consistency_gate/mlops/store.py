@@ -18,7 +18,11 @@ DEFAULT_TRACKING_URI = "sqlite:///mlflow.db"
 
 
 def resolve_tracking_uri(uri: str | None) -> str:
-    """The tracking URI: the argument, else ``MLFLOW_TRACKING_URI``, else ``sqlite:///mlflow.db``."""
+    """The tracking URI: the argument, else ``MLFLOW_TRACKING_URI``, else ``sqlite:///mlflow.db``.
+
+    >>> resolve_tracking_uri("http://mlflow:5000")
+    'http://mlflow:5000'
+    """
     return uri or os.environ.get("MLFLOW_TRACKING_URI") or DEFAULT_TRACKING_URI
 
 
@@ -167,7 +171,11 @@ def check_access(client: MlflowClient, uri: str) -> None:
 
 
 def looks_unreachable(exc: BaseException) -> bool:
-    """Whether an exception from MLflow or requests means the server or store is gone."""
+    """Whether an exception from MLflow or requests means the server or store is gone.
+
+    >>> looks_unreachable(ConnectionError("Connection refused")), looks_unreachable(ValueError("bad"))
+    (True, False)
+    """
     if isinstance(exc, ConnectionError | TimeoutError):
         return True
     text = f"{type(exc).__name__} {exc}".lower()

@@ -21,7 +21,11 @@ EXPERIMENT_PREFIX = "consistency-gate"
 
 
 def experiment_name(model: str) -> str:
-    """The experiment a model's gate runs go to: ``consistency-gate/NAME``."""
+    """The experiment a model's gate runs go to: ``consistency-gate/NAME``.
+
+    >>> experiment_name("fraud-clf")
+    'consistency-gate/fraud-clf'
+    """
     return f"{EXPERIMENT_PREFIX}/{model}"
 
 
@@ -57,7 +61,11 @@ def use_experiment(name: str, tracking_uri: str) -> None:
 
 
 def mlflow_metric_name(key: str) -> str:
-    """MLflow metric names cannot hold '@': ``ccon@5`` is logged as ``ccon_at_5``."""
+    """MLflow metric names cannot hold '@': ``ccon@5`` is logged as ``ccon_at_5``.
+
+    >>> mlflow_metric_name("ccon@5")
+    'ccon_at_5'
+    """
     return key.replace("@", "_at_")
 
 

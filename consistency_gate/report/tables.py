@@ -30,7 +30,11 @@ def finite_or_null(payload: object, reasons: dict[str, str] | None = None, path:
 
 
 def fmt(value: object, digits: int = 4) -> str:
-    """A metric value for a table: floats rounded, None as 'null'."""
+    """A metric value for a table: floats rounded, None as 'null'.
+
+    >>> fmt(0.123456), fmt(None), fmt(True), fmt(3)
+    ('0.1235', 'null', 'yes', '3')
+    """
     if value is None:
         return "null"
     if isinstance(value, bool):
