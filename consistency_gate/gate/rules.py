@@ -258,20 +258,24 @@ def _usage_error(exc: ValidationError, root: yaml.Node | None, source: str) -> U
     """The first of pydantic's errors as one line: the YAML line, the key path, what was wrong."""
     error = exc.errors()[0]
     loc = tuple(error["loc"])
-    path = "".join(f"[{part}]" if isinstance(part, int) else f".{part}" for part in loc).lstrip(".") or "config"
+    path = _key_path(loc) or "config"
     if error["type"] == "extra_forbidden":
         where, model = loc[:-1], _Document
         for part in where:
             model = {"remediation": RemediationBlock, "rules": _RuleSpec}.get(str(part), model)
         known = ", ".join(sorted(model.model_fields))
-        inside = "".join(f"[{part}]" if isinstance(part, int) else f".{part}" for part in where).lstrip(".")
-        what = f"unknown key '{loc[-1]}'" + (f" in {inside}" if where else "")
+        what = f"unknown key '{loc[-1]}'" + (f" in {_key_path(where)}" if where else "")
         return UsageError(f"{source}: line {_line(root, loc)}: {what} (known: {known})")
     message = error["msg"].removeprefix("Value error, ")
     if error["type"] in ("model_type", "model_attributes_type", "dict_type"):
         message = "expected a mapping (key: value)"
     shown = "" if error["type"] == "value_error" else f" (got {error['input']!r})"
     return UsageError(f"{source}: line {_line(root, loc)}: {path}: {message}{shown}")
+
+
+def _key_path(loc: tuple) -> str:
+    """A pydantic location as the config spells it: ``rules[0].min``."""
+    return "".join(f"[{part}]" if isinstance(part, int) else f".{part}" for part in loc).lstrip(".")
 
 
 def _rule(spec: _RuleSpec, source: str, line: int, ks: tuple[int, ...]) -> Rule:

@@ -86,7 +86,7 @@ class GateResult:
     @property
     def candidate_verdict(self) -> str:
         """The single candidate's own verdict (``verdict`` is the final one, after remediation)."""
-        return "failed" if any(r.held is False for r in self.rules) else "passed"
+        return rules.verdict(self.rules)
 
     @property
     def outcome(self) -> str:
@@ -319,17 +319,18 @@ class _Decision:
     samples: pd.DataFrame
     ks: list[int]
     metrics: dict  # the reported metrics: the config's k values only
+    first_generation: bool  # no baseline: the "comparison" is the candidate against itself
 
     @property
     def intervals(self) -> dict[str, list[float]]:
         """The intervals of the reported metrics (and ``acc_delta`` against a baseline)."""
-        keep = set(self.metrics) | ({"acc_delta"} if "con" in self.metrics else set())
+        keep = set(self.metrics) | (set() if self.first_generation else {"acc_delta"})
         return {k: v for k, v in self.comparison.intervals.items() if k in keep}
 
     @property
     def tests(self) -> dict[str, float]:
         """The paired test against the baseline (none for a first generation)."""
-        return self.comparison.tests if "con" in self.metrics else {}
+        return {} if self.first_generation else self.comparison.tests
 
 
 @dataclass
@@ -390,7 +391,7 @@ class _Comparer:
             n=comparison.n,
         )
         reported = _reported_metrics(comparison.metrics, self.cfg.ks, first_generation)
-        return _Decision(comparison, results, rules.verdict(results), samples, ks, reported)
+        return _Decision(comparison, results, rules.verdict(results), samples, ks, reported, first_generation)
 
     def spark_model(self, model: scoring.LoadedModel, scores: pd.DataFrame) -> SparkModel:
         """How Spark loads a registered version: its classes are those its scorer gave on the sample."""

@@ -10,7 +10,7 @@ import contextlib
 import random
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, NoReturn
 
 from consistency_gate.errors import ModelError, TrackingError, redact_credentials
@@ -145,13 +145,7 @@ class Promotion:
 
     def to_dict(self) -> dict:
         """As in the JSON report's ``promotion``."""
-        return {
-            "alias": self.alias,
-            "version": self.version,
-            "promoted": self.promoted,
-            "holds": self.holds,
-            "reason": self.reason,
-        }
+        return asdict(self)
 
 
 def read_alias(client: MlflowClient, name: str, alias: str, attempts: int = 5, pause: float = 1.0) -> str | None:
