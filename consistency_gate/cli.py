@@ -66,6 +66,13 @@ def cli(verbose: bool) -> None:
     show_default=True,
     help="Level of the intervals in the JSON (Wilson for proportions).",
 )
+@click.option(
+    "--slice",
+    "slices",
+    multiple=True,
+    help="Also compute every metric per value of this column of the labels file (true_class: per true "
+    "class); repeat for several.",
+)
 @_engine_options("spark: compute on Apache Spark (needs pyspark and --id-column).")
 def compare(
     labels: Path,
@@ -76,6 +83,7 @@ def compare(
     ks: tuple[int, ...],
     fmt: str,
     confidence: float,
+    slices: tuple[str, ...],
     engine: str,
     partitions: int | None,
 ) -> None:
@@ -95,6 +103,7 @@ def compare(
         id_column=id_column,
         ks=list(ks) or None,
         confidence=confidence,
+        slices=slices,
         **options,
     ).to_dict()
     if fmt == "json":

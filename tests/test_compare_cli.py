@@ -309,3 +309,25 @@ def test_as_text_equals_the_one_value_rule(values):
     expected = [v if pd.isna(v) else _label_text(v) for v in series.astype(object)]
     got = as_text(series).tolist()
     assert [None if pd.isna(v) else v for v in got] == [None if pd.isna(v) else v for v in expected]
+
+
+def test_compare_per_slice(files, tmp_path):
+    """--slice: each metric per value of a labels-file column and per true class, worst slices in the table."""
+    paths, y, a, b = files
+    labels = pd.read_csv(paths["labels"])
+    region = np.where(np.arange(len(labels)) % 4 == 0, "north", "south")
+    labels.assign(region=region).to_csv(tmp_path / "regions.csv", index=False)
+    common = ["compare", "--labels", tmp_path / "regions.csv", "--previous", paths["prev"]]
+    common += ["--candidate", paths["cand"], "--slice", "region", "--slice", "true_class"]
+    out = run_json(*common, "--format", "json")
+    slices = {(s["column"], s["value"]): s for s in out["slices"]}
+    assert {v for c, v in slices if c == "region"} == {"north", "south"}
+    assert {v for c, v in slices if c == "true_class"} == set(labels["label"])
+    north = region == "north"
+    right_before, right_after = a[north].argmax(1) == y[north], b[north].argmax(1) == y[north]
+    assert slices[("region", "north")]["n"] == north.sum()
+    assert slices[("region", "north")]["metrics"]["ctoi"] == pytest.approx((right_before & ~right_after).mean())
+    table = run_cli(*common)
+    assert table.returncode == 0 and "Slices, worst first (8 in all)" in table.stdout
+    missing = run_cli(*common[:-2], "--slice", "device")
+    assert missing.returncode == 3 and "column 'device' not found" in missing.stderr

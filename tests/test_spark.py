@@ -40,12 +40,18 @@ def files(tmp_path_factory):
 
 def test_spark_equals_in_process(files):
     args = (files / "labels.csv", files / "prev.csv", files / "cand.parquet")
-    local = compare_files(*args, id_column="id", ks=[1, 3])
-    spark = compare_spark(*args, id_column="id", ks=[1, 3], partitions=2)
+    local = compare_files(*args, id_column="id", ks=[1, 3], slices=["true_class"])
+    spark = compare_spark(*args, id_column="id", ks=[1, 3], partitions=2, slices=["true_class"])
     assert spark.n == local.n == 2000
     assert spark.classes == local.classes and spark.unknown_labels == local.unknown_labels
     for key, value in local.metrics.items():
         assert spark.metrics[key] == pytest.approx(value, abs=1e-9), key
+    assert [(s.name, s.n) for s in spark.slices] == [(s.name, s.n) for s in local.slices]
+    assert len(local.slices) == 6 and sum(s.n for s in local.slices) == 2000
+    for got, want in zip(spark.slices, local.slices, strict=True):
+        assert got.intervals.keys() == want.intervals.keys()
+        for key, value in want.intervals.items():
+            assert got.intervals[key] == pytest.approx(value, abs=1e-9), (want.name, key)
 
 
 def _spark_compare(files, candidate) -> tuple:
@@ -94,19 +100,43 @@ def store(tmp_path_factory):
     root = tmp_path_factory.mktemp("spark-store")
     store = build_store(root, predict_fn="predict_proba")
     (root / "gate.yaml").write_text("rules:\n  - {metric: con, min: 0.9}\n  - {metric: ctoi, max: 0.05}\nks: [1, 2]\n")
+    frame = pd.read_csv(store["data"])
+    frame.assign(region=np.where(np.arange(len(frame)) % 3 == 0, "north", "south")).to_csv(
+        root / "eval_regions.csv", index=False
+    )
+    (root / "sliced.yaml").write_text(
+        "slices: [region, true_class]\nrules:\n  - {metric: con, min: 0.9}\n"
+        "  - {metric: ctoi, max: 0.3, per_slice: true, min_slice_size: 40, decide: upper}\nks: [1, 2]\n"
+    )
     return store
 
 
 def test_check_on_spark_equals_in_process(store, tmp_path):
-    common = {"candidate": "3", "id_column": "id", "tracking_uri": store["uri"], "config": store["root"] / "gate.yaml"}
-    local = run_gate(MODEL, store["data"], quiet=True, **common)
-    spark = run_gate(MODEL, store["data"], quiet=True, engine="spark", partitions=2, **common)
+    """Metrics, rules and the per-slice counts (slices are part of the counting key on Spark)."""
+    common = {
+        "candidate": "3",
+        "id_column": "id",
+        "tracking_uri": store["uri"],
+        "config": store["root"] / "sliced.yaml",
+    }
+    data = store["root"] / "eval_regions.csv"
+    local = run_gate(MODEL, data, quiet=True, **common)
+    spark = run_gate(MODEL, data, quiet=True, engine="spark", partitions=2, **common)
     assert local.verdict == spark.verdict == "failed"  # v3 is the poor candidate
     assert spark.n == local.n == 150 and spark.unknown_labels == local.unknown_labels
     assert spark.metrics.keys() == local.metrics.keys()
     for key, value in local.metrics.items():
         assert spark.metrics[key] == pytest.approx(value, abs=1e-9), key
     assert [r.held for r in spark.rules] == [r.held for r in local.rules]
+    assert spark.rules[1].slices == local.rules[1].slices and len(local.rules[1].slices) == 5
+    assert [(s["column"], s["value"], s["n"]) for s in spark.slices] == [
+        (s["column"], s["value"], s["n"]) for s in local.slices
+    ]
+    for got, want in zip(spark.slices, local.slices, strict=True):
+        assert got["metrics"].keys() == want["metrics"].keys() and got["intervals"].keys() == want["intervals"].keys()
+        for key, value in want["intervals"].items():
+            assert got["intervals"][key] == pytest.approx(value, abs=1e-9), key
+            assert got["metrics"].get(key) == pytest.approx(want["metrics"].get(key), abs=1e-9), key
 
     from mlflow import MlflowClient
 

@@ -56,6 +56,16 @@ class Outputs:
         """Outputs from hard predicted class ids."""
         return cls(labels=np.asarray(labels, dtype=np.int64))
 
+    def take(self, rows: np.ndarray) -> Outputs:
+        """The outputs of the given rows (positions or a boolean mask).
+
+        >>> Outputs.from_labels(np.array([3, 4, 5])).take(np.array([2, 0])).labels.tolist()
+        [5, 3]
+        """
+        pick = None if self.top is None else self.top[rows]
+        scores = None if self.scores is None else self.scores[rows]
+        return Outputs(labels=self.labels[rows], top=pick, scores=scores, columns=self.columns)
+
     @property
     def has_scores(self) -> bool:
         """Whether these outputs carry class scores (not only hard labels)."""

@@ -18,7 +18,7 @@ The engines (:mod:`consistency_gate.engines.local`, :mod:`consistency_gate.engin
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import combinations
 
@@ -26,6 +26,7 @@ import numpy as np
 import pandas as pd
 
 from consistency_gate.core.counts import FLIP_NAMES, ConsistencyCounts, Outputs
+from consistency_gate.core.slices import TRUE_CLASS, SliceCounts, SliceResult
 from consistency_gate.errors import DataError, plain
 
 DEFAULT_KS = (1, 5)
@@ -79,6 +80,12 @@ class ComparisonResult:
     counts: ConsistencyCounts | None = field(default=None, repr=False)
     confidence: float = 0.95  # the level of ``intervals``
     interval_method: str = "wilson"  # or "clopper-pearson", for proportions
+    slice_counts: SliceCounts | None = field(default=None, repr=False)
+
+    @property
+    def slices(self) -> list[SliceResult]:
+        """Every slice's metrics and intervals (none when the evaluation was not sliced)."""
+        return self.slice_counts.results(self.confidence, self.interval_method) if self.slice_counts else []
 
     @property
     def intervals(self) -> dict[str, list[float]]:
@@ -100,6 +107,7 @@ class ComparisonResult:
             "confidence": self.confidence,
             "intervals": self.intervals,
             "tests": self.tests,
+            **({"slices": [s.to_dict() for s in self.slices]} if self.slice_counts else {}),
             "null_reasons": self.null_reasons,
         }
 
@@ -142,6 +150,10 @@ class Evaluation:
     Class ids follow the canonical order (:func:`canonical_classes`), and each score matrix is
     laid out in id order before its top-k is taken, so ties go to the class whose label sorts
     first, whatever the order of the file's columns.
+
+    With ``slices`` (slicing column names) the first pair (previous, candidate) is also counted
+    per slice value (:mod:`consistency_gate.core.slices`): each batch then gives its values of
+    those columns, but for :data:`~consistency_gate.core.slices.TRUE_CLASS`, the batch's labels.
     """
 
     def __init__(
@@ -150,6 +162,7 @@ class Evaluation:
         class_sets: Sequence[Sequence[str] | None],
         ks: Sequence[int] = DEFAULT_KS,
         keep_samples: bool = False,
+        slices: Sequence[str] = (),
     ) -> None:
         self.names = list(names)
         self.index = ClassIndex()
@@ -160,11 +173,20 @@ class Evaluation:
         self.ks = tuple(sorted(set(ks)))
         self.open_class_set = any(cs is None for cs in class_sets)
         self.pairs = {pair: ConsistencyCounts(ks=self.ks) for pair in combinations(range(len(names)), 2)}
+        self.slice_columns = tuple(slices)
+        self.slice_counts = SliceCounts(ks=self.ks) if slices else None
         self.keep_samples = keep_samples
         self._samples: list[pd.DataFrame] = []
 
-    def add(self, labels: pd.Series, frames: Sequence[pd.DataFrame | pd.Series], where: str = "labels") -> None:
-        """Add one batch: true labels and each generation's frame (score columns) or hard-label series."""
+    def add(
+        self,
+        labels: pd.Series,
+        frames: Sequence[pd.DataFrame | pd.Series],
+        where: str = "labels",
+        slices: Mapping[str, pd.Series] | None = None,
+    ) -> None:
+        """Add one batch: true labels and each generation's frame (score columns) or hard-label series;
+        for a sliced evaluation, ``slices[column]`` holds the batch's values of each slicing column."""
         y = self.index.ids(labels, register=self.open_class_set)
         if (y < 0).any():
             row = int(np.argmax(y < 0))
@@ -176,6 +198,9 @@ class Evaluation:
         outputs = [self._outputs(frame, layout) for frame, layout in zip(frames, self.layouts, strict=True)]
         for (i, j), counts in self.pairs.items():
             counts.update(y, outputs[i], outputs[j])
+        if self.slice_counts is not None:
+            keys = {name: labels if name == TRUE_CLASS else slices[name] for name in self.slice_columns}
+            self.slice_counts.update(y, outputs[0], outputs[1], keys)
         if self.keep_samples:
             self._samples.append(self._sample_table(labels, y, outputs))
 
@@ -206,10 +231,12 @@ class Evaluation:
         counts: ConsistencyCounts | None = None,
         confidence: float = 0.95,
         interval_method: str = "wilson",
+        slice_counts: SliceCounts | None = None,
     ) -> ComparisonResult:
-        """The metrics of a pair of generations; with ``counts``, of counts merged elsewhere (the
-        partitions of a map-reduce) over this evaluation's classes."""
-        counts = self.pairs[pair] if counts is None else counts
+        """The metrics of a pair of generations; with ``counts`` (and ``slice_counts``), of counts
+        merged elsewhere (the partitions of a map-reduce) over this evaluation's classes."""
+        if counts is None:
+            counts, slice_counts = self.pairs[pair], (self.slice_counts if pair == (0, 1) else None)
         values, reasons = counts.compute()
         return ComparisonResult(
             n=counts.n,
@@ -220,6 +247,7 @@ class Evaluation:
             counts=counts,
             confidence=confidence,
             interval_method=interval_method,
+            slice_counts=slice_counts,
         )
 
     def generations_report(self) -> dict:

@@ -395,5 +395,5 @@ def _load_registry_members(
         else:
             model_name, _, spec = rest.partition("/")
         ref = registry.resolve_version(client, model_name, spec or None)
-        frames[name] = scoring.predict(scoring.load_model(ref), frame, label_column, id_column)
+        frames[name] = scoring.predict(scoring.load_model(ref), frame, scoring.non_features(label_column, id_column))
     return frames_to_arrays(frames, frame[label_column].astype(str).reset_index(drop=True))

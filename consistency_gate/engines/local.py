@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 
 from consistency_gate.core.evaluation import DEFAULT_KS, ComparisonResult, Evaluation
+from consistency_gate.core.slices import TRUE_CLASS
 from consistency_gate.errors import DataError, plain
 from consistency_gate.io import predictions as io
 
@@ -45,9 +46,11 @@ def compare_files(
     ks: Sequence[int] | None = None,
     chunk_rows: int = io.DEFAULT_CHUNK_ROWS,
     confidence: float = 0.95,
+    slices: Sequence[str] = (),
 ) -> ComparisonResult:
     """Stream a labels file and two prediction files through the metrics (``compare``), with
-    intervals at ``confidence``.
+    intervals at ``confidence``, and per value of the ``slices`` columns of the labels file
+    (:data:`~consistency_gate.core.slices.TRUE_CLASS`: per true class).
 
     >>> import tempfile, pathlib
     >>> folder = pathlib.Path(tempfile.mkdtemp())
@@ -65,6 +68,7 @@ def compare_files(
         id_column=id_column,
         ks=ks,
         chunk_rows=chunk_rows,
+        slices=slices,
     )
     return evaluation.result(confidence=confidence)
 
@@ -104,14 +108,19 @@ def evaluate_files(
     id_column: str | None = None,
     ks: Sequence[int] | None = None,
     chunk_rows: int = io.DEFAULT_CHUNK_ROWS,
+    slices: Sequence[str] = (),
 ) -> Evaluation:
-    """Stream the files through an :class:`Evaluation`; rows align by id or by position."""
+    """Stream the files through an :class:`Evaluation`; rows align by id or by position; the first
+    pair is also counted per value of the ``slices`` columns of the labels file."""
     labels = Path(labels)
     label_cols = io.file_columns(labels)
-    io.require_columns(labels, label_cols, [label_column] + ([id_column] if id_column else []))
+    data_slices = [c for c in slices if c != TRUE_CLASS]
+    io.require_columns(labels, label_cols, [label_column] + ([id_column] if id_column else []) + data_slices)
     sources = [io.inspect_prediction_file(path, id_column) for path in generations.values()]
-    evaluation = Evaluation(list(generations), [s.classes for s in sources], ks=resolve_ks(ks, sources))
-    label_fields = ([id_column] if id_column else []) + [label_column]
+    evaluation = Evaluation(
+        list(generations), [s.classes for s in sources], ks=resolve_ks(ks, sources), slices=tuple(slices)
+    )
+    label_fields = ([id_column] if id_column else []) + [label_column] + data_slices
     label_frames = io.iter_frames(labels, label_fields, chunk_rows, text_columns=tuple(label_fields))
     order = _row_order(labels, sources, id_column) if id_column else None
     if order is None:
@@ -125,6 +134,7 @@ def evaluate_files(
             io.labels_present(chunk[label_column], labels),
             [_body(f, s) for f, s in zip(batch, sources, strict=True)],
             where=str(labels),
+            slices={c: chunk[c] for c in data_slices},
         )
         n += len(chunk)
     for stream, source in zip(streams, sources, strict=True):

@@ -26,6 +26,7 @@ import pandas as pd
 
 from consistency_gate.core.counts import ROLES, ConsistencyCounts
 from consistency_gate.core.evaluation import ComparisonResult, Evaluation, flip_table
+from consistency_gate.core.slices import TRUE_CLASS, SliceCounts
 from consistency_gate.engines.local import resolve_ks
 from consistency_gate.errors import DataError, ModelError, UsageError
 from consistency_gate.io import predictions as io
@@ -68,17 +69,39 @@ def read_table(spark: SparkSession, path: Path) -> SparkDataFrame:
 
 _SPARK_TYPES = {"float32": "float", "float64": "double", "int32": "int", "int64": "bigint"}
 
-# what each partition returns: its pickled counts and its pickled flip rows (or none)
-PARTIAL = "counts binary, flips binary"
+# what each partition returns: its pickled counts, per-slice counts (or none) and flip rows (or none)
+PARTIAL = "counts binary, slices binary, flips binary"
 
 
-def _partial_row(counts: ConsistencyCounts, flips: pd.DataFrame | None = None) -> pd.DataFrame:
-    return pd.DataFrame({"counts": [pickle.dumps(counts)], "flips": [pickle.dumps(flips)]})
+@dataclass
+class Partial:
+    """One partition's share: its counts, its per-slice counts and its flipped samples."""
+
+    counts: ConsistencyCounts
+    slices: SliceCounts | None = None
+    flips: pd.DataFrame | None = None
 
 
-def collect_partials(partials: Iterable[bytes]) -> list[tuple[ConsistencyCounts, pd.DataFrame | None]]:
-    """Run the job and unpickle each partition's (counts, flips). A consistency-gate error raised
-    in a Python worker comes back wrapped by Spark; it is raised here again as itself."""
+def _partial_row(evaluation: Evaluation, flips: pd.DataFrame | None = None) -> pd.DataFrame:
+    return pd.DataFrame(
+        {
+            "counts": [pickle.dumps(evaluation.pairs[(0, 1)])],
+            "slices": [pickle.dumps(evaluation.slice_counts)],
+            "flips": [pickle.dumps(flips)],
+        }
+    )
+
+
+def _merged(parts: list[Partial], ks: Sequence[int]) -> tuple[ConsistencyCounts, SliceCounts | None]:
+    """The partitions' counts and slice counts, merged (the map-reduce's reduce step)."""
+    counts = reduce(ConsistencyCounts.merge, (p.counts for p in parts), ConsistencyCounts(ks=tuple(ks)))
+    sliced = [p.slices for p in parts if p.slices is not None]
+    return counts, (reduce(SliceCounts.merge, sliced, SliceCounts(ks=counts.ks)) if sliced else None)
+
+
+def collect_partials(partials: Iterable[bytes]) -> list[Partial]:
+    """Run the job and unpickle each partition's share. A consistency-gate error raised in a
+    Python worker comes back wrapped by Spark; it is raised here again as itself."""
     try:
         rows = partials.collect()
     except Exception as exc:  # noqa: BLE001 - errors from the Python workers come back wrapped
@@ -90,7 +113,7 @@ def collect_partials(partials: Iterable[bytes]) -> list[tuple[ConsistencyCounts,
         if "mlflow/pyfunc" in message:  # the model itself failed inside spark_udf
             raise ModelError(f"prediction on Spark failed: {_last_error_line(message)}") from None
         raise
-    return [(pickle.loads(bytes(r["counts"])), pickle.loads(bytes(r["flips"]))) for r in rows]
+    return [Partial(*(pickle.loads(bytes(r[name])) for name in ("counts", "slices", "flips"))) for r in rows]
 
 
 def _last_error_line(message: str) -> str:
@@ -114,16 +137,18 @@ def compare_spark(
     ks: Sequence[int] | None = None,
     partitions: int | None = None,
     confidence: float = 0.95,
+    slices: Sequence[str] = (),
 ) -> ComparisonResult:
-    """Compare two prediction files on Spark; the result equals
-    :func:`~consistency_gate.engines.local.compare_files`."""
+    """Compare two prediction files on Spark (per value of the ``slices`` columns of the labels
+    file too); the result equals :func:`~consistency_gate.engines.local.compare_files`."""
     if id_column is None:
         raise UsageError("--engine spark aligns rows by id: pass --id-column")
     spark = spark_session(partitions)
     from pyspark.sql import functions as F
 
     labels = Path(labels)
-    io.require_columns(labels, io.file_columns(labels), [label_column, id_column])
+    data_slices = [c for c in slices if c != TRUE_CLASS]
+    io.require_columns(labels, io.file_columns(labels), [label_column, id_column, *data_slices])
     sources = [io.inspect_prediction_file(p, id_column) for p in (previous, candidate)]
     for source in sources:
         if not source.has_scores:
@@ -132,7 +157,9 @@ def compare_spark(
     class_sets = [list(s.classes) for s in sources]
 
     joined = read_table(spark, labels).select(
-        F.col(id_column).cast("string").alias("__id"), F.col(label_column).cast("string").alias("__label")
+        F.col(id_column).cast("string").alias("__id"),
+        F.col(label_column).cast("string").alias("__label"),
+        *(F.col(f"`{c}`").cast("string").alias(f"__slice{i}") for i, c in enumerate(data_slices)),
     )
     for role, source in zip(ROLES, sources, strict=True):
         cols = [F.col(f"`{c}`").alias(f"{role}__{c}") for c in source.classes]
@@ -143,7 +170,7 @@ def compare_spark(
         joined = joined.repartition(partitions)
 
     def partial(batches: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
-        evaluation = Evaluation(list(ROLES), class_sets, ks=ks)
+        evaluation = Evaluation(list(ROLES), class_sets, ks=ks, slices=slices)
         for batch in batches:
             frames = [
                 batch[[f"{role}__{c}" for c in cs]].set_axis(cs, axis=1)
@@ -151,11 +178,13 @@ def compare_spark(
             ]
             for frame, source in zip(frames, sources, strict=True):
                 io.score_matrix(frame.set_axis(range(len(frame))), source)  # same checks as in-process
-            evaluation.add(batch["__label"].reset_index(drop=True), [f.reset_index(drop=True) for f in frames])
-        yield _partial_row(evaluation.pairs[(0, 1)])
+            keys = {c: batch[f"__slice{i}"].reset_index(drop=True) for i, c in enumerate(data_slices)}
+            evaluation.add(
+                batch["__label"].reset_index(drop=True), [f.reset_index(drop=True) for f in frames], slices=keys
+            )
+        yield _partial_row(evaluation)
 
-    parts = collect_partials(joined.mapInPandas(partial, PARTIAL))
-    counts = reduce(ConsistencyCounts.merge, (c for c, _ in parts), ConsistencyCounts(ks=tuple(ks)))
+    counts, slice_counts = _merged(collect_partials(joined.mapInPandas(partial, PARTIAL)), ks)
     n_labels = read_table(spark, labels).count()
     if counts.n != n_labels:
         raise DataError(
@@ -163,7 +192,9 @@ def compare_spark(
             "prediction files; every file needs the same ids"
         )
     # the class-id space every partition used
-    return Evaluation(list(ROLES), class_sets, ks=ks).result(counts=counts, confidence=confidence)
+    return Evaluation(list(ROLES), class_sets, ks=ks).result(
+        counts=counts, confidence=confidence, slice_counts=slice_counts
+    )
 
 
 @dataclass(frozen=True)
@@ -230,11 +261,13 @@ def gate_comparison(
     id_column: str | None,
     ks: Sequence[int],
     partitions: int | None = None,
+    slices: Sequence[str] = (),
 ) -> tuple[ComparisonResult, pd.DataFrame]:
     """Predict ``data`` with each model (previous generation first; one model for a first
-    generation) on Spark and compare them: the counts of :meth:`Evaluation.result` and the
-    flip table of the flipped samples (CtoI and ItoC, at most ``MAX_FLIPS_PER_PARTITION`` of a
-    partition). Without ``id_column`` the flip table's ids are Spark row ids.
+    generation) on Spark and compare them: the counts of :meth:`Evaluation.result` (per slice of
+    the ``slices`` columns too) and the flip table of the flipped samples (CtoI and ItoC, at most
+    ``MAX_FLIPS_PER_PARTITION`` of a partition). Without ``id_column`` the flip table's ids are
+    Spark row ids.
     """
     for model in models:
         model.require_scores()
@@ -248,6 +281,8 @@ def gate_comparison(
     ids = F.col(f"`{id_column}`").cast("string") if id_column else F.monotonically_increasing_id().cast("string")
     columns = [ids.alias("__id"), F.col(f"`{label_column}`").cast("string").alias("__label")]
     columns += [model.predict_column(spark).alias(f"__g{i}") for i, model in enumerate(models)]
+    data_slices = [c for c in slices if c != TRUE_CLASS]  # part of the counting key: counted per value
+    columns += [F.col(f"`{c}`").cast("string").alias(f"__slice{i}") for i, c in enumerate(data_slices)]
     scored = frame.select(*columns)
     if partitions:
         scored = scored.repartition(partitions)
@@ -256,21 +291,23 @@ def gate_comparison(
     class_sets = [m.classes for m, _ in pair]
 
     def partial(batches: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
-        evaluation = Evaluation(list(ROLES), class_sets, ks=ks, keep_samples=True)
+        evaluation = Evaluation(list(ROLES), class_sets, ks=ks, keep_samples=True, slices=slices)
         row_ids: list[np.ndarray] = []
         for batch in batches:
             batch = batch.reset_index(drop=True)
             frames = [m.scores(batch[slot]) for m, slot in pair]
-            evaluation.add(batch["__label"], frames, where=str(data))
+            keys = {c: batch[f"__slice{i}"] for i, c in enumerate(data_slices)}
+            evaluation.add(batch["__label"], frames, where=str(data), slices=keys)
             row_ids.append(batch["__id"].to_numpy())
         table = flip_table(evaluation.samples(), np.concatenate(row_ids)) if row_ids else None
         flips = None if table is None else table[table["flip"].isin(["CtoI", "ItoC"])].head(MAX_FLIPS_PER_PARTITION)
-        yield _partial_row(evaluation.pairs[(0, 1)], flips)
+        yield _partial_row(evaluation, flips)
 
     parts = collect_partials(scored.mapInPandas(partial, PARTIAL))
-    counts = reduce(ConsistencyCounts.merge, (c for c, _ in parts), ConsistencyCounts(ks=tuple(ks)))
-    result = Evaluation(list(ROLES), class_sets, ks=ks).result(counts=counts)  # the partitions' class-id space
-    flips = [f for _, f in parts if f is not None and len(f)]
+    counts, slice_counts = _merged(parts, ks)
+    # over the partitions' class-id space
+    result = Evaluation(list(ROLES), class_sets, ks=ks).result(counts=counts, slice_counts=slice_counts)
+    flips = [p.flips for p in parts if p.flips is not None and len(p.flips)]
     return result, (pd.concat(flips, ignore_index=True) if flips else pd.DataFrame(columns=_FLIP_COLUMNS))
 
 

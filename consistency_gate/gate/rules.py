@@ -10,13 +10,23 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictInt,
+    StrictStr,
+    ValidationError,
+    model_validator,
+)
 
 from consistency_gate.core import intervals as ci
 from consistency_gate.core.intervals import METHODS
@@ -24,6 +34,7 @@ from consistency_gate.ensembles.config import RemediationBlock
 from consistency_gate.errors import UsageError
 
 if TYPE_CHECKING:
+    from consistency_gate.core.slices import SliceResult
     from consistency_gate.ensembles.config import RemediationConfig
 
 # metrics that are a share of all evaluated samples (intervals: Wilson over n)
@@ -38,6 +49,8 @@ KINDS = tuple(OPERATORS)
 # what a rule compares with its threshold: the point estimate, or a bound of the metric's interval
 DECIDE = ("estimate", "upper", "lower")
 DEFAULT_SOURCE = "default config"
+# a per-slice rule judges the slices with at least this many samples (smaller ones are reported only)
+DEFAULT_MIN_SLICE_SIZE = 50
 MAX_CONFIG_BYTES = 1_000_000
 MAX_CONFIG_NODES = 100_000
 _PER_K = re.compile(r"^(ccon|cacc_previous|cacc_candidate|cacc)@([1-9][0-9]*)$")
@@ -61,6 +74,8 @@ class Rule:
     threshold: float
     line: int | None = None
     decide: str = "estimate"  # or "upper"/"lower": compare that bound of the metric's interval
+    per_slice: bool = False  # judge every slice of at least min_slice_size samples instead of the whole set
+    min_slice_size: int = DEFAULT_MIN_SLICE_SIZE
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -75,6 +90,8 @@ class Rule:
                 f"rule for '{self.metric}': decide: {self.decide} on min_delta needs a paired interval, which "
                 "acc has (Newcombe's); use decide: estimate for cacc@K deltas"
             )
+        if self.min_slice_size < 1:
+            raise UsageError(f"rule for '{self.metric}': min_slice_size must be at least 1, got {self.min_slice_size}")
 
     @property
     def single_model(self) -> bool:
@@ -84,9 +101,11 @@ class Rule:
     @property
     def condition(self) -> str:
         """The threshold as it reads: ``>= 0.9``, ``<= 0.02``, ``delta >= -0.01`` (candidate - previous),
-        with the bound compared when it is not the estimate: ``<= 0.02 (upper bound)``."""
+        with the bound compared when it is not the estimate: ``<= 0.02 (upper bound)``, and the
+        slices a per-slice rule judges: ``<= 0.05 in every slice of n >= 50``."""
         bound = "" if self.decide == "estimate" else f" ({self.decide} bound)"
-        return f"{OPERATORS[self.kind]} {self.threshold:g}{bound}"
+        where = f" in every slice of n >= {self.min_slice_size}" if self.per_slice else ""
+        return f"{OPERATORS[self.kind]} {self.threshold:g}{bound}{where}"
 
     @property
     def interval_key(self) -> str:
@@ -117,6 +136,7 @@ class GateConfig:
     ks_given: bool = False  # the user's config names ks (then each must fit the models' classes)
     confidence: float = 0.95  # the level of the metrics' intervals
     interval_method: str = "wilson"  # for proportions: wilson or clopper-pearson
+    slices: tuple[str, ...] = ()  # slicing columns of the evaluation data (or TRUE_CLASS)
 
 
 @dataclass(frozen=True)
@@ -133,9 +153,14 @@ class RuleResult:
     note: str = ""
     interval: list[float] | None = None
     compared: float | None = None
+    slices: tuple[dict, ...] = ()  # a per-slice rule: each slice's outcome (value, interval, held)
 
     def to_dict(self) -> dict:
-        """As in the JSON report and the logged rule table."""
+        """As in the JSON report and the logged rule table (a per-slice rule adds ``slices``: each
+        slice's outcome; ``value``, ``interval`` and ``compared`` are then the worst judged slice's)."""
+        extra = {}
+        if self.rule.per_slice:
+            extra = {"per_slice": True, "min_slice_size": self.rule.min_slice_size, "slices": list(self.slices)}
         return {
             "metric": self.rule.metric,
             "kind": self.rule.kind,
@@ -147,6 +172,7 @@ class RuleResult:
             "compared": self.compared,
             "held": self.held,
             "note": self.note,
+            **extra,
         }
 
 
@@ -197,6 +223,14 @@ def parse_config(text: str, source: str = "config") -> GateConfig:
         raise _usage_error(exc, root, source) from None
     ks = tuple(sorted(set(document.ks)))
     rules = [_rule(spec, source, _line(root, ("rules", i)), ks) for i, spec in enumerate(document.rules)]
+    sliced = next((r for r in rules if r.per_slice), None)
+    if sliced is not None and not document.slices:
+        from consistency_gate.core.slices import TRUE_CLASS
+
+        raise UsageError(
+            f"{source}: line {sliced.line}: rule for '{sliced.metric}' is per_slice but the config names no "
+            f"slices; add e.g. `slices: [{TRUE_CLASS}]` (the true class) or columns of the evaluation data"
+        )
     remediation = None
     if document.remediation is not None:
         from consistency_gate.ensembles.config import RemediationConfig
@@ -216,6 +250,7 @@ def parse_config(text: str, source: str = "config") -> GateConfig:
         ks_given="ks" in data and source != DEFAULT_SOURCE,
         confidence=document.confidence,
         interval_method=document.intervals,
+        slices=tuple(document.slices or ()),
     )
 
 
@@ -232,12 +267,16 @@ class _RuleSpec(BaseModel):
     max: FiniteNumber | None = None
     min_delta: FiniteNumber | None = None
     decide: Literal[DECIDE] = "estimate"
+    per_slice: StrictBool = False
+    min_slice_size: Annotated[int, Field(strict=True, ge=1)] | None = None
 
     @model_validator(mode="after")
     def _one_threshold(self) -> _RuleSpec:
         given = [kind for kind in KINDS if getattr(self, kind) is not None]
         if len(given) != 1:
             raise ValueError(f"rule for '{self.metric}' needs exactly one of min, max, min_delta; got {given}")
+        if self.min_slice_size is not None and not self.per_slice:
+            raise ValueError(f"rule for '{self.metric}': min_slice_size applies to per_slice: true rules only")
         return self
 
 
@@ -252,6 +291,13 @@ class _Document(BaseModel):
     classes: Annotated[list[StrictStr | StrictInt], Field(min_length=1)] | None = None
     confidence: Annotated[float, Field(gt=0, lt=1)] = 0.95
     intervals: Literal[METHODS] = "wilson"
+    slices: Annotated[list[StrictStr], Field(min_length=1)] | None = None
+
+    @model_validator(mode="after")
+    def _distinct_slices(self) -> _Document:
+        if self.slices and len(set(self.slices)) != len(self.slices):
+            raise ValueError(f"slices names a column twice: {self.slices}")
+        return self
 
 
 def _usage_error(exc: ValidationError, root: yaml.Node | None, source: str) -> UsageError:
@@ -282,7 +328,15 @@ def _rule(spec: _RuleSpec, source: str, line: int, ks: tuple[int, ...]) -> Rule:
     kind = next(kind for kind in KINDS if getattr(spec, kind) is not None)
     _check_metric(spec.metric, kind, f"{source}: line {line}", ks)
     try:
-        return Rule(spec.metric, kind, float(getattr(spec, kind)), line, spec.decide)
+        return Rule(
+            spec.metric,
+            kind,
+            float(getattr(spec, kind)),
+            line,
+            spec.decide,
+            spec.per_slice,
+            spec.min_slice_size or DEFAULT_MIN_SLICE_SIZE,
+        )
     except UsageError as exc:
         raise UsageError(f"{source}: line {line}: {exc}") from None
 
@@ -362,40 +416,80 @@ def evaluate_rules(
     intervals: dict[str, list[float]] | None = None,
     level: float = 0.95,
     n: int = 0,
+    slices: Sequence[SliceResult] = (),
 ) -> list[RuleResult]:
     """Check each rule against the measured metrics (and their ``intervals`` at ``level`` for
     ``decide: upper/lower``); a null metric, or a missing interval a rule needs, fails its rule.
     A rule on a share of the ``n`` samples that fails on its bound although its estimate meets the
-    threshold says how many samples would decide it.
+    threshold says how many samples would decide it. A ``per_slice`` rule is checked on each of the
+    ``slices`` with at least ``min_slice_size`` samples, and holds when it holds on all of them.
 
     >>> rule = Rule("ctoi", "max", 0.02, decide="upper")
     >>> [(r.held, r.compared) for r in evaluate_rules([rule], {"ctoi": 0.018}, intervals={"ctoi": [0.01, 0.031]})]
     [(False, 0.031)]
     """
     results = []
-    intervals = intervals or {}
     for rule in rules:
         if first_generation and not rule.single_model:
             results.append(RuleResult(rule, None, None, "skipped: first generation, no baseline to compare with"))
-            continue
-        value = metrics.get(candidate_key(rule.metric))
-        if rule.kind == "min_delta" and value is not None:
-            previous = metrics.get(candidate_key(rule.metric).replace("candidate", "previous"))
-            value = None if previous is None else value - previous
-        interval = intervals.get(rule.interval_key)
-        if value is None:
-            results.append(RuleResult(rule, None, False, "metric is null: rule fails", interval))
-            continue
-        if rule.decide == "estimate":
-            results.append(RuleResult(rule, value, rule.holds(value), "", interval, value))
-        elif interval is None:
-            results.append(RuleResult(rule, value, False, "no interval for this metric: rule fails", None))
+        elif rule.per_slice:
+            results.append(_check_slices(rule, slices, level))
         else:
-            compared = interval[1] if rule.decide == "upper" else interval[0]
-            held = rule.holds(compared)
-            note = "" if held else _advice(rule, value, level, n)
-            results.append(RuleResult(rule, value, held, note, interval, compared))
+            results.append(_check(rule, metrics, intervals or {}, level, n))
     return results
+
+
+def _check(
+    rule: Rule, metrics: dict[str, float | None], intervals: dict[str, list[float]], level: float, n: int
+) -> RuleResult:
+    """One rule on one set of metrics (the whole evaluation set, or one slice)."""
+    value = metrics.get(candidate_key(rule.metric))
+    if rule.kind == "min_delta" and value is not None:
+        previous = metrics.get(candidate_key(rule.metric).replace("candidate", "previous"))
+        value = None if previous is None else value - previous
+    interval = intervals.get(rule.interval_key)
+    if value is None:
+        return RuleResult(rule, None, False, "metric is null: rule fails", interval)
+    if rule.decide == "estimate":
+        return RuleResult(rule, value, rule.holds(value), "", interval, value)
+    if interval is None:
+        return RuleResult(rule, value, False, "no interval for this metric: rule fails", None)
+    compared = interval[1] if rule.decide == "upper" else interval[0]
+    held = rule.holds(compared)
+    return RuleResult(rule, value, held, "" if held else _advice(rule, value, level, n), interval, compared)
+
+
+def _check_slices(rule: Rule, slices: Sequence[SliceResult], level: float) -> RuleResult:
+    """A per-slice rule: checked on every slice of at least ``min_slice_size`` samples; its value,
+    interval and compared bound are those of the worst judged slice."""
+    judged = [(s, _check(rule, s.metrics, s.intervals, level, s.n)) for s in slices if s.n >= rule.min_slice_size]
+    small = len(slices) - len(judged)
+    rows = tuple(
+        {"slice": s.name, "n": s.n, "value": r.value, "interval": r.interval, "compared": r.compared, "held": r.held}
+        for s, r in judged
+    )
+    under = f"{small} slice{'s' if small != 1 else ''} under {rule.min_slice_size} samples not judged" if small else ""
+    if not judged:
+        note = f"no slice has {rule.min_slice_size} samples: nothing judged" + (f" ({under})" if small else "")
+        return RuleResult(rule, None, None, note)
+
+    def badness(pair: tuple[SliceResult, RuleResult]) -> tuple[bool, float]:
+        compared = pair[1].compared
+        if compared is None:  # a null metric or a missing interval fails: worst of all
+            return (True, math.inf)
+        return (not pair[1].held, compared if rule.kind == "max" else -compared)
+
+    worst, result = max(judged, key=badness)
+    failing = sum(r.held is False for _, r in judged)
+    parts = [
+        f"worst slice {worst.name} (n={worst.n})",
+        f"{failing} of {len(judged)} slices fail" if failing else f"all {len(judged)} slices hold",
+    ]
+    if under:
+        parts.append(under)
+    if result.note:
+        parts.append(result.note)
+    return RuleResult(rule, result.value, failing == 0, "; ".join(parts), result.interval, result.compared, rows)
 
 
 def is_share_of_samples(metric: str) -> bool:

@@ -26,6 +26,7 @@ import numpy as np
 import pandas as pd
 
 from consistency_gate.core.evaluation import ComparisonResult, Evaluation, flip_table
+from consistency_gate.core.slices import TRUE_CLASS
 from consistency_gate.engines.spark import SparkModel, gate_comparison
 from consistency_gate.errors import (
     DataError,
@@ -71,6 +72,7 @@ class GateResult:
     confidence: float = 0.95
     intervals: dict[str, list[float]] = field(default_factory=dict)  # {metric: [low, high]} at ``confidence``
     tests: dict[str, float] = field(default_factory=dict)  # {"mcnemar_p": p}
+    slices: list[dict] | None = None  # each slice's metrics and intervals, when the config names slices
     timings: dict[str, float] = field(default_factory=dict)
 
     @property
@@ -119,6 +121,7 @@ class GateResult:
             "confidence": self.confidence,
             "intervals": self.intervals,
             "tests": self.tests,
+            **({"slices": self.slices} if self.slices is not None else {}),
             "null_reasons": self.null_reasons,
         }
 
@@ -158,6 +161,20 @@ class _GateRun:
 
     def timed(self, phase: str) -> contextlib.AbstractContextManager[None]:
         return _timed(self.timings, phase)
+
+    @property
+    def data_slices(self) -> tuple[str, ...]:
+        """The slicing columns read from the evaluation data (all but the built-in true class)."""
+        return _data_slices(self.cfg)
+
+    @property
+    def non_features(self) -> tuple[str, ...]:
+        """The evaluation data's columns that no model reads: label, id, slicing columns."""
+        return scoring.non_features(self.label_column, self.id_column, self.data_slices)
+
+
+def _data_slices(cfg: rules.GateConfig) -> tuple[str, ...]:
+    return tuple(c for c in cfg.slices if c != TRUE_CLASS)
 
 
 def run_gate(
@@ -200,7 +217,7 @@ def run_gate(
     if base_ref is not None and base_ref.version == cand_ref.version:
         return _same_version(cand_ref, base_ref, report_path)
     sample = SPARK_SAMPLE_ROWS if engine == "spark" else None
-    frame = io.read_evaluation_data(Path(data), label_column, id_column, max_rows=sample)
+    frame = io.read_evaluation_data(Path(data), label_column, id_column, max_rows=sample, slices=_data_slices(cfg))
 
     run = _start_run(cand_ref, uri)
     gate = _GateRun(
@@ -320,82 +337,101 @@ class _Decision:
     ks: list[int]
     metrics: dict  # the reported metrics: the config's k values only
     first_generation: bool  # no baseline: the "comparison" is the candidate against itself
+    reported_ks: tuple[int, ...]  # the config's k values
 
     @property
     def intervals(self) -> dict[str, list[float]]:
         """The intervals of the reported metrics (and ``acc_delta`` against a baseline)."""
-        keep = set(self.metrics) | (set() if self.first_generation else {"acc_delta"})
-        return {k: v for k, v in self.comparison.intervals.items() if k in keep}
+        return _reported_intervals(self.comparison.intervals, self.metrics, self.first_generation)
 
     @property
     def tests(self) -> dict[str, float]:
         """The paired test against the baseline (none for a first generation)."""
         return {} if self.first_generation else self.comparison.tests
 
+    @property
+    def slices(self) -> list[dict] | None:
+        """Each slice's reported metrics and their intervals (None when the evaluation is not sliced)."""
+        if self.comparison.slice_counts is None:
+            return None
+        rows = []
+        for s in self.comparison.slices:
+            metrics = _reported_metrics(s.metrics, self.reported_ks, self.first_generation)
+            intervals = _reported_intervals(s.intervals, metrics, self.first_generation)
+            rows.append({**s.to_dict(), "metrics": metrics, "intervals": intervals})
+        return rows
+
 
 @dataclass
 class _Comparer:
-    """Decides on candidates against the baseline, over the evaluation set, in-process or on Spark.
+    """Decides on candidates against the baseline, over the gate's evaluation set, in-process or on Spark.
 
-    ``frame`` is the whole evaluation set in-process, and the validated sample on Spark, where
+    ``gate.frame`` is the whole evaluation set in-process, and the validated sample on Spark, where
     the models predict the whole file inside the Spark job instead.
     """
 
-    cfg: rules.GateConfig
-    data_path: Path
-    frame: pd.DataFrame
-    label_column: str
-    id_column: str | None
+    gate: _GateRun
     baseline: scoring.LoadedModel | None = None
-    base_scores: pd.DataFrame | None = None  # the baseline's scores on ``frame``
-    engine: str = "local"
-    partitions: int | None = None
+    base_scores: pd.DataFrame | None = None  # the baseline's scores on ``gate.frame``
 
     def decide(self, cand_scores: pd.DataFrame, cand_model: SparkModel) -> _Decision:
         """The comparison and the rules' verdict: ``cand_scores`` are the candidate's scores on
-        ``frame``, ``cand_model`` says how Spark loads it (unused in-process)."""
+        the gate's frame, ``cand_model`` says how Spark loads it (unused in-process)."""
+        gate, cfg = self.gate, self.gate.cfg
         first_generation = self.base_scores is None
         frames = [cand_scores, cand_scores] if first_generation else [self.base_scores, cand_scores]
         width = min(len(f.columns) for f in frames)
-        too_large = [k for k in self.cfg.ks if k > width]
-        if too_large and self.cfg.ks_given:
+        too_large = [k for k in cfg.ks if k > width]
+        if too_large and cfg.ks_given:
             raise UsageError(
-                f"{self.cfg.source}: ks {too_large} larger than the {width} classes the models know; use k <= {width}"
+                f"{cfg.source}: ks {too_large} larger than the {width} classes the models know; use k <= {width}"
             )
-        ks = sorted({k for k in self.cfg.ks if k <= width} | set(range(1, min(10, width) + 1)))
-        if self.engine == "spark":
+        ks = sorted({k for k in cfg.ks if k <= width} | set(range(1, min(10, width) + 1)))
+        if gate.engine == "spark":
             base = [] if first_generation else [self.spark_model(self.baseline, self.base_scores)]
             comparison, samples = gate_comparison(
-                self.data_path,
+                gate.data_path,
                 [*base, cand_model],
-                label_column=self.label_column,
-                id_column=self.id_column,
+                label_column=gate.label_column,
+                id_column=gate.id_column,
                 ks=ks,
-                partitions=self.partitions,
+                partitions=gate.partitions,
+                slices=cfg.slices,
             )
-            comparison.confidence, comparison.interval_method = self.cfg.confidence, self.cfg.interval_method
+            comparison.confidence, comparison.interval_method = cfg.confidence, cfg.interval_method
         else:
+            frame = gate.frame
             evaluation = Evaluation(
-                ["previous", "candidate"], [list(f.columns) for f in frames], ks=ks, keep_samples=True
+                ["previous", "candidate"],
+                [list(f.columns) for f in frames],
+                ks=ks,
+                keep_samples=True,
+                slices=cfg.slices,
             )
-            evaluation.add(self.frame[self.label_column].astype(str), frames, where=str(self.data_path))
-            comparison = evaluation.result(confidence=self.cfg.confidence, interval_method=self.cfg.interval_method)
-            ids = self.frame[self.id_column].to_numpy() if self.id_column else np.arange(len(self.frame))
+            evaluation.add(
+                frame[gate.label_column].astype(str),
+                frames,
+                where=str(gate.data_path),
+                slices={c: frame[c] for c in gate.data_slices},
+            )
+            comparison = evaluation.result(confidence=cfg.confidence, interval_method=cfg.interval_method)
+            ids = frame[gate.id_column].to_numpy() if gate.id_column else np.arange(len(frame))
             samples = flip_table(evaluation.samples(), ids)
         results = rules.evaluate_rules(
-            self.cfg.rules,
+            cfg.rules,
             comparison.metrics,
             first_generation=first_generation,
             intervals=comparison.intervals,
-            level=self.cfg.confidence,
+            level=cfg.confidence,
             n=comparison.n,
+            slices=comparison.slices,
         )
-        reported = _reported_metrics(comparison.metrics, self.cfg.ks, first_generation)
-        return _Decision(comparison, results, rules.verdict(results), samples, ks, reported, first_generation)
+        reported = _reported_metrics(comparison.metrics, cfg.ks, first_generation)
+        return _Decision(comparison, results, rules.verdict(results), samples, ks, reported, first_generation, cfg.ks)
 
     def spark_model(self, model: scoring.LoadedModel, scores: pd.DataFrame) -> SparkModel:
         """How Spark loads a registered version: its classes are those its scorer gave on the sample."""
-        frame = scoring.feature_frame(model, self.frame, self.label_column, self.id_column)
+        frame = scoring.feature_frame(model, self.gate.frame, self.gate.non_features)
         features = model.features or list(frame.columns)
         return SparkModel(model.ref.uri, model.flavor, list(scores.columns), features)
 
@@ -403,7 +439,11 @@ class _Comparer:
 def _log_decision(decision: _Decision, report: dict) -> None:
     """Metrics, rule table, flip table, plots and JSON report into the active run."""
     tracking.log_metrics(decision.metrics)
-    tracking.log_rules([{**r.to_dict(), "rule": r.rule.describe()} for r in decision.rules])
+    tracking.log_intervals(decision.intervals, decision.tests)
+    rows = [{**r.to_dict(), "rule": r.rule.describe()} for r in decision.rules]
+    tracking.log_rules([{k: v for k, v in row.items() if k != "slices"} for row in rows])  # slices: their own table
+    if decision.slices is not None:
+        tracking.log_slices(decision.slices)
     tracking.log_samples(decision.samples)
     tracking.log_plots(
         decision.samples, decision.comparison.counts.flip_counts, decision.comparison.metrics, decision.ks
@@ -418,21 +458,11 @@ def _gate_in_run(gate: _GateRun) -> GateResult:
     with gate.timed("registry"):
         models = [scoring.load_model(ref, cfg.classes) for ref in ([base_ref] if base_ref else []) + [cand_ref]]
     with gate.timed("validation"):
-        _validate(frame, gate.label_column, gate.id_column, models, gate.data_path)
+        _validate(gate, models)
     with gate.timed("predict"):  # on Spark: the sample only (classes, diagnosis); the job predicts the rest
-        frames = [scoring.predict(m, frame, gate.label_column, gate.id_column) for m in models]
+        frames = [scoring.predict(m, frame, gate.non_features) for m in models]
     base_scores = frames[0] if base_ref else None
-    comparer = _Comparer(
-        cfg,
-        gate.data_path,
-        frame,
-        gate.label_column,
-        gate.id_column,
-        models[0] if base_ref else None,
-        base_scores,
-        gate.engine,
-        gate.partitions,
-    )
+    comparer = _Comparer(gate, models[0] if base_ref else None, base_scores)
     with gate.timed("metrics"):
         single = comparer.decide(frames[-1], comparer.spark_model(models[-1], frames[-1]))
     result = GateResult(
@@ -449,6 +479,7 @@ def _gate_in_run(gate: _GateRun) -> GateResult:
         confidence=cfg.confidence,
         intervals=single.intervals,
         tests=single.tests,
+        slices=single.slices,
     )
     with gate.timed("logging"):
         _log_decision(single, result.to_dict())
@@ -542,18 +573,12 @@ def _remediate(gate: _GateRun, comparer: _Comparer, cand_model: scoring.LoadedMo
     from consistency_gate.ensembles.remediation import log_build, train_ensemble
 
     cfg, frame, data_path, cand_ref = gate.cfg, gate.frame, gate.data_path, gate.cand_ref
-    label_column, id_column = gate.label_column, gate.id_column
     method = cfg.remediation.settings.method
     gate_experiment = mlflow.active_run().info.experiment_id
     with mlflow.start_run(experiment_id=gate_experiment, run_name=f"remediation: {method}", nested=True) as child:
         gate.started.append(child.info.run_id)
         mlflow.set_tags(tracking.owner_tags())
-        ensemble, build = train_ensemble(
-            cfg.remediation,
-            cand_model.features,
-            exclude=tuple(c for c in (label_column, id_column) if c),
-            quiet=gate.quiet,
-        )
+        ensemble, build = train_ensemble(cfg.remediation, cand_model.features, gate.non_features, gate.quiet)
         log_build(build)
         model_info = log_ensemble(ensemble)
         missing = [c for c in ensemble.features if c not in frame.columns]
@@ -568,6 +593,7 @@ def _remediate(gate: _GateRun, comparer: _Comparer, cand_model: scoring.LoadedMo
             "metrics": decision.metrics,
             "intervals": decision.intervals,
             "tests": decision.tests,
+            **({"slices": decision.slices} if decision.slices is not None else {}),
             "method": method,
             "members": len(build.members),
             "runs": len(build.runs),
@@ -595,13 +621,13 @@ def _reported_metrics(metrics: dict, ks: tuple[int, ...], first_generation: bool
     return keep
 
 
-def _validate(
-    frame: pd.DataFrame,
-    label_column: str,
-    id_column: str | None,
-    models: list[scoring.LoadedModel],
-    data_path: Path,
-) -> None:
+def _reported_intervals(intervals: dict, metrics: dict, first_generation: bool) -> dict:
+    """The intervals of the reported ``metrics`` (and of ``acc_delta`` against a baseline)."""
+    keep = set(metrics) | (set() if first_generation else {"acc_delta"})
+    return {k: v for k, v in intervals.items() if k in keep}
+
+
+def _validate(gate: _GateRun, models: list[scoring.LoadedModel]) -> None:
     """Validate the evaluation data (great-expectations) before anything is predicted.
 
     A feature column a model reads but the data lacks is the first cause reported, and alone:
@@ -610,6 +636,7 @@ def _validate(
     """
     from consistency_gate.io.validation import validate_evaluation_data
 
+    frame, label_column = gate.frame, gate.label_column
     features: dict[str, str | None] = {}
     for m in models:
         for name in m.features or []:
@@ -617,14 +644,14 @@ def _validate(
     missing = [name for name in features if name not in frame.columns]
     known = None
     if not missing:
-        known = sorted({str(c) for m in models for c in scoring.model_classes(m, frame, label_column, id_column)})
+        known = sorted({str(c) for m in models for c in scoring.model_classes(m, frame, gate.non_features)})
     report = validate_evaluation_data(frame, label_column, features, known)
     tracking.log_json(report.result, "gate/data_validation.json")
     if missing:
         reader = next(m for m in models if missing[0] in (m.features or []))
         others = f" (and {len(missing) - 1} more: {', '.join(missing[1:4])})" if len(missing) > 1 else ""
         raise DataError(
-            f"{data_path}: feature column '{missing[0]}' is missing{others}; {reader.ref.uri} reads it (its "
+            f"{gate.data_path}: feature column '{missing[0]}' is missing{others}; {reader.ref.uri} reads it (its "
             "signature names it): add the column to the evaluation data, or gate a model logged with its columns"
         )
     if not report.success:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import codecs
 import csv
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -312,12 +312,24 @@ def _format(path: Path) -> str:
 
 
 def read_evaluation_data(
-    path: Path, label_column: str, id_column: str | None, max_rows: int | None = None
+    path: Path,
+    label_column: str,
+    id_column: str | None,
+    max_rows: int | None = None,
+    slices: Sequence[str] = (),
 ) -> pd.DataFrame:
-    """The evaluation set, or its first ``max_rows`` rows."""
+    """The evaluation set, or its first ``max_rows`` rows; label, id and the ``slices`` columns
+    (slicing columns named by a gate config) are read as text."""
     columns = file_columns(path)
     require_columns(path, columns, [label_column] + ([id_column] if id_column else []))
-    text = (label_column,) + ((id_column,) if id_column else ())
+    missing = [c for c in slices if c not in columns]
+    if missing:
+        shown = ", ".join(map(str, columns[:12])) + (" ..." if len(columns) > 12 else "")
+        raise DataError(
+            f"{path}: slicing column '{missing[0]}' not found (the config's slices name it); the file has: "
+            f"{shown}; add the column, or take it out of slices"
+        )
+    text = (label_column,) + ((id_column,) if id_column else ()) + tuple(slices)
     chunks = iter_frames(path, columns, chunk_rows=max_rows or DEFAULT_CHUNK_ROWS, text_columns=text)
     frames = [next(chunks, None)] if max_rows else list(chunks)
     frames = [f for f in frames if f is not None and len(f)]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -156,12 +156,12 @@ def _pyfunc_scorer(ref: ModelRef) -> Scorer:
     return score
 
 
-def model_classes(model: LoadedModel, frame: pd.DataFrame, label_column: str, id_column: str | None) -> list[str]:
+def model_classes(model: LoadedModel, frame: pd.DataFrame, exclude: Sequence[str]) -> list[str]:
     """Class names of a model, from one predicted row (none if its feature columns are missing:
-    the validation reports those)."""
+    the validation reports those); ``exclude`` as for :func:`feature_frame`."""
     if model.features and not set(model.features) <= set(frame.columns):
         return []
-    return list(predict(model, frame.head(1), label_column, id_column).columns)
+    return list(predict(model, frame.head(1), exclude).columns)
 
 
 def _refuse_non_finite(features: pd.DataFrame, model: LoadedModel) -> None:
@@ -182,18 +182,29 @@ def _refuse_non_finite(features: pd.DataFrame, model: LoadedModel) -> None:
             )
 
 
-def feature_frame(model: LoadedModel, frame: pd.DataFrame, label_column: str, id_column: str | None) -> pd.DataFrame:
-    """The columns of ``frame`` the model reads: its signature's, else all but label and id."""
+def feature_frame(model: LoadedModel, frame: pd.DataFrame, exclude: Sequence[str]) -> pd.DataFrame:
+    """The columns of ``frame`` the model reads: its signature's, else all but the ``exclude``d
+    ones (the label, the id and the slicing columns: :func:`non_features`)."""
     if model.features:
         return frame[model.features]
-    return frame.drop(columns=[c for c in (label_column, id_column) if c])
+    return frame.drop(columns=[c for c in exclude if c in frame.columns])
 
 
-def predict(model: LoadedModel, frame: pd.DataFrame, label_column: str, id_column: str | None) -> pd.DataFrame:
-    """The model's class scores for ``frame``. A model that fails, or returns NaN, infinite or
-    negative scores, is the model's fault (ModelError), unless the features it read hold NaN or
-    infinite values: then the data's (DataError, naming the first such column and row)."""
-    features = feature_frame(model, frame, label_column, id_column)
+def non_features(label_column: str, id_column: str | None, slices: Sequence[str] = ()) -> tuple[str, ...]:
+    """The columns of the evaluation data that are not features: label, id and slicing columns.
+
+    >>> non_features("label", None, ["region"])
+    ('label', 'region')
+    """
+    return tuple(c for c in (label_column, id_column, *slices) if c)
+
+
+def predict(model: LoadedModel, frame: pd.DataFrame, exclude: Sequence[str]) -> pd.DataFrame:
+    """The model's class scores for ``frame`` (``exclude`` as for :func:`feature_frame`). A model that
+    fails, or returns NaN, infinite or negative scores, is the model's fault (ModelError), unless the
+    features it read hold NaN or infinite values: then the data's (DataError, naming the first such
+    column and row)."""
+    features = feature_frame(model, frame, exclude)
     try:
         scores = model.predict_scores(features)
     except GateError:

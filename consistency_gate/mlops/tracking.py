@@ -83,6 +83,44 @@ def log_json(payload: object, artifact_file: str) -> None:
     mlflow.log_text(json.dumps(payload, indent=2, default=str), artifact_file)
 
 
+def log_intervals(intervals: dict[str, list[float]], tests: dict[str, float]) -> None:
+    """Log each metric's interval bounds and the paired test as run metrics: ``interval/ctoi_low``,
+    ``interval/ctoi_high``, ``test/mcnemar_p`` (the MLflow UI groups them by prefix)."""
+    import mlflow
+
+    bounds = {
+        f"interval/{mlflow_metric_name(key)}_{side}": float(value)
+        for key, pair in intervals.items()
+        for side, value in zip(("low", "high"), pair, strict=True)
+    }
+    mlflow.log_metrics({**bounds, **{f"test/{k}": float(v) for k, v in tests.items()}})
+
+
+def slice_table(slices: list[dict]) -> pd.DataFrame:
+    """One row per slice: column, value, n, then each metric and its interval's bounds
+    (``ctoi``, ``ctoi_low``, ``ctoi_high``).
+
+    >>> row = {"column": "region", "value": "eu", "n": 40, "metrics": {"ctoi": 0.05}}
+    >>> slice_table([{**row, "intervals": {"ctoi": [0.01, 0.16]}}]).columns.tolist()
+    ['slice', 'value', 'n', 'ctoi', 'ctoi_low', 'ctoi_high']
+    """
+    rows = []
+    for s in slices:
+        row = {"slice": s["column"], "value": s["value"], "n": s["n"]}
+        for key, value in s["metrics"].items():
+            low, high = s["intervals"].get(key, (None, None))
+            row.update({key: value, f"{key}_low": low, f"{key}_high": high})
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def log_slices(slices: list[dict]) -> None:
+    """Log the per-slice table (``gate/slices.json``, a table in the MLflow UI)."""
+    import mlflow
+
+    mlflow.log_table(slice_table(slices), artifact_file="gate/slices.json")
+
+
 def log_rules(rule_rows: list[dict]) -> None:
     """Log the rule table (``gate/rules.json``, shown as a table in the MLflow UI)."""
     import mlflow

@@ -68,7 +68,11 @@ def comparison_table(result: dict) -> str:
         f"n = {result['n']} samples, {len(result['classes'])} classes; "
         f"labels unknown to previous: {unknown['previous']}, to candidate: {unknown['candidate']}"
     )
-    return head + "\n\n" + table(rows, ["metric", "value", "note"])
+    out = head + "\n\n" + table(rows, ["metric", "value", "note"])
+    if result.get("slices"):
+        rows = [_slice_row(result, s) for s in worst_slices(result)[:SLICES_SHOWN]]
+        out += f"\n\nSlices, worst first ({len(result['slices'])} in all):\n" + table(rows, SLICE_HEADER[:-1])
+    return out
 
 
 def verdict_table(report: dict) -> str:
@@ -99,6 +103,9 @@ def verdict_table(report: dict) -> str:
                 f"\nRegistered the ensemble as v{ens['registered_version']} "
                 "(tags consistency_gate.kind=ensemble, consistency_gate.verdict=passed)."
             )
+    if report.get("slices"):
+        rows = [_slice_row(report, s) for s in worst_slices(report)[:SLICES_SHOWN]]
+        lines += ["", f"Slices, worst first ({len(report['slices'])} in all):", table(rows, SLICE_HEADER)]
     if ens:
         lines.append(f"\nFinal verdict: {report['verdict'].upper()}")
     promotion = report.get("promotion")
@@ -117,7 +124,8 @@ def _rule_row(r: dict) -> list:
     value = fmt(r["value"])
     if r.get("interval") and r["value"] is not None:
         value += f" [{fmt(r['interval'][0])}, {fmt(r['interval'][1])}]"
-    return [r["metric"], value, r["condition"], outcome, r.get("note", "")]
+    metric = r["metric"] + (" (worst slice)" if r.get("per_slice") and r["value"] is not None else "")
+    return [metric, value, r["condition"], outcome, r.get("note", "")]
 
 
 def diagnose_text(report: dict) -> str:
@@ -215,6 +223,9 @@ def verdict_markdown(report: dict) -> str:
         for r in rules:
             metric, value, rule, outcome, _ = _rule_row(r)
             lines.append(f"| {metric} | {fmt(value)} | {rule} | {outcome} |")
+    if report.get("slices"):
+        lines += ["", f"### Slices, worst first ({len(report['slices'])} in all: `gate/slices.json` in the run)", ""]
+        lines += _slices_markdown(report)
     if report.get("registered_version"):
         lines += ["", f"Registered ensemble as version {report['registered_version']}."]
     promotion = report.get("promotion")
@@ -224,3 +235,71 @@ def verdict_markdown(report: dict) -> str:
     if report.get("run_id"):
         lines += ["", f"MLflow run: `{report['run_id']}`"]
     return "\n".join(lines) + "\n"
+
+
+SLICES_SHOWN = 10  # the worst slices a verdict shows (all of them are in the report and the run)
+SLICE_HEADER = ["slice", "n", "ctoi", "con", "acc (candidate)", "per-slice rules"]
+
+
+def worst_slices(report: dict) -> list[dict]:
+    """The report's slices, worst first: those failing a per-slice rule, then by CtoI (highest
+    first), then by the candidate's accuracy (lowest first).
+
+    >>> report = {"rules": [], "slices": [
+    ...     {"column": "region", "value": "eu", "n": 90, "metrics": {"ctoi": 0.01, "acc_candidate": 0.9}},
+    ...     {"column": "region", "value": "us", "n": 80, "metrics": {"ctoi": 0.04, "acc_candidate": 0.8}}]}
+    >>> [s["value"] for s in worst_slices(report)]
+    ['us', 'eu']
+    """
+    failing = _slice_outcomes(report)
+
+    def key(s: dict) -> tuple:
+        outcome = failing.get(_slice_name(s), {})
+        ctoi, acc = s["metrics"].get("ctoi"), s["metrics"].get("acc_candidate")
+        return (
+            not any(held is False for held in outcome.values()),
+            -(ctoi if ctoi is not None else -1.0),
+            acc if acc is not None else 2.0,
+        )
+
+    return sorted(report.get("slices") or [], key=key)
+
+
+def _slice_name(s: dict) -> str:
+    return f"{s['column']}={s['value']}"
+
+
+def _slice_outcomes(report: dict) -> dict[str, dict[str, bool | None]]:
+    """For each slice name, each per-slice rule's outcome on it: ``{"region=eu": {"ctoi <= 0.05 ...": False}}``
+    (a slice too small to judge has no entry)."""
+    outcomes: dict[str, dict[str, bool | None]] = {}
+    for r in report.get("rules") or []:
+        for row in r.get("slices") or []:
+            outcomes.setdefault(row["slice"], {})[f"{r['metric']} {r['condition']}"] = row["held"]
+    return outcomes
+
+
+def _slice_row(report: dict, s: dict) -> list:
+    """slice, n, CtoI and CON with their intervals, the candidate's accuracy, the per-slice rules' outcomes."""
+
+    def with_interval(key: str) -> str:
+        value, interval = s["metrics"].get(key), s.get("intervals", {}).get(key)
+        if value is None:
+            return "-"
+        return fmt(value) + (f" [{fmt(interval[0])}, {fmt(interval[1])}]" if interval else "")
+
+    outcome = _slice_outcomes(report).get(_slice_name(s), {})
+    judged = ", ".join(f"{rule}: {'held' if held else 'FAILED'}" for rule, held in outcome.items())
+    rules = report.get("rules") or []
+    sizes = [r["min_slice_size"] for r in rules if r.get("per_slice") and r["held"] is not None]
+    if not judged and sizes and s["n"] < min(sizes):
+        judged = f"not judged (n < {min(sizes)})"
+    row = [_slice_name(s), s["n"], with_interval("ctoi"), with_interval("con"), with_interval("acc_candidate")]
+    return row + ([judged] if rules else [])
+
+
+def _slices_markdown(report: dict) -> list[str]:
+    lines = ["| " + " | ".join(SLICE_HEADER) + " |", "|" + " --- |" * len(SLICE_HEADER)]
+    for s in worst_slices(report)[:SLICES_SHOWN]:
+        lines.append("| " + " | ".join(fmt(c) for c in _slice_row(report, s)) + " |")
+    return lines
