@@ -34,7 +34,11 @@ DEMO_CTOI_RULE = "- {metric: ctoi, max: 0.02, decide: upper}"
 
 def demo_config_text(train: Path) -> str:
     """The packaged default config, its CtoI rule deciding on the upper bound of its 95% interval,
-    and a remediation block training on ``train``."""
+    and a remediation block training on ``train``.
+
+    >>> [line.split("#")[0].strip() for line in demo_config_text(Path("train.csv")).splitlines() if "ctoi" in line][-1]
+    '- {metric: ctoi, max: 0.02, decide: upper}'
+    """
     from consistency_gate.gate.rules import default_config_text
 
     default = default_config_text()
@@ -49,6 +53,8 @@ def prepare(workdir: Path, seed: int = 0) -> tuple[str, Path, Path]:
     Returns the tracking URI, the evaluation file and a gate config (the default rules plus
     a remediation block training on ``train.csv``). Generation 2 is retrained on another
     resample of the data with another learner: about as accurate, but it flips many answers.
+
+    >>> uri, data, config = prepare(Path("consistency-gate-demo"))  # doctest: +SKIP
     """
     import mlflow
     import sklearn

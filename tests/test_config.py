@@ -15,7 +15,8 @@ RULE = "rules:\n  - {metric: con, min: 0.9}\n"
     [
         (
             "rulez: []\n",
-            "gate.yaml: line 1: unknown key 'rulez' (known: classes, confidence, intervals, ks, remediation, rules, slices)",
+            "gate.yaml: line 1: unknown key 'rulez' "
+            "(known: classes, confidence, intervals, ks, remediation, rules, slices)",
         ),
         (
             "rules:\n  - {metric: con, mx: 0.9}\n",

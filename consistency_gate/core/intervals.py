@@ -72,7 +72,13 @@ def clopper_pearson(k: int, n: int, level: float) -> tuple[float, float] | None:
 
 
 def proportion(k: int, n: int, level: float, method: str = "wilson") -> tuple[float, float] | None:
-    """The interval of ``k / n`` by ``method`` (``wilson`` or ``clopper-pearson``)."""
+    """The interval of ``k / n`` by ``method`` (``wilson`` or ``clopper-pearson``).
+
+    >>> [round(v, 4) for v in proportion(3, 40, 0.95)], [round(v, 4) for v in proportion(3, 40, 0.95, METHODS[1])]
+    ([0.0258, 0.1986], [0.0157, 0.2039])
+    >>> proportion(0, 0, 0.95) is None
+    True
+    """
     if method == "wilson":
         return wilson(k, n, level)
     if method == "clopper-pearson":

@@ -46,6 +46,9 @@ def top_k_rows(scores: np.ndarray, k: int) -> np.ndarray:  # pragma: no cover - 
     """(n, k) int64: each row's k best column indices, best first, lowest index first on ties.
 
     Needs 1 <= k <= number of columns (checked by :func:`consistency_gate.core.rows.top_k`).
+
+    >>> top_k_rows(np.array([[0.1, 0.7, 0.2], [0.4, 0.4, 0.2]]), 2).tolist()  # the tie goes to column 0
+    [[1, 2], [0, 1]]
     """
     n, p = scores.shape
     chunks = (p + _CHUNK - 1) // _CHUNK
@@ -104,7 +107,11 @@ def _chunk_maxima(row: np.ndarray, maxima: np.ndarray) -> None:  # pragma: no co
 
 @numba.njit(cache=True, nogil=True, parallel=True, fastmath={"reassoc", "contract"})
 def pair_moments(a: np.ndarray, b: np.ndarray) -> np.ndarray:  # pragma: no cover - compiled
-    """(5, n) float64: per row sum a, sum b, sum a², sum b², sum ab of two (n, p) matrices."""
+    """(5, n) float64: per row sum a, sum b, sum a², sum b², sum ab of two (n, p) matrices.
+
+    >>> pair_moments(np.array([[1.0, 2.0]]), np.array([[3.0, 4.0]])).ravel().tolist()
+    [3.0, 7.0, 5.0, 25.0, 11.0]
+    """
     n, p = a.shape
     out = np.empty((5, n), dtype=np.float64)
     for i in numba.prange(n):
@@ -128,7 +135,10 @@ def pair_moments(a: np.ndarray, b: np.ndarray) -> np.ndarray:  # pragma: no cove
 def precompile() -> None:
     """Compile the kernels for float32 and float64 scores into numba's cache (``NUMBA_CACHE_DIR``),
     so that later processes load them instead of compiling; the Dockerfile runs it while building
-    the image."""
+    the image.
+
+    >>> precompile()  # compiles the kernels, or loads them from the cache
+    """
     for dtype in (np.float32, np.float64):
         scores = np.ones((2, 3), dtype=dtype)
         top_k_rows(scores, 2)

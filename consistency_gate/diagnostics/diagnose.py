@@ -143,7 +143,13 @@ SAME_SHARE_OF_GAP = 0.1
 def explain(report: dict, names: list[str]) -> list[str]:
     """Plain-language findings drawn from the report's numbers: every sentence follows from a
     number the report prints (tested against crafted cases: the ensemble follows one member,
-    beats both, equals both)."""
+    beats both, equals both).
+
+    >>> probs = np.array([[[0.9, 0.1], [0.8, 0.2], [0.3, 0.7]], [[0.6, 0.4], [0.3, 0.7], [0.4, 0.6]]])
+    >>> report = diagnose(["a", "b"], probs, np.array([0, 1, 1]), ["x", "y"])
+    >>> explain(report, ["a", "b"])[0][:60]
+    'The best member, b, is right on 100.00%; the averaged ensemb'
+    """
     n = report["n"]
     acc = {k: v["acc"] for k, v in report["members"].items()}
     best = max(names, key=lambda k: acc[k])
@@ -238,6 +244,16 @@ def load_member_files(
 
     Classes are aligned by name over the union of all files (a class a member lacks has
     probability 0); hard-label members become one-hot. Files are read whole.
+
+    >>> import tempfile
+    >>> folder = Path(tempfile.mkdtemp())
+    >>> _ = (folder / "labels.csv").write_text("label\\nx\\ny\\n")
+    >>> _ = (folder / "a.csv").write_text("x,y\\n0.9,0.1\\n0.4,0.6\\n")
+    >>> _ = (folder / "b.csv").write_text("prediction\\nx\\nx\\n")
+    >>> members = {"a": folder / "a.csv", "b": folder / "b.csv"}
+    >>> names, probs, y, classes = load_member_files(folder / "labels.csv", members)
+    >>> names, probs.shape, y.tolist(), classes
+    (['a', 'b'], (2, 2, 2), [0, 1], ['x', 'y'])
     """
     labels = Path(labels)
     cols = io.file_columns(labels)
@@ -268,6 +284,11 @@ def frames_to_arrays(
 
     Classes are in the canonical order (the members' classes sorted as text, then any true label
     no member knows), so argmax ties go to the class whose label sorts first, as in ``compare``.
+
+    >>> frames = {"a": pd.DataFrame({"y": [0.2, 0.6], "x": [0.8, 0.4]}), "b": pd.Series(["y", "y"])}
+    >>> names, probs, y, classes = frames_to_arrays(frames, pd.Series(["x", "y"]))
+    >>> classes, probs[1].tolist(), y.tolist()
+    (['x', 'y'], [[0.0, 1.0], [0.0, 1.0]], [0, 1])
     """
     classes = canonical_classes(
         [list(body.columns) if isinstance(body, pd.DataFrame) else list(body.unique()) for body in frames.values()]
@@ -316,7 +337,12 @@ def run_diagnose(
     html: bool = False,
 ) -> tuple[dict, str | None]:
     """Load the members (files, or ``models:/NAME/VERSION`` predicted on ``data``), diagnose,
-    optionally select teams, and render the HTML page. Returns (report, html or None)."""
+    optionally select teams, and render the HTML page. Returns (report, html or None).
+
+    >>> report, html = run_diagnose("labels.csv", {"gen1": "gen1.csv", "gen2": "gen2.csv"})  # doctest: +SKIP
+    >>> report["explanation"][0]  # doctest: +SKIP
+    'The best member, gen2, is right on ...'
+    """
     if len(members) < 2:
         raise UsageError("diagnose needs at least two --member options: pairwise metrics compare two members")
     registry_members = {k: v for k, v in members.items() if str(v).startswith("models:/")}
@@ -340,7 +366,13 @@ def run_diagnose(
 
 
 def render_html(report: dict, names: list[str], probs: np.ndarray, y: np.ndarray, classes: list[str]) -> str:
-    """The ``diagnose --format html`` page: the report with its plots inlined as PNG."""
+    """The ``diagnose --format html`` page: the report with its plots inlined as PNG.
+
+    >>> probs = np.array([[[0.9, 0.1], [0.8, 0.2], [0.3, 0.7]], [[0.6, 0.4], [0.3, 0.7], [0.4, 0.6]]])
+    >>> report = diagnose(["a", "b"], probs, np.array([0, 1, 1]), ["x", "y"])
+    >>> render_html(report, ["a", "b"], probs, np.array([0, 1, 1]), ["x", "y"]).startswith("<!doctype html>")
+    True
+    """
     import io as _io
 
     import matplotlib.pyplot as plt

@@ -93,6 +93,10 @@ def nonpairwise_values(correct_counts: np.ndarray, size: int, mask: np.ndarray) 
 
     ``correct_counts`` is (teams, n): l(x_k), members of the team right on sample k; ``mask``
     (teams, n) the team's negative samples.
+
+    >>> values = nonpairwise_values(np.array([[2, 1, 0, 1]]), size=2, mask=np.array([[False, True, True, True]]))
+    >>> {k: round(float(v[0]), 4) for k, v in values.items()}
+    {'fk': -0.5, 'kw': 0.1667, 'gd': 0.5}
     """
     s = size
     n = mask.sum(axis=1).astype(np.float64)
@@ -113,6 +117,10 @@ def team_diversity(oracle: np.ndarray, negatives_of: np.ndarray | None = None) -
 
     Negative samples are where a member errs, or ``negatives_of`` (a boolean mask, e.g. the
     errors of a focal model, as in HQ metrics).
+
+    >>> oracle = np.array([[1, 1, 0, 0, 1], [1, 0, 1, 0, 1]], dtype=bool)  # two members: right or wrong
+    >>> {k: None if v is None else round(v, 4) for k, v in team_diversity(oracle).items()}
+    {'ck': -0.5, 'qs': -1.0, 'bd': 0.6667, 'fk': -0.5, 'kw': 0.1667, 'gd': 0.5}
     """
     teams = np.ones((1, oracle.shape[0]), dtype=bool)
     values = teams_diversity(oracle, teams, negatives_of)
@@ -126,6 +134,11 @@ def teams_diversity(
 
     NaN where undefined. Pairwise metrics are the mean over the team's pairs, each pair's
     counts taken over the team's negative samples.
+
+    >>> oracle = np.array([[1, 1, 0, 0], [1, 0, 1, 0], [0, 1, 1, 1]], dtype=bool)
+    >>> teams = np.array([[1, 1, 0], [0, 1, 1]], dtype=bool)  # {0, 1} and {1, 2}
+    >>> teams_diversity(oracle, teams)["bd"].round(4).tolist()
+    [0.6667, 1.0]
     """
     oracle = np.asarray(oracle, dtype=bool)
     teams = np.asarray(teams, dtype=bool)

@@ -2,7 +2,7 @@
 focal models (Algorithm 2), the alpha filter (Algorithm 3) and the K-means filter.
 
 All candidate teams of size 2..M are scored at once per size (no Python loop over samples).
-:func:`selection_table` reports, per method, as paper 004's Tables 2-3: the number of teams
+:func:`select_teams` reports, per method, as paper 004's Tables 2-3: the number of teams
 considered, the number selected, their ensemble-accuracy range, and how many beat the best
 single member.
 """
@@ -49,7 +49,15 @@ def teams_of_size(m: int, size: int) -> np.ndarray:
 
 
 def team_accuracy(pool: Pool, teams: np.ndarray, chunk: int = 64) -> np.ndarray:
-    """Accuracy of each team's averaged (AVG) ensemble."""
+    """Accuracy of each team's averaged (AVG) ensemble.
+
+    >>> rng = np.random.default_rng(0)
+    >>> y = rng.integers(0, 3, 60)
+    >>> probs = rng.random((4, 60, 3)) + 0.8 * np.eye(3)[y][None] * rng.random((4, 1, 1))
+    >>> pool = Pool(probs, y)
+    >>> team_accuracy(pool, teams_of_size(4, 3)).round(3).tolist()
+    [0.95, 0.967, 0.967, 1.0]
+    """
     out = np.empty(len(teams))
     weights = teams / teams.sum(axis=1, keepdims=True)
     for start in range(0, len(teams), chunk):
@@ -59,7 +67,15 @@ def team_accuracy(pool: Pool, teams: np.ndarray, chunk: int = 64) -> np.ndarray:
 
 
 def q_scores(pool: Pool, teams: np.ndarray, metric: str) -> np.ndarray:
-    """Ranking scores (low = diverse) of the Q metric on each team's own negative samples."""
+    """Ranking scores (low = diverse) of the Q metric on each team's own negative samples.
+
+    >>> rng = np.random.default_rng(0)
+    >>> y = rng.integers(0, 3, 60)
+    >>> probs = rng.random((4, 60, 3)) + 0.8 * np.eye(3)[y][None] * rng.random((4, 1, 1))
+    >>> pool = Pool(probs, y)
+    >>> q_scores(pool, teams_of_size(4, 2), "ck").round(3).tolist()
+    [-0.921, -0.646, -0.841, -0.814, -0.814, -0.75]
+    """
     raw = teams_diversity(pool.oracle, teams)[metric]
     return np.array([np.nan if np.isnan(v) else ranking_score(metric, v) for v in raw])
 
@@ -67,7 +83,15 @@ def q_scores(pool: Pool, teams: np.ndarray, metric: str) -> np.ndarray:
 def hq_scores(pool: Pool, teams: np.ndarray, metric: str) -> np.ndarray:
     """HQ scores (Algorithm 2) of teams of one size: each member as focal model, diversity on the
     focal model's negative samples, min-max scaled per focal model, then averaged with weights
-    from the members' accuracy rank within the team (the most accurate weighs most)."""
+    from the members' accuracy rank within the team (the most accurate weighs most).
+
+    >>> rng = np.random.default_rng(0)
+    >>> y = rng.integers(0, 3, 60)
+    >>> probs = rng.random((4, 60, 3)) + 0.8 * np.eye(3)[y][None] * rng.random((4, 1, 1))
+    >>> pool = Pool(probs, y)
+    >>> hq_scores(pool, teams_of_size(4, 3), "ck").round(3).tolist()
+    [1.0, 0.0, 1.0, 0.0]
+    """
     m = pool.size
     scaled = np.full((len(teams), m), np.nan)
     for focal in range(m):
@@ -92,7 +116,13 @@ def alpha_filter(
 ) -> tuple[dict[int, np.ndarray], int]:
     """Algorithm 3: per size, skip teams holding a pruned group, prune the ``fraction`` least diverse
     (highest score) of the rest, keep the others. Returns kept masks per size and the number of
-    teams whose diversity was computed."""
+    teams whose diversity was computed.
+
+    >>> teams = {2: teams_of_size(3, 2), 3: teams_of_size(3, 3)}
+    >>> kept, considered = alpha_filter({2: np.array([0.1, 0.9, 0.5]), 3: np.array([0.3])}, teams, fraction=0.34)
+    >>> {size: mask.tolist() for size, mask in kept.items()}, considered
+    ({2: [True, False, True], 3: [False]}, 3)
+    """
     pruned: list[np.ndarray] = []
     kept: dict[int, np.ndarray] = {}
     considered = 0
@@ -116,7 +146,11 @@ def alpha_filter(
 def kmeans_filter(scores: np.ndarray, accuracy: np.ndarray, iterations: int = 100) -> np.ndarray:
     """K-means with K=2 on (score, accuracy), initial centroids (low score, high accuracy) and
     (high score, low accuracy); keep teams scoring below the smallest score of the low-accuracy
-    cluster. Features are min-max scaled so neither axis dominates (scikit-learn's KMeans)."""
+    cluster. Features are min-max scaled so neither axis dominates (scikit-learn's KMeans).
+
+    >>> kmeans_filter(np.array([0.1, 0.2, 0.8, 0.9]), np.array([0.9, 0.88, 0.7, 0.72])).tolist()
+    [True, True, False, False]
+    """
     from sklearn.cluster import KMeans
 
     ok = np.isfinite(scores)
@@ -140,7 +174,16 @@ def select_teams(
     pool: Pool, metrics: tuple[str, ...] = METRICS, fraction: float = 0.1, max_size: int | None = None
 ) -> dict:
     """Run every selection method on the pool; returns the rows of a 004-style table and the
-    per-team scores (for the diversity-vs-accuracy plot)."""
+    per-team scores (for the diversity-vs-accuracy plot).
+
+    >>> rng = np.random.default_rng(0)
+    >>> y = rng.integers(0, 3, 60)
+    >>> probs = rng.random((4, 60, 3)) + 0.8 * np.eye(3)[y][None] * rng.random((4, 1, 1))
+    >>> pool = Pool(probs, y)
+    >>> result = select_teams(pool, metrics=("ck",))
+    >>> [(row["method"], row["teams_selected"]) for row in result["rows"]]
+    [('Baseline', 11), ('Q-CK', 6), ('HQ-CK (alpha)', 11), ('HQ-CK (alpha+K)', 3)]
+    """
     m = pool.size
     if m < 3:
         raise ValueError("team selection needs a pool of at least 3 members")

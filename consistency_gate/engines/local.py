@@ -22,6 +22,11 @@ def resolve_ks(ks: Sequence[int] | None, sources: Sequence[io.PredictionSource])
     """Validate the requested k values against each score file's class count.
 
     Without a request, use k = 1 and 5, leaving out 5 where a file has fewer classes.
+
+    >>> scores = io.PredictionSource(Path("g1.csv"), ("a", "b", "c"), None)
+    >>> sources = [scores, io.PredictionSource(Path("g2.csv"), None, None)]  # scores, hard labels
+    >>> resolve_ks(None, sources), resolve_ks([1, 2], sources)
+    ((1,), (1, 2))
     """
     widths = [len(s.classes) for s in sources if s.classes is not None]
     narrowest = min(widths) if widths else None
@@ -111,7 +116,17 @@ def evaluate_files(
     slices: Sequence[str] = (),
 ) -> Evaluation:
     """Stream the files through an :class:`Evaluation`; rows align by id or by position; the first
-    pair is also counted per value of the ``slices`` columns of the labels file."""
+    pair is also counted per value of the ``slices`` columns of the labels file.
+
+    >>> import tempfile
+    >>> folder = Path(tempfile.mkdtemp())
+    >>> _ = (folder / "labels.csv").write_text("label\\na\\nb\\n")
+    >>> _ = (folder / "g1.csv").write_text("prediction\\na\\na\\n")
+    >>> _ = (folder / "g2.csv").write_text("prediction\\na\\nb\\n")
+    >>> evaluation = evaluate_files(folder / "labels.csv", {"g1": folder / "g1.csv", "g2": folder / "g2.csv"})
+    >>> evaluation.result().metrics["itoc"]
+    0.5
+    """
     labels = Path(labels)
     label_cols = io.file_columns(labels)
     data_slices = [c for c in slices if c != TRUE_CLASS]

@@ -42,7 +42,11 @@ MAX_FLIPS_PER_PARTITION = 100_000
 
 
 def spark_session(partitions: int | None = None) -> SparkSession:
-    """The active Spark session, or a local one (``local[*]``)."""
+    """The active Spark session, or a local one (``local[*]``).
+
+    >>> spark_session(partitions=8).sparkContext.master  # doctest: +SKIP
+    'local[*]'
+    """
     try:
         from pyspark.sql import SparkSession
     except ImportError:
@@ -61,7 +65,11 @@ def spark_session(partitions: int | None = None) -> SparkSession:
 
 
 def read_table(spark: SparkSession, path: Path) -> SparkDataFrame:
-    """A Spark DataFrame of a CSV file (header, inferred types) or a Parquet file or directory."""
+    """A Spark DataFrame of a CSV file (header, inferred types) or a Parquet file or directory.
+
+    >>> read_table(spark, Path("eval.parquet")).count()  # doctest: +SKIP
+    1000000
+    """
     if path.is_dir() or path.suffix.lower() in (".parquet", ".pq"):
         return spark.read.parquet(str(path))
     return spark.read.csv(str(path), header=True, inferSchema=True)
@@ -101,7 +109,12 @@ def _merged(parts: list[Partial], ks: Sequence[int]) -> tuple[ConsistencyCounts,
 
 def collect_partials(partials: Iterable[bytes]) -> list[Partial]:
     """Run the job and unpickle each partition's share. A consistency-gate error raised in a
-    Python worker comes back wrapped by Spark; it is raised here again as itself."""
+    Python worker comes back wrapped by Spark; it is raised here again as itself.
+
+    >>> parts = collect_partials(frame.mapInPandas(partial, PARTIAL))  # doctest: +SKIP
+    >>> sum(p.counts.n for p in parts)  # doctest: +SKIP
+    1000000
+    """
     try:
         rows = partials.collect()
     except Exception as exc:  # noqa: BLE001 - errors from the Python workers come back wrapped
@@ -140,7 +153,13 @@ def compare_spark(
     slices: Sequence[str] = (),
 ) -> ComparisonResult:
     """Compare two prediction files on Spark (per value of the ``slices`` columns of the labels
-    file too); the result equals :func:`~consistency_gate.engines.local.compare_files`."""
+    file too); the result equals :func:`~consistency_gate.engines.local.compare_files`.
+
+    >>> files = "labels.parquet", "gen1.parquet", "gen2.parquet"
+    >>> result = compare_spark(*files, id_column="id", slices=["region"])  # doctest: +SKIP
+    >>> result.metrics["ctoi"], result.intervals["ctoi"]  # doctest: +SKIP
+    (0.0123, [0.0121, 0.0125])
+    """
     if id_column is None:
         raise UsageError("--engine spark aligns rows by id: pass --id-column")
     spark = spark_session(partitions)
@@ -268,6 +287,10 @@ def gate_comparison(
     the ``slices`` columns too) and the flip table of the flipped samples (CtoI and ItoC, at most
     ``MAX_FLIPS_PER_PARTITION`` of a partition). Without ``id_column`` the flip table's ids are
     Spark row ids.
+
+    >>> models = [previous, candidate]  # SparkModel of each generation  # doctest: +SKIP
+    >>> comparison, flips = gate_comparison("eval.parquet", models, label_column="label",  # doctest: +SKIP
+    ...                                 id_column="id", ks=[1, 5])  # doctest: +SKIP
     """
     for model in models:
         model.require_scores()

@@ -136,7 +136,13 @@ class EnsemblePyfunc(PythonModel):
 
 
 def log_ensemble(ensemble: TorchEnsemble, name: str = "ensemble") -> ModelInfo:
-    """Log the ensemble as a pyfunc model in the active run; returns MLflow's ModelInfo."""
+    """Log the ensemble as a pyfunc model in the active run; returns MLflow's ModelInfo.
+
+    >>> with mlflow.start_run():  # doctest: +SKIP
+    ...     info = log_ensemble(ensemble)  # doctest: +SKIP
+    >>> info.model_uri  # doctest: +SKIP
+    'models:/m-...'
+    """
     import tempfile
 
     import mlflow

@@ -47,7 +47,16 @@ class RecipeSpec:
 def mlp(
     n_features: int, n_classes: int, hidden: list[int] | tuple[int, ...] = (64,), dropout: float = 0.1
 ) -> nn.Module:
-    """A multilayer perceptron with ReLU and dropout after each hidden layer."""
+    """A multilayer perceptron with ReLU and dropout after each hidden layer.
+
+    >>> mlp(4, 3, hidden=[8])
+    Sequential(
+      (0): Linear(in_features=4, out_features=8, bias=True)
+      (1): ReLU()
+      (2): Dropout(p=0.1, inplace=False)
+      (3): Linear(in_features=8, out_features=3, bias=True)
+    )
+    """
     layers: list[nn.Module] = []
     width = n_features
     for size in hidden:
@@ -64,7 +73,11 @@ def cnn(
     channels: tuple = (8, 16),
     dropout: float = 0.1,
 ) -> nn.Module:
-    """A small CNN over flat pixel columns reshaped to ``image_shape`` = (C, H, W)."""
+    """A small CNN over flat pixel columns reshaped to ``image_shape`` = (C, H, W).
+
+    >>> cnn(64, 10, image_shape=[1, 8, 8])(torch.zeros(2, 64)).shape
+    torch.Size([2, 10])
+    """
     if len(image_shape) != 3 or int(torch.tensor(image_shape).prod()) != n_features:
         raise UsageError(
             f"recipe cnn: image_shape must be [C, H, W] with C*H*W = {n_features} features, got {list(image_shape)}"
@@ -105,7 +118,11 @@ def _factory(name: str) -> Callable[..., nn.Module]:
 
 
 def build_module(spec: RecipeSpec) -> nn.Module:
-    """A fresh module from the recipe (random initialisation from torch's current seed)."""
+    """A fresh module from the recipe (random initialisation from torch's current seed).
+
+    >>> build_module(RecipeSpec("mlp", {"hidden": [16, 16]}, n_features=4, n_classes=3))[0]
+    Linear(in_features=4, out_features=16, bias=True)
+    """
     try:
         module = _factory(spec.name)(spec.n_features, spec.n_classes, **spec.options)
     except UsageError:
@@ -118,7 +135,10 @@ def build_module(spec: RecipeSpec) -> nn.Module:
 
 
 def check_recipe(spec: RecipeSpec) -> None:
-    """Build the recipe once and check its output width on a dummy batch (before any training)."""
+    """Build the recipe once and check its output width on a dummy batch (before any training).
+
+    >>> check_recipe(RecipeSpec("cnn", {"image_shape": [1, 8, 8]}, n_features=64, n_classes=10))  # fine: no error
+    """
     module = build_module(spec)
     module.eval()
     with torch.no_grad():

@@ -38,6 +38,11 @@ def train_ensemble(
     """Read the training data, check the recipe, and build the ensemble.
 
     ``features`` are the columns the models take (None: every column but the label and ``exclude``).
+
+    >>> config = parse_config(Path("gate.yaml").read_text()).remediation  # doctest: +SKIP
+    >>> ensemble, build = train_ensemble(config, features=None, exclude=("label", "id"))  # doctest: +SKIP
+    >>> len(build.members), round(build.kappa, 1)  # doctest: +SKIP
+    (5, 1.8)
     """
     path = config.data
     columns = file_columns(path)
@@ -67,6 +72,8 @@ def fit_ensemble(
     """Check the recipe, standardise the features and build the ensemble from arrays.
 
     ``labels`` are class labels (any type; stored as text, sorted, as the class names).
+
+    >>> ensemble, build = fit_ensemble(x_train, y_train, ["amount", "age"], config)  # doctest: +SKIP
     """
     labels = np.asarray(labels).astype(str)
     classes = sorted(set(labels.tolist()))
@@ -107,7 +114,11 @@ def fit_ensemble(
 
 
 def log_build(build: EnsembleBuild) -> None:
-    """Log an ensemble's training to the active MLflow run: per-run accuracies, tau, kept, lr curve, kappa."""
+    """Log an ensemble's training to the active MLflow run: per-run accuracies, tau, kept, lr curve, kappa.
+
+    >>> with mlflow.start_run():  # doctest: +SKIP
+    ...     log_build(build)  # doctest: +SKIP
+    """
     import matplotlib
 
     matplotlib.use("Agg")

@@ -177,7 +177,11 @@ class RuleResult:
 
 
 def default_config_text() -> str:
-    """The packaged default config (``consistency-gate config --default``)."""
+    """The packaged default config (``consistency-gate config --default``).
+
+    >>> default_config_text().splitlines()[0]
+    '# consistency-gate: default gate configuration.'
+    """
     return resources.files("consistency_gate").joinpath("default_config.yaml").read_text()
 
 
@@ -202,6 +206,14 @@ def parse_config(text: str, source: str = "config") -> GateConfig:
 
     A config is refused before it is expanded when it is larger than ``MAX_CONFIG_BYTES`` or its
     YAML aliases would expand it past ``MAX_CONFIG_NODES`` values (an "alias bomb").
+
+    >>> config = parse_config("slices: [true_class]\\nrules:\\n  - {metric: ctoi, max: 0.05, per_slice: true}\\n")
+    >>> config.slices, [r.describe() for r in config.rules]
+    (('true_class',), ['ctoi <= 0.05 in every slice of n >= 50'])
+    >>> parse_config("rules:\\n  - {metric: con, mn: 0.9}\\n", "gate.yaml")
+    Traceback (most recent call last):
+    ...
+    consistency_gate.errors.UsageError: gate.yaml: line 2: unknown key 'mn' in rules[0] (known: decide, max, ...)
     """
     if len(text) > MAX_CONFIG_BYTES:
         raise UsageError(f"{source}: {len(text):,} bytes; a gate config may hold at most {MAX_CONFIG_BYTES:,}")

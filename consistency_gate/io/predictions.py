@@ -53,7 +53,15 @@ class PredictionSource:
 
 
 def file_columns(path: str | Path) -> list[str]:
-    """Column names of a CSV or Parquet file, read from its header or schema only."""
+    """Column names of a CSV or Parquet file, read from its header or schema only.
+
+    >>> import tempfile
+    >>> folder = Path(tempfile.mkdtemp())
+    >>> scores = pd.DataFrame({"id": ["s1", "s2", "s3"], "cat": [0.9, 0.2, 0.6], "dog": [0.1, 0.8, 0.4]})
+    >>> scores.to_parquet(folder / "gen2.parquet")
+    >>> file_columns(folder / "gen2.parquet")
+    ['id', 'cat', 'dog']
+    """
     path = Path(path)
     if not path.exists():
         raise DataError(f"{path}: file not found")
@@ -129,7 +137,16 @@ def _schema_text(schema: pa.Schema) -> str:
 
 
 def inspect_prediction_file(path: str | Path, id_column: str | None = None) -> PredictionSource:
-    """Read a prediction file's header and tell hard labels from score columns."""
+    """Read a prediction file's header and tell hard labels from score columns.
+
+    >>> import tempfile
+    >>> folder = Path(tempfile.mkdtemp())
+    >>> scores = pd.DataFrame({"id": ["s1", "s2", "s3"], "cat": [0.9, 0.2, 0.6], "dog": [0.1, 0.8, 0.4]})
+    >>> scores.to_parquet(folder / "gen2.parquet")
+    >>> source = inspect_prediction_file(folder / "gen2.parquet", id_column="id")
+    >>> source.classes, source.has_scores, source.columns
+    (('cat', 'dog'), True, ['id', 'cat', 'dog'])
+    """
     path = Path(path)
     columns = file_columns(path)
     require_columns(path, columns, [id_column] if id_column else [])
@@ -144,7 +161,10 @@ def inspect_prediction_file(path: str | Path, id_column: str | None = None) -> P
 
 
 def require_columns(path: Path, columns: list[str], needed: list[str]) -> None:
-    """Raise DataError naming the first needed column that the file lacks."""
+    """Raise DataError naming the first needed column that the file lacks.
+
+    >>> require_columns(Path("gen2.csv"), ["id", "cat"], ["id"])  # nothing to say
+    """
     for name in needed:
         if name not in columns:
             shown = ", ".join(map(str, columns[:12])) + (" ..." if len(columns) > 12 else "")
@@ -157,6 +177,13 @@ def iter_frames(
     """Yield the given columns of a file in chunks of exactly ``chunk_rows`` rows (the last may be shorter).
 
     Columns in ``text_columns`` are read as strings. Each frame's index is the 0-based row number.
+
+    >>> import tempfile
+    >>> folder = Path(tempfile.mkdtemp())
+    >>> scores = pd.DataFrame({"id": ["s1", "s2", "s3"], "cat": [0.9, 0.2, 0.6], "dog": [0.1, 0.8, 0.4]})
+    >>> scores.to_parquet(folder / "gen2.parquet")
+    >>> [len(f) for f in iter_frames(folder / "gen2.parquet", ["id", "cat"], chunk_rows=2)]
+    [2, 1]
     """
     path = Path(path)
     if path.is_dir():
@@ -191,7 +218,15 @@ def iter_frames(
 
 
 def read_column(path: str | Path, column: str) -> pd.Series:
-    """One whole column as text (used for id columns, which must fit in memory)."""
+    """One whole column as text (used for id columns, which must fit in memory).
+
+    >>> import tempfile
+    >>> folder = Path(tempfile.mkdtemp())
+    >>> scores = pd.DataFrame({"id": ["s1", "s2", "s3"], "cat": [0.9, 0.2, 0.6], "dog": [0.1, 0.8, 0.4]})
+    >>> scores.to_parquet(folder / "gen2.parquet")
+    >>> read_column(folder / "gen2.parquet", "id").tolist()
+    ['s1', 's2', 's3']
+    """
     parts = list(iter_frames(path, [column], text_columns=(column,)))
     return pd.concat(parts)[column] if parts else pd.Series([], dtype=str)
 
@@ -250,6 +285,14 @@ def score_matrix(frame: pd.DataFrame, source: PredictionSource) -> np.ndarray:
 
     Raises DataError naming the file, column and 1-based data row of the first bad value:
     non-numeric, NaN, infinite or negative.
+
+    >>> import tempfile
+    >>> folder = Path(tempfile.mkdtemp())
+    >>> scores = pd.DataFrame({"id": ["s1", "s2", "s3"], "cat": [0.9, 0.2, 0.6], "dog": [0.1, 0.8, 0.4]})
+    >>> scores.to_parquet(folder / "gen2.parquet")
+    >>> source = inspect_prediction_file(folder / "gen2.parquet", id_column="id")
+    >>> score_matrix(next(iter_frames(source.path, source.columns)), source).tolist()
+    [[0.9, 0.1], [0.2, 0.8], [0.6, 0.4]]
     """
     assert source.classes is not None
     block = frame[list(source.classes)]
@@ -283,7 +326,12 @@ def _raise_at(source: PredictionSource, frame: pd.DataFrame, block: pd.DataFrame
 
 
 def hard_labels(frame: pd.DataFrame, source: PredictionSource) -> pd.Series:
-    """The chunk's hard-label column as text, refusing missing values."""
+    """The chunk's hard-label column as text, refusing missing values.
+
+    >>> source = PredictionSource(Path("gen2.csv"), None, None)
+    >>> hard_labels(pd.DataFrame({"prediction": ["cat", "dog"]}), source).tolist()
+    ['cat', 'dog']
+    """
     return labels_present(frame[HARD_LABEL_COLUMN], source.path, "a label")
 
 
@@ -319,7 +367,15 @@ def read_evaluation_data(
     slices: Sequence[str] = (),
 ) -> pd.DataFrame:
     """The evaluation set, or its first ``max_rows`` rows; label, id and the ``slices`` columns
-    (slicing columns named by a gate config) are read as text."""
+    (slicing columns named by a gate config) are read as text.
+
+    >>> import tempfile
+    >>> folder = Path(tempfile.mkdtemp())
+    >>> _ = (folder / "eval.csv").write_text("x1,x2,region,label\\n0.5,1.0,eu,cat\\n0.1,0.3,us,dog\\n")
+    >>> frame = read_evaluation_data(folder / "eval.csv", "label", None, slices=["region"])
+    >>> frame.dtypes.astype(str).to_dict()
+    {'x1': 'float64', 'x2': 'float64', 'region': 'object', 'label': 'object'}
+    """
     columns = file_columns(path)
     require_columns(path, columns, [label_column] + ([id_column] if id_column else []))
     missing = [c for c in slices if c not in columns]

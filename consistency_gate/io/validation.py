@@ -49,6 +49,10 @@ def validate_evaluation_data(
     """Run the expectations on ``frame``; ``features`` maps column -> MLflow type name (or None).
 
     ``known_classes`` None (the models' classes are unknown) leaves out the label-in-set check.
+
+    >>> report = validate_evaluation_data(frame, "label", {"amount": "double"}, ["fraud", "ok"])  # doctest: +SKIP
+    >>> report.success, report.summary()  # doctest: +SKIP
+    (True, '')
     """
     import great_expectations as gx
     import great_expectations.expectations as gxe

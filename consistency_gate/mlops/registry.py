@@ -47,7 +47,12 @@ class ModelRef:
 
 
 def resolve_version(client: MlflowClient, name: str, spec: str | None) -> ModelRef:
-    """A version from ``'3'``, ``'@alias'`` or None (the latest version). ModelError if absent."""
+    """A version from ``'3'``, ``'@alias'`` or None (the latest version). ModelError if absent.
+
+    >>> client = MlflowClient("sqlite:///mlflow.db")  # doctest: +SKIP
+    >>> resolve_version(client, "fraud-clf", "@champion").version  # doctest: +SKIP
+    '3'
+    """
     from mlflow.exceptions import MlflowException
 
     try:
@@ -79,7 +84,10 @@ def tag_version(
     client: MlflowClient, ref: ModelRef, verdict: str, kind: str, run_id: str, replaces: str | None = None
 ) -> None:
     """Tag a gated version with its verdict, its kind (single or ensemble) and the gate run; an
-    ensemble registered in place of a failed candidate also names the version it replaces."""
+    ensemble registered in place of a failed candidate also names the version it replaces.
+
+    >>> tag_version(client, ModelRef("fraud-clf", "4"), "passed", "single", run_id)  # doctest: +SKIP
+    """
     tags = {TAG_VERDICT: verdict, TAG_KIND: kind, TAG_RUN_ID: run_id}
     if replaces is not None:
         tags[TAG_REPLACES] = replaces
@@ -88,7 +96,11 @@ def tag_version(
 
 
 def alias_exists(client: MlflowClient, name: str, alias: str) -> bool:
-    """Whether ``name@alias`` is set (ModelError if the model does not exist)."""
+    """Whether ``name@alias`` is set (ModelError if the model does not exist).
+
+    >>> alias_exists(client, "fraud-clf", "champion")  # doctest: +SKIP
+    True
+    """
     from mlflow.exceptions import MlflowException
 
     try:
@@ -150,7 +162,11 @@ class Promotion:
 
 def read_alias(client: MlflowClient, name: str, alias: str, attempts: int = 5, pause: float = 1.0) -> str | None:
     """The version ``@alias`` points to (None if unset), retried ``attempts`` times on any error
-    but "not set"; raises the last error if every attempt fails."""
+    but "not set"; raises the last error if every attempt fails.
+
+    >>> read_alias(client, "fraud-clf", "champion")  # doctest: +SKIP
+    '3'
+    """
     from mlflow.exceptions import MlflowException
 
     for attempt in range(attempts):
@@ -175,7 +191,11 @@ def promotion_lock(
     """Hold the model's promotion lock: a registered model ``NAME.consistency-gate-lock`` that only
     one gate can create (the store refuses a second with RESOURCE_ALREADY_EXISTS). A lock whose
     lease ran out (its holder died) is removed; a create whose response was lost is recognised by
-    its owner tag. ModelError (exit 4) if another gate holds it for ``wait_s`` seconds."""
+    its owner tag. ModelError (exit 4) if another gate holds it for ``wait_s`` seconds.
+
+    >>> with promotion_lock(client, "fraud-clf", "champion", owner=run_id):  # doctest: +SKIP
+    ...     pass  # only this gate moves an alias of fraud-clf here
+    """
     from mlflow.exceptions import MlflowException
 
     lock = f"{name}{LOCK_SUFFIX}"
@@ -222,6 +242,10 @@ def promote(client: MlflowClient, name: str, alias: str, version: str, expected:
 
     Concurrent gates that compared against the same baseline: exactly one moves the alias; the
     others find it moved and report why. A lost response is resolved by reading the alias again.
+
+    >>> promotion = promote(client, "fraud-clf", "champion", "4", expected="3", owner=run_id)  # doctest: +SKIP
+    >>> promotion.promoted, promotion.holds  # doctest: +SKIP
+    (True, '4')
     """
     with promotion_lock(client, name, owner):
         current = read_alias(client, name, alias)

@@ -34,7 +34,12 @@ class LoadedModel:
 
 
 def load_model(ref: ModelRef, classes_hint: list[str] | None = None) -> LoadedModel:
-    """Load a version with the flavor that yields class probabilities (sklearn, pytorch, pyfunc)."""
+    """Load a version with the flavor that yields class probabilities (sklearn, pytorch, pyfunc).
+
+    >>> model = load_model(ModelRef("fraud-clf", "4"))  # doctest: +SKIP
+    >>> model.flavor, model.features[:2]  # doctest: +SKIP
+    ('sklearn', ['amount', 'country'])
+    """
     import mlflow
 
     try:
@@ -158,7 +163,11 @@ def _pyfunc_scorer(ref: ModelRef) -> Scorer:
 
 def model_classes(model: LoadedModel, frame: pd.DataFrame, exclude: Sequence[str]) -> list[str]:
     """Class names of a model, from one predicted row (none if its feature columns are missing:
-    the validation reports those); ``exclude`` as for :func:`feature_frame`."""
+    the validation reports those); ``exclude`` as for :func:`feature_frame`.
+
+    >>> model_classes(model, frame, non_features("label", "id"))  # doctest: +SKIP
+    ['fraud', 'ok']
+    """
     if model.features and not set(model.features) <= set(frame.columns):
         return []
     return list(predict(model, frame.head(1), exclude).columns)
@@ -184,7 +193,11 @@ def _refuse_non_finite(features: pd.DataFrame, model: LoadedModel) -> None:
 
 def feature_frame(model: LoadedModel, frame: pd.DataFrame, exclude: Sequence[str]) -> pd.DataFrame:
     """The columns of ``frame`` the model reads: its signature's, else all but the ``exclude``d
-    ones (the label, the id and the slicing columns: :func:`non_features`)."""
+    ones (the label, the id and the slicing columns: :func:`non_features`).
+
+    >>> feature_frame(model, frame, non_features("label", "id", ["region"])).columns.tolist()  # doctest: +SKIP
+    ['amount', 'country']
+    """
     if model.features:
         return frame[model.features]
     return frame.drop(columns=[c for c in exclude if c in frame.columns])
@@ -203,7 +216,12 @@ def predict(model: LoadedModel, frame: pd.DataFrame, exclude: Sequence[str]) -> 
     """The model's class scores for ``frame`` (``exclude`` as for :func:`feature_frame`). A model that
     fails, or returns NaN, infinite or negative scores, is the model's fault (ModelError), unless the
     features it read hold NaN or infinite values: then the data's (DataError, naming the first such
-    column and row)."""
+    column and row).
+
+    >>> predict(model, frame, non_features("label", "id")).head(1)  # doctest: +SKIP
+       fraud    ok
+    0   0.02  0.98
+    """
     features = feature_frame(model, frame, exclude)
     try:
         scores = model.predict_scores(features)

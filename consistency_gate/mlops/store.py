@@ -27,7 +27,10 @@ def resolve_tracking_uri(uri: str | None) -> str:
 
 
 def configure_fail_fast() -> None:
-    """Make MLflow's HTTP client give up in seconds, not minutes, when a server is down; no download bars."""
+    """Make MLflow's HTTP client give up in seconds, not minutes, when a server is down; no download bars.
+
+    >>> configure_fail_fast()  # before the first MLflow request  # doctest: +SKIP
+    """
     os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "1")
     os.environ.setdefault("MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR", "1")
     os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "15")
@@ -106,6 +109,11 @@ def check_reachable(uri: str, timeout: float = 3.0) -> None:
 
     An HTTP(S) server is reached through the proxy the environment names for it
     (``HTTPS_PROXY``, ``HTTP_PROXY``, ``NO_PROXY``), as MLflow's client will reach it.
+
+    >>> check_reachable("http://127.0.0.1:1")  # doctest: +SKIP
+    Traceback (most recent call last):
+    ...
+    consistency_gate.errors.TrackingError: ...
     """
     check_store_uri(uri)
     parsed = urlparse(uri)
@@ -135,7 +143,11 @@ def check_reachable(uri: str, timeout: float = 3.0) -> None:
 
 def refusal(exc: BaseException, uri: str) -> TrackingError | None:
     """A TrackingError (exit 5) if ``exc`` is the server refusing the request (HTTP 401 or 403),
-    with the server's reason and what to change; None for any other error."""
+    with the server's reason and what to change; None for any other error.
+
+    >>> refusal(ValueError("disk full"), "sqlite:///mlflow.db") is None
+    True
+    """
     code = getattr(exc, "error_code", "")
     status = getattr(exc, "get_http_status_code", lambda: None)()
     if code not in ("PERMISSION_DENIED", "UNAUTHENTICATED") and status not in (401, 403):
@@ -156,7 +168,10 @@ def refusal(exc: BaseException, uri: str) -> TrackingError | None:
 
 def check_access(client: MlflowClient, uri: str) -> None:
     """One cheap request to an HTTP(S) tracking server, so that a server that refuses us (a Host
-    header it does not allow, missing or wrong credentials) is exit 5 before anything else."""
+    header it does not allow, missing or wrong credentials) is exit 5 before anything else.
+
+    >>> check_access(client, "https://mlflow.example.com")  # doctest: +SKIP
+    """
     if urlparse(uri).scheme not in ("http", "https"):
         return
     try:
@@ -183,7 +198,11 @@ def looks_unreachable(exc: BaseException) -> bool:
 
 
 def mlflow_tracking_uri() -> str:
-    """The tracking URI MLflow's client uses now."""
+    """The tracking URI MLflow's client uses now.
+
+    >>> mlflow_tracking_uri()  # doctest: +SKIP
+    'sqlite:///mlflow.db'
+    """
     import mlflow
 
     return mlflow.get_tracking_uri()
@@ -192,7 +211,10 @@ def mlflow_tracking_uri() -> str:
 def connect(tracking_uri: str | None) -> tuple[str, MlflowClient]:
     """Check the tracking store (supported, reachable, not refusing us), point MLflow's fluent API
     at it for tracking and the registry (``models:/`` URIs load through both; never a stray
-    ``./mlflow.db``), and return its URI and a client."""
+    ``./mlflow.db``), and return its URI and a client.
+
+    >>> uri, client = connect("sqlite:///mlflow.db")  # doctest: +SKIP
+    """
     import mlflow
     from mlflow import MlflowClient
 

@@ -34,6 +34,9 @@ def experiment_id(name: str, tracking_uri: str) -> str:
 
     On a local SQLite store, a new experiment keeps its artifacts in ``mlartifacts/`` beside
     the database file (MLflow's default would be the current directory).
+
+    >>> experiment_id("consistency-gate/fraud-clf", "sqlite:///mlflow.db")  # doctest: +SKIP
+    '1'
     """
     import mlflow
     from mlflow.exceptions import MlflowException
@@ -54,7 +57,10 @@ def experiment_id(name: str, tracking_uri: str) -> str:
 
 
 def use_experiment(name: str, tracking_uri: str) -> None:
-    """Make ``name`` the active experiment, creating it as :func:`experiment_id` does."""
+    """Make ``name`` the active experiment, creating it as :func:`experiment_id` does.
+
+    >>> use_experiment("consistency-gate/fraud-clf", "sqlite:///mlflow.db")  # doctest: +SKIP
+    """
     import mlflow
 
     mlflow.set_experiment(experiment_id=experiment_id(name, tracking_uri))
@@ -70,14 +76,20 @@ def mlflow_metric_name(key: str) -> str:
 
 
 def log_metrics(metrics: dict[str, float | None], prefix: str = "") -> None:
-    """Log the non-null metrics to the active run (``@`` written as ``_at_``)."""
+    """Log the non-null metrics to the active run (``@`` written as ``_at_``).
+
+    >>> log_metrics({"con": 0.97, "ccon@5": 0.99, "pearson": None})  # logs con and ccon_at_5  # doctest: +SKIP
+    """
     import mlflow
 
     mlflow.log_metrics({prefix + mlflow_metric_name(k): float(v) for k, v in metrics.items() if v is not None})
 
 
 def log_json(payload: object, artifact_file: str) -> None:
-    """Log ``payload`` as a JSON artifact of the active run."""
+    """Log ``payload`` as a JSON artifact of the active run.
+
+    >>> log_json({"verdict": "passed"}, "gate/report.json")  # doctest: +SKIP
+    """
     import mlflow
 
     mlflow.log_text(json.dumps(payload, indent=2, default=str), artifact_file)
@@ -85,7 +97,10 @@ def log_json(payload: object, artifact_file: str) -> None:
 
 def log_intervals(intervals: dict[str, list[float]], tests: dict[str, float]) -> None:
     """Log each metric's interval bounds and the paired test as run metrics: ``interval/ctoi_low``,
-    ``interval/ctoi_high``, ``test/mcnemar_p`` (the MLflow UI groups them by prefix)."""
+    ``interval/ctoi_high``, ``test/mcnemar_p`` (the MLflow UI groups them by prefix).
+
+    >>> log_intervals({"ctoi": [0.01, 0.03]}, {"mcnemar_p": 0.2})  # doctest: +SKIP
+    """
     import mlflow
 
     bounds = {
@@ -115,21 +130,30 @@ def slice_table(slices: list[dict]) -> pd.DataFrame:
 
 
 def log_slices(slices: list[dict]) -> None:
-    """Log the per-slice table (``gate/slices.json``, a table in the MLflow UI)."""
+    """Log the per-slice table (``gate/slices.json``, a table in the MLflow UI).
+
+    >>> log_slices(result.slices)  # doctest: +SKIP
+    """
     import mlflow
 
     mlflow.log_table(slice_table(slices), artifact_file="gate/slices.json")
 
 
 def log_rules(rule_rows: list[dict]) -> None:
-    """Log the rule table (``gate/rules.json``, shown as a table in the MLflow UI)."""
+    """Log the rule table (``gate/rules.json``, shown as a table in the MLflow UI).
+
+    >>> log_rules([{"rule": "ctoi <= 0.02", "value": 0.01, "held": True}])  # doctest: +SKIP
+    """
     import mlflow
 
     mlflow.log_table(pd.DataFrame(rule_rows), artifact_file="gate/rules.json")
 
 
 def log_samples(samples: pd.DataFrame) -> None:
-    """The flip table as ``gate/flips.json`` (raw values) and ``gate/flips.csv`` (spreadsheet-safe)."""
+    """The flip table as ``gate/flips.json`` (raw values) and ``gate/flips.csv`` (spreadsheet-safe).
+
+    >>> log_samples(flip_table(evaluation.samples(), ids))  # doctest: +SKIP
+    """
     import mlflow
 
     mlflow.log_table(samples.reset_index(drop=True), artifact_file="gate/flips.json")
@@ -161,7 +185,10 @@ def _neutralised(value: object) -> object:
 
 
 def log_plots(samples: pd.DataFrame, flip_counts: tuple[int, int, int, int], metrics: dict, ks: list[int]) -> None:
-    """Log the gate's plots (flips per class, the 2x2 table, the top-k curve) in one upload."""
+    """Log the gate's plots (flips per class, the 2x2 table, the top-k curve) in one upload.
+
+    >>> log_plots(samples, counts.flip_counts, metrics, ks=[1, 5])  # doctest: +SKIP
+    """
     import matplotlib.pyplot as plt
     import mlflow
 
@@ -185,13 +212,21 @@ ORPHAN_AFTER_S = 24 * 3600
 
 
 def owner_tags() -> dict[str, str]:
-    """Tags that say which process runs a gate run, so a later gate can tell an orphan."""
+    """Tags that say which process runs a gate run, so a later gate can tell an orphan.
+
+    >>> sorted(owner_tags())
+    ['consistency_gate.host', 'consistency_gate.pid']
+    """
     return {TAG_HOST: socket.gethostname(), TAG_PID: str(os.getpid())}
 
 
 def close_runs(client: MlflowClient, run_ids: list[str], status: str, why: str, budget_s: float) -> list[str]:
     """Set each run's final status (tagging ``why``), retrying for ``budget_s`` seconds while the
-    tracking server is away; returns the ids that could not be closed (left RUNNING)."""
+    tracking server is away; returns the ids that could not be closed (left RUNNING).
+
+    >>> close_runs(client, [run_id], "FAILED", "ValueError: ...", budget_s=30)  # doctest: +SKIP
+    []
+    """
     left = list(run_ids)
     deadline = time.monotonic() + budget_s
     pause = 0.5
@@ -213,7 +248,11 @@ def close_runs(client: MlflowClient, run_ids: list[str], status: str, why: str, 
 
 def close_orphaned_runs(client: MlflowClient, experiment_id: str, closer_run_id: str) -> list[str]:
     """Mark FAILED the gate runs of this experiment left RUNNING by a gate process that is gone
-    (same host, process no longer alive; or RUNNING for over ``ORPHAN_AFTER_S``). Returns their ids."""
+    (same host, process no longer alive; or RUNNING for over ``ORPHAN_AFTER_S``). Returns their ids.
+
+    >>> close_orphaned_runs(client, experiment_id, closer_run_id=run_id)  # doctest: +SKIP
+    ['3f2a...']
+    """
     closed = []
     host = socket.gethostname()
     runs = client.search_runs([experiment_id], filter_string="attributes.status = 'RUNNING'", max_results=200)

@@ -12,7 +12,12 @@ from matplotlib.figure import Figure  # noqa: E402
 
 
 def flips_per_class(samples: pd.DataFrame, top: int = 20) -> Figure:
-    """Negative (CtoI) and positive (ItoC) flips per true class, the `top` classes with most flips."""
+    """Negative (CtoI) and positive (ItoC) flips per true class, the `top` classes with most flips.
+
+    >>> samples = pd.DataFrame({"label": ["a", "a", "b"], "flip": ["CtoI", "ItoC", "CtoC"]})
+    >>> flips_per_class(samples).axes[0].get_title()
+    'Flips per true class (top 2 by flips)'
+    """
     counts = pd.crosstab(samples["label"], samples["flip"]).reindex(columns=["CtoI", "ItoC"], fill_value=0)
     counts = counts.loc[counts.sum(axis=1).sort_values(ascending=False).index[:top]]
     fig, ax = plt.subplots(figsize=(max(6, 0.45 * len(counts) + 2), 4))
@@ -28,7 +33,11 @@ def flips_per_class(samples: pd.DataFrame, top: int = 20) -> Figure:
 
 
 def correctness_matrix(ctoc: int, ctoi: int, itoc: int, itoi: int) -> Figure:
-    """The 2x2 table: previous correct/wrong (rows) x candidate correct/wrong (columns)."""
+    """The 2x2 table: previous correct/wrong (rows) x candidate correct/wrong (columns).
+
+    >>> correctness_matrix(540, 12, 20, 28).axes[0].get_title()
+    'Correct / wrong: previous vs candidate'
+    """
     grid = np.array([[ctoc, ctoi], [itoc, itoi]])
     total = max(int(grid.sum()), 1)
     fig, ax = plt.subplots(figsize=(6, 4), layout="constrained")
@@ -47,7 +56,13 @@ def correctness_matrix(ctoc: int, ctoi: int, itoc: int, itoi: int) -> Figure:
 
 
 def topk_curve(metrics: dict[str, float | None], ks: list[int]) -> Figure:
-    """CCON-k and both generations' CACC-k over k."""
+    """CCON-k and both generations' CACC-k over k.
+
+    >>> metrics = {"ccon@1": 0.95, "ccon@5": 0.99, "cacc_previous@1": 0.9, "cacc_previous@5": 0.98,
+    ...            "cacc_candidate@1": 0.91, "cacc_candidate@5": 0.98}
+    >>> len(topk_curve(metrics, [1, 5]).axes[0].lines)
+    3
+    """
     fig, ax = plt.subplots(figsize=(5.5, 4))
     for key, label in (
         ("ccon", "CCON-k (consistency)"),
@@ -68,7 +83,12 @@ def topk_curve(metrics: dict[str, float | None], ks: list[int]) -> Figure:
 
 
 def disagreement_confidence(names: list[str], probs: np.ndarray) -> Figure:
-    """Histogram of each member's top probability on the samples where the members disagree."""
+    """Histogram of each member's top probability on the samples where the members disagree.
+
+    >>> probs = np.array([[[0.9, 0.1], [0.4, 0.6]], [[0.7, 0.3], [0.8, 0.2]]])
+    >>> disagreement_confidence(["gen1", "gen2"], probs).axes[0].get_title()
+    'Confidence where members disagree (1 samples)'
+    """
     preds = probs.argmax(axis=2)
     differ = (preds != preds[0]).any(axis=0)
     fig, ax = plt.subplots(figsize=(6, 4))
@@ -83,7 +103,12 @@ def disagreement_confidence(names: list[str], probs: np.ndarray) -> Figure:
 
 
 def class_disagreement(classes: list[str], probs: np.ndarray, y: np.ndarray, top: int = 20) -> Figure:
-    """Share of each true class's samples on which the members disagree, the ``top`` classes ranked."""
+    """Share of each true class's samples on which the members disagree, the ``top`` classes ranked.
+
+    >>> probs = np.array([[[0.9, 0.1], [0.4, 0.6]], [[0.7, 0.3], [0.8, 0.2]]])
+    >>> class_disagreement(["cat", "dog"], probs, np.array([0, 1])).axes[0].get_title()
+    'Disagreement per true class (top 2 of 2)'
+    """
     preds = probs.argmax(axis=2)
     differ = (preds != preds[0]).any(axis=0)
     counts = pd.DataFrame({"cls": np.asarray(classes, dtype=object)[y], "differ": differ}).groupby("cls")["differ"]
@@ -98,7 +123,12 @@ def class_disagreement(classes: list[str], probs: np.ndarray, y: np.ndarray, top
 
 
 def diversity_scatter(scatter: dict, metric: str) -> Figure:
-    """HQ diversity score (low = diverse) against ensemble accuracy, one dot per candidate team."""
+    """HQ diversity score (low = diverse) against ensemble accuracy, one dot per candidate team.
+
+    >>> scatter = {"ck": {"hq": [0.1, 0.5, 0.9], "acc": [0.92, 0.9, 0.85], "size": [2, 3, 3]}}
+    >>> diversity_scatter(scatter, "ck").axes[0].get_xlabel()
+    'HQ-CK (low = diverse)'
+    """
     data = scatter[metric]
     fig, ax = plt.subplots(figsize=(6, 4))
     points = ax.scatter(data["hq"], data["acc"], c=data["size"], cmap="viridis", s=12)

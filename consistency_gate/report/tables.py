@@ -60,7 +60,18 @@ def table(rows: Sequence[Sequence[object]], header: Sequence[str]) -> str:
 
 
 def comparison_table(result: dict) -> str:
-    """The ``compare --format table`` output from a comparison's JSON object."""
+    """The ``compare --format table`` output from a comparison's JSON object.
+
+    >>> result = {"n": 3, "classes": ["a", "b"], "unknown_labels": {"previous": 0, "candidate": 0},
+    ...     "metrics": {"con": 0.6667, "pearson": None}, "null_reasons": {"pearson": "the candidate gave hard labels"}}
+    >>> print(comparison_table(result))
+    n = 3 samples, 2 classes; labels unknown to previous: 0, to candidate: 0
+    <BLANKLINE>
+    metric   value   note
+    -------  ------  ------------------------------
+    con      0.6667
+    pearson  null    the candidate gave hard labels
+    """
     reasons = result.get("null_reasons", {})
     rows = [[name, value, reasons.get(name, "")] for name, value in result["metrics"].items()]
     unknown = result["unknown_labels"]
@@ -76,7 +87,20 @@ def comparison_table(result: dict) -> str:
 
 
 def verdict_table(report: dict) -> str:
-    """The gate's verdict: one line per rule with its measured value, threshold and outcome."""
+    """The gate's verdict: one line per rule with its measured value, threshold and outcome.
+
+    >>> report = {"candidate": {"name": "clf", "version": "2"}, "baseline": {"version": "1", "alias": "champion"},
+    ...     "n": 600, "verdict": "failed", "null_reasons": {}, "run_id": "abc123", "rules": [{"metric": "ctoi",
+    ...     "condition": "<= 0.02", "value": 0.025, "interval": [0.015, 0.041], "held": False, "note": ""}]}
+    >>> print(verdict_table(report))
+    Gate clf v2 against v1 (@champion) on 600 samples: FAILED
+    <BLANKLINE>
+    metric  value                    rule     outcome  note
+    ------  -----------------------  -------  -------  ----
+    ctoi    0.0250 [0.0150, 0.0410]  <= 0.02  FAILED
+    <BLANKLINE>
+    MLflow run: abc123
+    """
     rows = [_rule_row(r) for r in report["rules"]]
     cand, base = report["candidate"], report["baseline"]
     if not rows and report["null_reasons"].get("*"):  # nothing to decide
@@ -129,7 +153,15 @@ def _rule_row(r: dict) -> list:
 
 
 def diagnose_text(report: dict) -> str:
-    """The ``diagnose --format table`` output."""
+    """The ``diagnose --format table`` output.
+
+    >>> from consistency_gate.diagnostics.diagnose import diagnose
+    >>> import numpy as np
+    >>> probs = np.array([[[0.9, 0.1], [0.8, 0.2], [0.3, 0.7]], [[0.6, 0.4], [0.3, 0.7], [0.4, 0.6]]])
+    >>> report = diagnose(["a", "b"], probs, np.array([0, 1, 1]), ["x", "y"])
+    >>> diagnose_text(report).splitlines()[0]
+    'n = 3 samples, 2 classes'
+    """
     members = table([[k, v["acc"]] for k, v in report["members"].items()], ["member", "acc"])
     pairs = table(
         [
@@ -176,7 +208,15 @@ def diagnose_text(report: dict) -> str:
 
 
 def diagnose_html(report: dict, figures: dict[str, bytes]) -> str:
-    """One self-contained HTML page: the findings, the tables, and the plots as embedded PNGs."""
+    """One self-contained HTML page: the findings, the tables, and the plots as embedded PNGs.
+
+    >>> from consistency_gate.diagnostics.diagnose import diagnose
+    >>> import numpy as np
+    >>> probs = np.array([[[0.9, 0.1], [0.8, 0.2], [0.3, 0.7]], [[0.6, 0.4], [0.3, 0.7], [0.4, 0.6]]])
+    >>> report = diagnose(["a", "b"], probs, np.array([0, 1, 1]), ["x", "y"])
+    >>> diagnose_html(report, {}).startswith("<!doctype html>")
+    True
+    """
     import base64
     import html
 
@@ -196,7 +236,24 @@ def diagnose_html(report: dict, figures: dict[str, bytes]) -> str:
 
 
 def verdict_markdown(report: dict) -> str:
-    """The verdict as Markdown, for a CI job summary (e.g. ``$GITHUB_STEP_SUMMARY``)."""
+    """The verdict as Markdown, for a CI job summary (e.g. ``$GITHUB_STEP_SUMMARY``).
+
+    >>> report = {"candidate": {"name": "clf", "version": "2"}, "baseline": {"version": "1", "alias": "champion"},
+    ...     "n": 600, "verdict": "failed", "null_reasons": {}, "run_id": "abc123", "rules": [{"metric": "ctoi",
+    ...     "condition": "<= 0.02", "value": 0.025, "interval": [0.015, 0.041], "held": False, "note": ""}]}
+    >>> print(verdict_markdown(report), end="")
+    ## ❌ consistency-gate: clf v2 FAILED
+    <BLANKLINE>
+    Compared with v1 on 600 samples.
+    <BLANKLINE>
+    ### Candidate
+    <BLANKLINE>
+    | metric | value | rule | outcome |
+    | --- | --- | --- | --- |
+    | ctoi | 0.0250 [0.0150, 0.0410] | <= 0.02 | FAILED |
+    <BLANKLINE>
+    MLflow run: `abc123`
+    """
     cand = report["candidate"]
     if not report["rules"] and report["null_reasons"].get("*"):  # nothing to decide
         title = f"## ➖ consistency-gate: {cand['name']} v{cand['version']}: nothing to decide"
