@@ -16,7 +16,7 @@ from pathlib import Path
 
 import click
 
-from consistency_gate.errors import INTERNAL_ERROR, GateError, redact_credentials
+from consistency_gate.errors import INTERNAL_ERROR, GateError, UsageError, redact_credentials
 
 _verbose = False
 
@@ -147,10 +147,34 @@ def generations(labels: Path, generations: tuple[str, ...], label_column: str, i
 
 
 @cli.command()
-@click.option("--model", required=True, help="Registered model name.")
+@click.option("--model", default=None, help="Registered model name (or gate prediction files: --labels ...).")
 @click.option("--candidate", default=None, help="Candidate version: a number or @alias (default: the latest version).")
 @click.option("--baseline", default=None, help="Previous generation: @alias or version (default @champion).")
-@click.option("--data", required=True, type=click.Path(path_type=Path), help="Evaluation data (CSV or Parquet).")
+@click.option("--data", default=None, type=click.Path(path_type=Path), help="Evaluation data (CSV or Parquet).")
+@click.option(
+    "--labels",
+    default=None,
+    type=click.Path(path_type=Path),
+    help="Without a registry: the true labels of the predictions below.",
+)
+@click.option(
+    "--previous-predictions",
+    default=None,
+    type=click.Path(path_type=Path),
+    help="Without a registry: the previous generation's prediction file.",
+)
+@click.option(
+    "--candidate-predictions",
+    default=None,
+    type=click.Path(path_type=Path),
+    help="Without a registry: the candidate's prediction file.",
+)
+@click.option(
+    "--name",
+    default=None,
+    help="Without a registry: the name the run is logged under (experiment consistency-gate/NAME; default "
+    "predictions).",
+)
 @click.option("--label-column", default="label", show_default=True)
 @click.option("--id-column", default=None, help="Column identifying samples (kept in the flip table).")
 @click.option(
@@ -187,7 +211,11 @@ def check(
     model: str,
     candidate: str | None,
     baseline: str | None,
-    data: Path,
+    data: Path | None,
+    labels: Path | None,
+    previous_predictions: Path | None,
+    candidate_predictions: Path | None,
+    name: str | None,
     label_column: str,
     id_column: str | None,
     config_path: Path | None,
@@ -200,26 +228,48 @@ def check(
     engine: str,
     partitions: int | None,
 ) -> int:
-    """Gate a candidate model version against the previous generation (exit 0 pass, 1 fail)."""
-    from consistency_gate.gate.run import run_gate
+    """Gate a candidate model version against the previous generation (exit 0 pass, 1 fail), or,
+    with --labels, --previous-predictions and --candidate-predictions, two prediction files."""
     from consistency_gate.report.tables import verdict_markdown, verdict_table
 
+    files = {"--labels": labels, "--previous-predictions": previous_predictions}
+    files["--candidate-predictions"] = candidate_predictions
+    registry_options = {"--model": model, "--data": data, "--candidate": candidate, "--baseline": baseline}
     with contextlib.redirect_stdout(sys.stderr):  # MLflow prints run links; stdout is the result's
-        result = run_gate(
-            model,
-            data,
-            candidate=candidate,
-            baseline=baseline,
-            label_column=label_column,
-            id_column=id_column,
-            config=config_path,
-            tracking_uri=tracking_uri,
-            report_path=report_path,
-            promote=promote,
-            quiet=quiet,
-            engine=engine,
-            partitions=partitions,
-        )
+        if any(v is not None for v in files.values()):
+            from consistency_gate.gate.files import DEFAULT_NAME, run_file_gate
+
+            _require_only(files, {**registry_options, "--promote": promote or None}, engine)
+            result = run_file_gate(
+                labels,
+                previous_predictions,
+                candidate_predictions,
+                name=name or DEFAULT_NAME,
+                label_column=label_column,
+                id_column=id_column,
+                config=config_path,
+                tracking_uri=tracking_uri,
+                report_path=report_path,
+            )
+        else:
+            from consistency_gate.gate.run import run_gate
+
+            _require_only({"--model": model, "--data": data}, {"--name": name}, engine="local")
+            result = run_gate(
+                model,
+                data,
+                candidate=candidate,
+                baseline=baseline,
+                label_column=label_column,
+                id_column=id_column,
+                config=config_path,
+                tracking_uri=tracking_uri,
+                report_path=report_path,
+                promote=promote,
+                quiet=quiet,
+                engine=engine,
+                partitions=partitions,
+            )
     report = result.to_dict()
     if summary_path:
         with open(summary_path, "a", encoding="utf-8") as fh:
@@ -233,6 +283,24 @@ def check(
     if result.promotion and not result.promoted:
         click.echo(f"error: {result.promotion['reason']}", err=True)
     return result.exit_code
+
+
+def _require_only(needed: dict[str, object], refused: dict[str, object], engine: str) -> None:
+    """UsageError unless every ``needed`` option is given and no ``refused`` one is: `check` gates
+    either registered models (--model, --data) or prediction files (--labels, ...)."""
+    missing = [flag for flag, value in needed.items() if value is None]
+    if missing:
+        raise UsageError(
+            f"check needs {', '.join(needed)}; missing {', '.join(missing)} (gate registered models with --model "
+            "and --data, or prediction files with --labels, --previous-predictions and --candidate-predictions)"
+        )
+    extra = [flag for flag, value in refused.items() if value is not None]
+    if extra or engine != "local":
+        extra = extra or ["--engine spark"]
+        raise UsageError(
+            f"{', '.join(extra)} cannot be combined with {', '.join(needed)}: prediction files gate without a "
+            "registry (no versions to load, nothing to promote), registered models have no --name"
+        )
 
 
 @cli.command()

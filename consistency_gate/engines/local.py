@@ -18,8 +18,9 @@ from consistency_gate.errors import DataError, plain
 from consistency_gate.io import predictions as io
 
 
-def resolve_ks(ks: Sequence[int] | None, sources: Sequence[io.PredictionSource]) -> tuple[int, ...]:
-    """Validate the requested k values against each score file's class count.
+def resolve_ks(ks: Sequence[int] | None, sources: Sequence[io.PredictionSource], where: str = "--k") -> tuple[int, ...]:
+    """Validate the requested k values against each score file's class count (an error names
+    ``where`` the k values came from).
 
     Without a request, use k = 1 and 5, leaving out 5 where a file has fewer classes.
 
@@ -34,10 +35,10 @@ def resolve_ks(ks: Sequence[int] | None, sources: Sequence[io.PredictionSource])
         return tuple(k for k in DEFAULT_KS if narrowest is None or k <= narrowest) or (1,)
     for k in ks:
         if k < 1:
-            raise DataError(f"--k {k}: k must be at least 1")
+            raise DataError(f"{where} {k}: k must be at least 1")
         if narrowest is not None and k > narrowest:
             src = next(s for s in sources if s.classes is not None and len(s.classes) == narrowest)
-            raise DataError(f"--k {k}: larger than the {narrowest} classes of {src.path}; use k <= {narrowest}")
+            raise DataError(f"{where} {k}: larger than the {narrowest} classes of {src.path}; use k <= {narrowest}")
     return tuple(sorted(set(ks)))
 
 
@@ -114,9 +115,13 @@ def evaluate_files(
     ks: Sequence[int] | None = None,
     chunk_rows: int = io.DEFAULT_CHUNK_ROWS,
     slices: Sequence[str] = (),
+    keep_samples: bool = False,
+    ks_from: str = "--k",
 ) -> Evaluation:
     """Stream the files through an :class:`Evaluation`; rows align by id or by position; the first
-    pair is also counted per value of the ``slices`` columns of the labels file.
+    pair is also counted per value of the ``slices`` columns of the labels file. ``keep_samples``
+    keeps each sample's predictions (for a flip table); ``ks_from`` names where ``ks`` came from
+    in an error.
 
     >>> import tempfile
     >>> folder = Path(tempfile.mkdtemp())
@@ -133,7 +138,11 @@ def evaluate_files(
     io.require_columns(labels, label_cols, [label_column] + ([id_column] if id_column else []) + data_slices)
     sources = [io.inspect_prediction_file(path, id_column) for path in generations.values()]
     evaluation = Evaluation(
-        list(generations), [s.classes for s in sources], ks=resolve_ks(ks, sources), slices=tuple(slices)
+        list(generations),
+        [s.classes for s in sources],
+        ks=resolve_ks(ks, sources, ks_from),
+        slices=tuple(slices),
+        keep_samples=keep_samples,
     )
     label_fields = ([id_column] if id_column else []) + [label_column] + data_slices
     label_frames = io.iter_frames(labels, label_fields, chunk_rows, text_columns=tuple(label_fields))

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
-from consistency_gate.core.evaluation import ComparisonResult, Evaluation, flip_table
+from consistency_gate.core.evaluation import Evaluation, flip_table
 from consistency_gate.core.slices import TRUE_CLASS
 from consistency_gate.engines.spark import SparkModel, gate_comparison
 from consistency_gate.errors import (
@@ -36,6 +36,8 @@ from consistency_gate.errors import (
     redact_credentials,
 )
 from consistency_gate.gate import rules
+from consistency_gate.gate.decision import Decision, tag_run
+from consistency_gate.gate.result import NOTHING_TO_DECIDE, GateResult
 from consistency_gate.io import predictions as io
 from consistency_gate.mlops import registry, scoring, store, tracking
 
@@ -44,86 +46,10 @@ if TYPE_CHECKING:
     from mlflow import MlflowClient
 
 DEFAULT_BASELINE = "@champion"
-NOTHING_TO_DECIDE = "nothing to decide"
 # with --engine spark the driver validates (great-expectations) and diagnoses this many first rows
 SPARK_SAMPLE_ROWS = 10_000
 # how long a failing gate keeps trying to mark its runs FAILED on a tracking server that went away
 END_RUN_RETRY_S = float(os.environ.get("CONSISTENCY_GATE_END_RUN_RETRY_S", "30"))
-
-
-@dataclass
-class GateResult:
-    """The verdict and everything behind it; ``to_dict()`` is the ``--report`` JSON."""
-
-    verdict: str
-    rules: list[rules.RuleResult]
-    metrics: dict[str, float | None]
-    run_id: str | None
-    candidate: dict
-    baseline: dict | None
-    first_generation: bool = False
-    registered_version: str | None = None
-    promoted: bool = False
-    promotion: dict | None = None  # registry.Promotion.to_dict(): what the alias holds, and why
-    ensemble: dict | None = None
-    null_reasons: dict[str, str] = field(default_factory=dict)
-    unknown_labels: dict[str, int] = field(default_factory=dict)
-    n: int = 0
-    confidence: float = 0.95
-    intervals: dict[str, list[float]] = field(default_factory=dict)  # {metric: [low, high]} at ``confidence``
-    tests: dict[str, float] = field(default_factory=dict)  # {"mcnemar_p": p}
-    slices: list[dict] | None = None  # each slice's metrics and intervals, when the config names slices
-    timings: dict[str, float] = field(default_factory=dict)
-
-    @property
-    def exit_code(self) -> int:
-        """0 passed (or nothing to decide), 1 failed; 4 a promotion refused because the baseline
-        moved, 5 a promotion whose outcome could not be read back."""
-        if self.verdict == NOTHING_TO_DECIDE:
-            return 0
-        if self.verdict != "passed":
-            return 1
-        return registry.Promotion(**self.promotion).exit_code if self.promotion else 0
-
-    @property
-    def candidate_verdict(self) -> str:
-        """The single candidate's own verdict (``verdict`` is the final one, after remediation)."""
-        return rules.verdict(self.rules)
-
-    @property
-    def outcome(self) -> str:
-        """What happened, in one word: passed (the candidate), remediated (an ensemble passed and was
-        registered in its place) or failed."""
-        if self.verdict == NOTHING_TO_DECIDE:
-            return NOTHING_TO_DECIDE
-        if self.candidate_verdict == "passed":
-            return "passed"
-        return "remediated" if self.registered_version is not None else "failed"
-
-    def to_dict(self) -> dict:
-        """The JSON report (``--report``, ``--format json``, ``gate/report.json``)."""
-        return {
-            "verdict": self.verdict,
-            "candidate_verdict": self.candidate_verdict,
-            "outcome": self.outcome,
-            "rules": [r.to_dict() for r in self.rules],
-            "metrics": self.metrics,
-            "run_id": self.run_id,
-            "candidate": self.candidate,
-            "baseline": self.baseline,
-            "registered_version": self.registered_version,
-            "ensemble": self.ensemble,
-            "first_generation": self.first_generation,
-            "promoted": self.promoted,
-            "promotion": self.promotion,
-            "n": self.n,
-            "unknown_labels": self.unknown_labels,
-            "confidence": self.confidence,
-            "intervals": self.intervals,
-            "tests": self.tests,
-            **({"slices": self.slices} if self.slices is not None else {}),
-            "null_reasons": self.null_reasons,
-        }
 
 
 @contextlib.contextmanager
@@ -275,7 +201,7 @@ def _start_run(cand_ref: registry.ModelRef, uri: str) -> mlflow.ActiveRun:
 def _failed(exc: BaseException, gate: _GateRun, uri: str, report_path: str | Path | None) -> BaseException:
     """End the gate's runs FAILED and return the error to raise: a refusal or an unreachable
     server as TrackingError, naming the runs left RUNNING; written to the report if one is asked."""
-    left = _end_failed(exc, gate.started, gate.client)
+    left = end_failed(exc, gate.started, gate.client)
     error = exc
     if not isinstance(exc, GateError):
         refused = store.refusal(exc, uri)
@@ -313,9 +239,13 @@ def _same_version(
     return result
 
 
-def _end_failed(exc: BaseException, run_ids: list[str], client: MlflowClient) -> list[str]:
+def end_failed(exc: BaseException, run_ids: list[str], client: MlflowClient) -> list[str]:
     """End the gate's runs (the gate run and a nested remediation run) as FAILED, retrying while
-    the tracking server comes back within ``END_RUN_RETRY_S``; returns the ids left RUNNING."""
+    the tracking server comes back within ``END_RUN_RETRY_S``; returns the ids left RUNNING.
+
+    >>> end_failed(ValueError("bad row"), [run.info.run_id], client)  # doctest: +SKIP
+    []
+    """
     import mlflow
 
     # leave the fluent stack as the caller had it: pop only the runs this gate started
@@ -331,42 +261,6 @@ def _end_failed(exc: BaseException, run_ids: list[str], client: MlflowClient) ->
 
 
 @dataclass
-class _Decision:
-    """One model's comparison with the baseline and the verdict of the rules on it."""
-
-    comparison: ComparisonResult
-    rules: list[rules.RuleResult]
-    verdict: str
-    samples: pd.DataFrame
-    ks: list[int]
-    metrics: dict  # the reported metrics: the config's k values only
-    first_generation: bool  # no baseline: the "comparison" is the candidate against itself
-    reported_ks: tuple[int, ...]  # the config's k values
-
-    @property
-    def intervals(self) -> dict[str, list[float]]:
-        """The intervals of the reported metrics (and ``acc_delta`` against a baseline)."""
-        return _reported_intervals(self.comparison.intervals, self.metrics, self.first_generation)
-
-    @property
-    def tests(self) -> dict[str, float]:
-        """The paired test against the baseline (none for a first generation)."""
-        return {} if self.first_generation else self.comparison.tests
-
-    @property
-    def slices(self) -> list[dict] | None:
-        """Each slice's reported metrics and their intervals (None when the evaluation is not sliced)."""
-        if self.comparison.slice_counts is None:
-            return None
-        rows = []
-        for s in self.comparison.slices:
-            metrics = _reported_metrics(s.metrics, self.reported_ks, self.first_generation)
-            intervals = _reported_intervals(s.intervals, metrics, self.first_generation)
-            rows.append({**s.to_dict(), "metrics": metrics, "intervals": intervals})
-        return rows
-
-
-@dataclass
 class _Comparer:
     """Decides on candidates against the baseline, over the gate's evaluation set, in-process or on Spark.
 
@@ -378,7 +272,7 @@ class _Comparer:
     baseline: scoring.LoadedModel | None = None
     base_scores: pd.DataFrame | None = None  # the baseline's scores on ``gate.frame``
 
-    def decide(self, cand_scores: pd.DataFrame, cand_model: SparkModel) -> _Decision:
+    def decide(self, cand_scores: pd.DataFrame, cand_model: SparkModel) -> Decision:
         """The comparison and the rules' verdict: ``cand_scores`` are the candidate's scores on
         the gate's frame, ``cand_model`` says how Spark loads it (unused in-process)."""
         gate, cfg = self.gate, self.gate.cfg
@@ -421,38 +315,13 @@ class _Comparer:
             comparison = evaluation.result(confidence=cfg.confidence, interval_method=cfg.interval_method)
             ids = frame[gate.id_column].to_numpy() if gate.id_column else np.arange(len(frame))
             samples = flip_table(evaluation.samples(), ids)
-        results = rules.evaluate_rules(
-            cfg.rules,
-            comparison.metrics,
-            first_generation=first_generation,
-            intervals=comparison.intervals,
-            level=cfg.confidence,
-            n=comparison.n,
-            slices=comparison.slices,
-        )
-        reported = _reported_metrics(comparison.metrics, cfg.ks, first_generation)
-        return _Decision(comparison, results, rules.verdict(results), samples, ks, reported, first_generation, cfg.ks)
+        return Decision.judge(comparison, cfg, samples, ks, first_generation)
 
     def spark_model(self, model: scoring.LoadedModel, scores: pd.DataFrame) -> SparkModel:
         """How Spark loads a registered version: its classes are those its scorer gave on the sample."""
         frame = scoring.feature_frame(model, self.gate.frame, self.gate.non_features)
         features = model.features or list(frame.columns)
         return SparkModel(model.ref.uri, model.flavor, list(scores.columns), features)
-
-
-def _log_decision(decision: _Decision, report: dict) -> None:
-    """Metrics, rule table, flip table, plots and JSON report into the active run."""
-    tracking.log_metrics(decision.metrics)
-    tracking.log_intervals(decision.intervals, decision.tests)
-    rows = [{**r.to_dict(), "rule": r.rule.describe()} for r in decision.rules]
-    tracking.log_rules([{k: v for k, v in row.items() if k != "slices"} for row in rows])  # slices: their own table
-    if decision.slices is not None:
-        tracking.log_slices(decision.slices)
-    tracking.log_samples(decision.samples)
-    tracking.log_plots(
-        decision.samples, decision.comparison.counts.flip_counts, decision.comparison.metrics, decision.ks
-    )
-    tracking.log_json(report, "gate/report.json")
 
 
 def _gate_in_run(gate: _GateRun) -> GateResult:
@@ -469,24 +338,10 @@ def _gate_in_run(gate: _GateRun) -> GateResult:
     comparer = _Comparer(gate, models[0] if base_ref else None, base_scores)
     with gate.timed("metrics"):
         single = comparer.decide(frames[-1], comparer.spark_model(models[-1], frames[-1]))
-    result = GateResult(
-        verdict=single.verdict,
-        rules=single.rules,
-        metrics=single.metrics,
-        run_id=gate.run_id,
-        candidate=cand_ref.to_dict(),
-        baseline=base_ref.to_dict() if base_ref else None,
-        first_generation=base_ref is None,
-        null_reasons=single.comparison.null_reasons,
-        unknown_labels=single.comparison.unknown_labels,
-        n=single.comparison.n,
-        confidence=cfg.confidence,
-        intervals=single.intervals,
-        tests=single.tests,
-        slices=single.slices,
-    )
+    baseline = base_ref.to_dict() if base_ref else None
+    result = GateResult.of(single, cand_ref.to_dict(), baseline, gate.run_id)
     with gate.timed("logging"):
-        _log_decision(single, result.to_dict())
+        single.log(result.to_dict())
         if base_scores is not None:
             _log_diagnosis(base_scores, frames[-1], frame[gate.label_column])
         registry.tag_version(gate.client, cand_ref, single.verdict, _kind(cand_ref), gate.run_id)
@@ -505,7 +360,7 @@ def _gate_in_run(gate: _GateRun) -> GateResult:
             result.promoted = promotion.promoted
             result.promotion = promotion.to_dict()
         tracking.log_json(result.to_dict(), "gate/report.json")
-        _tag_run(result)
+        tag_run(result.to_dict())
     result.timings = dict(gate.timings)
     return result
 
@@ -532,22 +387,6 @@ def _log_params(gate: _GateRun) -> None:
         }
     )
     tracking.log_json([{"metric": r.metric, r.kind: r.threshold} for r in cfg.rules], "gate/config.json")
-
-
-def _tag_run(result: GateResult) -> None:
-    """The gate run's tags: the candidate's own verdict, and what the gate did about it."""
-    import mlflow
-
-    tags = {
-        "consistency_gate.verdict": result.candidate_verdict,
-        "consistency_gate.outcome": result.outcome,
-        "consistency_gate.promoted": str(result.promoted),
-    }
-    if result.promotion and not result.promoted:
-        tags["consistency_gate.promotion"] = result.promotion["reason"][:500]
-    if result.registered_version is not None:
-        tags["consistency_gate.ensemble_version"] = result.registered_version
-    mlflow.set_tags(tags)
 
 
 def _log_diagnosis(base_scores: pd.DataFrame, cand_scores: pd.DataFrame, labels: pd.Series) -> None:
@@ -606,7 +445,7 @@ def _remediate(gate: _GateRun, comparer: _Comparer, cand_model: scoring.LoadedMo
             "run_id": child.info.run_id,
             "registered_version": None,
         }
-        _log_decision(decision, report)
+        decision.log(report)
         if decision.verdict == "passed":
             version = str(mlflow.register_model(model_info.model_uri, cand_ref.name).version)
             ensemble_ref = registry.ModelRef(cand_ref.name, version)
@@ -616,19 +455,6 @@ def _remediate(gate: _GateRun, comparer: _Comparer, cand_model: scoring.LoadedMo
             report["registered_version"] = version
             tracking.log_json(report, "gate/report.json")
     return report
-
-
-def _reported_metrics(metrics: dict, ks: tuple[int, ...], first_generation: bool) -> dict:
-    keep = {k: v for k, v in metrics.items() if "@" not in k or int(k.split("@")[1]) in ks}
-    if first_generation:  # pairwise metrics of a model against itself mean nothing
-        return {k: v for k, v in keep.items() if k == "acc_candidate" or k.startswith("cacc_candidate@")}
-    return keep
-
-
-def _reported_intervals(intervals: dict, metrics: dict, first_generation: bool) -> dict:
-    """The intervals of the reported ``metrics`` (and of ``acc_delta`` against a baseline)."""
-    keep = set(metrics) | (set() if first_generation else {"acc_delta"})
-    return {k: v for k, v in intervals.items() if k in keep}
 
 
 def _validate(gate: _GateRun, models: list[scoring.LoadedModel]) -> None:

@@ -86,6 +86,18 @@ def comparison_table(result: dict) -> str:
     return out
 
 
+def generation_name(ref: dict) -> str:
+    """A generation as a verdict names it: ``v3 (@champion)``, ``v4``, or its prediction file.
+
+    >>> files = {"version": None, "predictions": "g.csv"}
+    >>> generation_name({"version": "3", "alias": "champion"}), generation_name(files)
+    ('v3 (@champion)', 'g.csv')
+    """
+    if ref.get("version") is None:
+        return str(ref.get("predictions"))
+    return f"v{ref['version']}" + (f" (@{ref['alias']})" if ref.get("alias") else "")
+
+
 def verdict_table(report: dict) -> str:
     """The gate's verdict: one line per rule with its measured value, threshold and outcome.
 
@@ -104,14 +116,10 @@ def verdict_table(report: dict) -> str:
     rows = [_rule_row(r) for r in report["rules"]]
     cand, base = report["candidate"], report["baseline"]
     if not rows and report["null_reasons"].get("*"):  # nothing to decide
-        return f"Gate {cand['name']} v{cand['version']}: nothing to decide: {report['null_reasons']['*']}."
-    against = (
-        f"v{base['version']} (@{base['alias']})"
-        if base and base.get("alias")
-        else (f"v{base['version']}" if base else "no baseline: first generation")
-    )
+        return f"Gate {cand['name']} {generation_name(cand)}: nothing to decide: {report['null_reasons']['*']}."
+    against = generation_name(base) if base else "no baseline: first generation"
     single = "FAILED" if any(r["held"] is False for r in report["rules"]) else "PASSED"
-    head = f"Gate {cand['name']} v{cand['version']} against {against} on {report['n']} samples: {single}"
+    head = f"Gate {cand['name']} {generation_name(cand)} against {against} on {report['n']} samples: {single}"
     lines = [head, "", table(rows, ["metric", "value", "rule", "outcome", "note"])]
     ens = report.get("ensemble")
     if ens:
@@ -244,7 +252,7 @@ def verdict_markdown(report: dict) -> str:
     >>> print(verdict_markdown(report), end="")
     ## ❌ consistency-gate: clf v2 FAILED
     <BLANKLINE>
-    Compared with v1 on 600 samples.
+    Compared with v1 (@champion) on 600 samples.
     <BLANKLINE>
     ### Candidate
     <BLANKLINE>
@@ -256,13 +264,13 @@ def verdict_markdown(report: dict) -> str:
     """
     cand = report["candidate"]
     if not report["rules"] and report["null_reasons"].get("*"):  # nothing to decide
-        title = f"## ➖ consistency-gate: {cand['name']} v{cand['version']}: nothing to decide"
+        title = f"## ➖ consistency-gate: {cand['name']} {generation_name(cand)}: nothing to decide"
         return f"{title}\n\n{report['null_reasons']['*']}: nothing was gated, tagged or promoted.\n"
     icon = "✅" if report["verdict"] == "passed" else "❌"
-    lines = [f"## {icon} consistency-gate: {cand['name']} v{cand['version']} {report['verdict'].upper()}", ""]
+    lines = [f"## {icon} consistency-gate: {cand['name']} {generation_name(cand)} {report['verdict'].upper()}", ""]
     base = report.get("baseline")
     lines.append(
-        f"Compared with v{base['version']} on {report['n']} samples."
+        f"Compared with {generation_name(base)} on {report['n']} samples."
         if base
         else f"First generation (no baseline yet), {report['n']} samples."
     )

@@ -1,0 +1,140 @@
+"""One decision: a comparison with the baseline, the rules' verdict on it, and how it is logged.
+
+Shared by the gate of registered models (:mod:`consistency_gate.gate.run`) and the gate of
+prediction files (:mod:`consistency_gate.gate.files`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import pandas as pd
+
+from consistency_gate.core.evaluation import ComparisonResult
+from consistency_gate.gate import rules
+from consistency_gate.mlops import tracking
+
+
+@dataclass
+class Decision:
+    """One candidate's comparison with the baseline and the verdict of the rules on it."""
+
+    comparison: ComparisonResult
+    rules: list[rules.RuleResult]
+    verdict: str
+    samples: pd.DataFrame  # the flip table
+    ks: list[int]  # the k values counted (the top-k plot's)
+    metrics: dict  # the reported metrics: the config's k values only
+    first_generation: bool  # no baseline: the "comparison" is the candidate against itself
+    reported_ks: tuple[int, ...]  # the config's k values
+
+    @classmethod
+    def judge(
+        cls,
+        comparison: ComparisonResult,
+        cfg: rules.GateConfig,
+        samples: pd.DataFrame,
+        ks: Sequence[int],
+        first_generation: bool = False,
+    ) -> Decision:
+        """Apply the config's rules to a comparison (its metrics, intervals and slices).
+
+        >>> import numpy as np
+        >>> from consistency_gate.core.evaluation import Evaluation
+        >>> evaluation = Evaluation(["previous", "candidate"], [None, None], ks=[1])
+        >>> evaluation.add(pd.Series(["a", "b"]), [pd.Series(["a", "b"]), pd.Series(["a", "a"])])
+        >>> cfg = rules.parse_config("rules:\\n  - {metric: ctoi, max: 0.1}\\nks: [1]\\n")
+        >>> decision = Decision.judge(evaluation.result(), cfg, pd.DataFrame(), [1])
+        >>> decision.verdict, decision.metrics["ctoi"]
+        ('failed', 0.5)
+        """
+        results = rules.evaluate_rules(
+            cfg.rules,
+            comparison.metrics,
+            first_generation=first_generation,
+            intervals=comparison.intervals,
+            level=cfg.confidence,
+            n=comparison.n,
+            slices=comparison.slices,
+        )
+        reported = reported_metrics(comparison.metrics, cfg.ks, first_generation)
+        return cls(comparison, results, rules.verdict(results), samples, list(ks), reported, first_generation, cfg.ks)
+
+    @property
+    def intervals(self) -> dict[str, list[float]]:
+        """The intervals of the reported metrics (and ``acc_delta`` against a baseline)."""
+        return reported_intervals(self.comparison.intervals, self.metrics, self.first_generation)
+
+    @property
+    def tests(self) -> dict[str, float]:
+        """The paired test against the baseline (none for a first generation)."""
+        return {} if self.first_generation else self.comparison.tests
+
+    @property
+    def slices(self) -> list[dict] | None:
+        """Each slice's reported metrics and their intervals (None when the evaluation is not sliced)."""
+        if self.comparison.slice_counts is None:
+            return None
+        rows = []
+        for s in self.comparison.slices:
+            metrics = reported_metrics(s.metrics, self.reported_ks, self.first_generation)
+            intervals = reported_intervals(s.intervals, metrics, self.first_generation)
+            rows.append({**s.to_dict(), "metrics": metrics, "intervals": intervals})
+        return rows
+
+    def log(self, report: dict) -> None:
+        """Metrics and their intervals, rule table, slice table, flip table, plots and the JSON
+        report into the active MLflow run."""
+        tracking.log_metrics(self.metrics)
+        tracking.log_intervals(self.intervals, self.tests)
+        rows = [{**r.to_dict(), "rule": r.rule.describe()} for r in self.rules]
+        tracking.log_rules([{k: v for k, v in row.items() if k != "slices"} for row in rows])  # slices: own table
+        if self.slices is not None:
+            tracking.log_slices(self.slices)
+        tracking.log_samples(self.samples)
+        tracking.log_plots(self.samples, self.comparison.counts.flip_counts, self.comparison.metrics, self.ks)
+        tracking.log_json(report, "gate/report.json")
+
+
+def reported_metrics(metrics: dict, ks: tuple[int, ...], first_generation: bool) -> dict:
+    """The metrics a gate reports: per-k metrics for the config's k values only; for a first
+    generation only the candidate's own accuracy (pairwise metrics against itself mean nothing).
+
+    >>> reported_metrics({"con": 0.9, "ccon@1": 0.9, "ccon@3": 0.99, "acc_candidate": 0.8}, (1,), False)
+    {'con': 0.9, 'ccon@1': 0.9, 'acc_candidate': 0.8}
+    """
+    keep = {k: v for k, v in metrics.items() if "@" not in k or int(k.split("@")[1]) in ks}
+    if first_generation:
+        return {k: v for k, v in keep.items() if k == "acc_candidate" or k.startswith("cacc_candidate@")}
+    return keep
+
+
+def reported_intervals(intervals: dict, metrics: dict, first_generation: bool) -> dict:
+    """The intervals of the reported ``metrics`` (and of ``acc_delta`` against a baseline).
+
+    >>> reported_intervals({"con": [0.8, 0.95], "ccon@3": [0.9, 1.0], "acc_delta": [-0.1, 0.0]}, {"con": 0.9}, False)
+    {'con': [0.8, 0.95], 'acc_delta': [-0.1, 0.0]}
+    """
+    keep = set(metrics) | (set() if first_generation else {"acc_delta"})
+    return {k: v for k, v in intervals.items() if k in keep}
+
+
+def tag_run(report: dict) -> None:
+    """The gate run's tags, from its report: the candidate's own verdict, and what the gate did about it.
+
+    >>> with mlflow.start_run():  # doctest: +SKIP
+    ...     tag_run(result.to_dict())  # consistency_gate.verdict, .outcome, .promoted
+    """
+    import mlflow
+
+    tags = {
+        "consistency_gate.verdict": report["candidate_verdict"],
+        "consistency_gate.outcome": report["outcome"],
+        "consistency_gate.promoted": str(report["promoted"]),
+    }
+    if report["promotion"] and not report["promoted"]:
+        tags["consistency_gate.promotion"] = report["promotion"]["reason"][:500]
+    if report["registered_version"] is not None:
+        tags["consistency_gate.ensemble_version"] = report["registered_version"]
+    mlflow.set_tags(tags)

@@ -1,0 +1,153 @@
+"""The gate on prediction files: for pipelines that predict in a batch job and gate afterwards.
+
+``consistency-gate check --labels F --previous-predictions F --candidate-predictions F`` applies
+the same rules as the gate of registered models (:mod:`consistency_gate.gate.run`), prints the
+same verdict, writes the same ``--report`` and exits with the same codes, without a model registry.
+With a tracking URI (``--tracking-uri`` or ``$MLFLOW_TRACKING_URI``) it logs the same run, in the
+experiment ``consistency-gate/<name>``; without one it logs nothing.
+
+    result = run_file_gate("labels.csv", "gen1.parquet", "gen2.parquet", config="gate.yaml")
+    result.verdict, result.exit_code
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from consistency_gate.core.evaluation import flip_table
+from consistency_gate.engines.local import evaluate_files
+from consistency_gate.errors import TrackingError, UsageError, redact_credentials
+from consistency_gate.gate import rules
+from consistency_gate.gate.decision import Decision, tag_run
+from consistency_gate.gate.result import GateResult
+from consistency_gate.gate.run import end_failed
+from consistency_gate.io import predictions as io
+from consistency_gate.mlops import store, tracking
+
+if TYPE_CHECKING:
+    from mlflow import MlflowClient
+
+DEFAULT_NAME = "predictions"
+
+
+def run_file_gate(
+    labels: str | Path,
+    previous: str | Path,
+    candidate: str | Path,
+    *,
+    name: str = DEFAULT_NAME,
+    label_column: str = "label",
+    id_column: str | None = None,
+    config: str | Path | rules.GateConfig | None = None,
+    tracking_uri: str | None = None,
+    report_path: str | Path | None = None,
+) -> GateResult:
+    """Gate the candidate's prediction file against the previous generation's (files as
+    ``compare`` reads them); see the module docstring.
+
+    ``tracking_uri`` None means ``$MLFLOW_TRACKING_URI``, and no run at all when that is unset.
+    A config with a ``remediation:`` block is refused (exit 2): remediation trains and registers
+    models, and prediction files have none.
+
+    >>> import tempfile
+    >>> folder = Path(tempfile.mkdtemp())
+    >>> _ = (folder / "labels.csv").write_text("label\\na\\nb\\nb\\n")
+    >>> _ = (folder / "gen1.csv").write_text("prediction\\na\\nb\\na\\n")
+    >>> _ = (folder / "gen2.csv").write_text("prediction\\na\\na\\nb\\n")
+    >>> cfg = rules.parse_config("rules:\\n  - {metric: ctoi, max: 0.1}\\nks: [1]\\n")
+    >>> store = f"sqlite:///{folder / 'mlflow.db'}"
+    >>> files = folder / "labels.csv", folder / "gen1.csv", folder / "gen2.csv"
+    >>> result = run_file_gate(*files, name="nightly", config=cfg, tracking_uri=store)
+    >>> result.verdict, result.exit_code, round(result.metrics["ctoi"], 4), result.run_id is not None
+    ('failed', 1, 0.3333, True)
+    """
+    cfg = config if isinstance(config, rules.GateConfig) else rules.load_config(config)
+    if cfg.remediation is not None:
+        raise UsageError(
+            f"{cfg.source}: remediation trains and registers models, and gating prediction files has none: "
+            "remove the remediation block, or gate registered models with --model and --data"
+        )
+    uri = tracking_uri or os.environ.get("MLFLOW_TRACKING_URI") or None
+    client = store.connect(uri)[1] if uri else None  # before any work: an unreachable server is exit 5 at once
+    decision = _decide(Path(labels), Path(previous), Path(candidate), cfg, label_column, id_column)
+    result = GateResult.of(
+        decision,
+        candidate={"name": name, "version": None, "predictions": str(candidate)},
+        baseline={"name": name, "version": None, "predictions": str(previous)},
+    )
+    if client is not None:
+        _log_run(result, decision, cfg, name, uri, client, Path(labels))
+    if report_path:
+        Path(report_path).write_text(json.dumps(result.to_dict(), indent=2, default=str))
+    return result
+
+
+def _decide(
+    labels: Path, previous: Path, candidate: Path, cfg: rules.GateConfig, label_column: str, id_column: str | None
+) -> Decision:
+    """Stream the three files through the metrics (keeping each sample for the flip table) and judge."""
+    evaluation = evaluate_files(
+        labels,
+        {"previous": previous, "candidate": candidate},
+        label_column=label_column,
+        id_column=id_column,
+        ks=cfg.ks if cfg.ks_given else None,
+        slices=cfg.slices,
+        keep_samples=True,
+        ks_from=f"{cfg.source}: ks",
+    )
+    comparison = evaluation.result(confidence=cfg.confidence, interval_method=cfg.interval_method)
+    ids = io.read_column(labels, id_column).to_numpy() if id_column else np.arange(comparison.n)
+    return Decision.judge(comparison, cfg, flip_table(evaluation.samples(), ids), evaluation.ks)
+
+
+def _log_run(
+    result: GateResult,
+    decision: Decision,
+    cfg: rules.GateConfig,
+    name: str,
+    uri: str,
+    client: MlflowClient,
+    labels: Path,
+) -> None:
+    """The gate's run in ``consistency-gate/<name>``: params, the decision, tags; ended FAILED
+    (what was logged kept) if logging fails half-way."""
+    import mlflow
+
+    try:
+        experiment = tracking.experiment_id(tracking.experiment_name(name), uri)
+        run = mlflow.start_run(
+            experiment_id=experiment, run_name=f"gate {name} (prediction files)", nested=mlflow.active_run() is not None
+        )
+    except Exception as exc:  # noqa: BLE001 - MLflow and requests raise many kinds here
+        raise store.refusal(exc, uri) or TrackingError(
+            f"cannot start an MLflow run on {redact_credentials(uri)}: {exc}"
+        ) from None
+    result.run_id = run.info.run_id
+    try:
+        mlflow.set_tags(tracking.owner_tags())
+        mlflow.log_params(
+            {
+                "source": "prediction files",
+                "labels": str(labels),
+                "previous_predictions": result.baseline["predictions"],
+                "candidate_predictions": result.candidate["predictions"],
+                "n_rows": result.n,
+                "config": cfg.source,
+            }
+        )
+        tracking.log_json([{"metric": r.metric, r.kind: r.threshold} for r in cfg.rules], "gate/config.json")
+        report = result.to_dict()
+        decision.log(report)
+        tag_run(report)
+        mlflow.end_run("FINISHED")
+    except BaseException as exc:
+        end_failed(exc, [run.info.run_id], client)
+        if store.looks_unreachable(exc):
+            raise TrackingError(f"tracking server or storage became unreachable during the gate: {exc}") from None
+        raise

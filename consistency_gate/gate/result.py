@@ -1,0 +1,119 @@
+"""What a gate decided: :class:`GateResult`, the ``--report`` JSON of ``consistency-gate check``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from consistency_gate.gate import rules
+from consistency_gate.mlops.registry import Promotion
+
+if TYPE_CHECKING:
+    from consistency_gate.gate.decision import Decision
+
+NOTHING_TO_DECIDE = "nothing to decide"
+
+
+@dataclass
+class GateResult:
+    """The verdict and everything behind it; ``to_dict()`` is the ``--report`` JSON.
+
+    ``candidate`` and ``baseline`` describe the two generations: a registered version
+    (``name``, ``version``, ``alias``) or, for a gate of prediction files, ``name`` and the
+    ``predictions`` file.
+
+    >>> result = GateResult("passed", [], {"ctoi": 0.01}, None, {"name": "clf", "version": "2"}, None)
+    >>> result.exit_code, result.outcome
+    (0, 'passed')
+    """
+
+    verdict: str
+    rules: list[rules.RuleResult]
+    metrics: dict[str, float | None]
+    run_id: str | None
+    candidate: dict
+    baseline: dict | None
+    first_generation: bool = False
+    registered_version: str | None = None
+    promoted: bool = False
+    promotion: dict | None = None  # registry.Promotion.to_dict(): what the alias holds, and why
+    ensemble: dict | None = None
+    null_reasons: dict[str, str] = field(default_factory=dict)
+    unknown_labels: dict[str, int] = field(default_factory=dict)
+    n: int = 0
+    confidence: float = 0.95
+    intervals: dict[str, list[float]] = field(default_factory=dict)  # {metric: [low, high]} at ``confidence``
+    tests: dict[str, float] = field(default_factory=dict)  # {"mcnemar_p": p}
+    slices: list[dict] | None = None  # each slice's metrics and intervals, when the config names slices
+    timings: dict[str, float] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, decision: Decision, candidate: dict, baseline: dict | None, run_id: str | None = None) -> GateResult:
+        """The result of a gate that decided on the candidate alone (no remediation or promotion yet)."""
+        comparison = decision.comparison
+        return cls(
+            verdict=decision.verdict,
+            rules=decision.rules,
+            metrics=decision.metrics,
+            run_id=run_id,
+            candidate=candidate,
+            baseline=baseline,
+            first_generation=decision.first_generation,
+            null_reasons=comparison.null_reasons,
+            unknown_labels=comparison.unknown_labels,
+            n=comparison.n,
+            confidence=comparison.confidence,
+            intervals=decision.intervals,
+            tests=decision.tests,
+            slices=decision.slices,
+        )
+
+    @property
+    def exit_code(self) -> int:
+        """0 passed (or nothing to decide), 1 failed; 4 a promotion refused because the baseline
+        moved, 5 a promotion whose outcome could not be read back."""
+        if self.verdict == NOTHING_TO_DECIDE:
+            return 0
+        if self.verdict != "passed":
+            return 1
+        return Promotion(**self.promotion).exit_code if self.promotion else 0
+
+    @property
+    def candidate_verdict(self) -> str:
+        """The single candidate's own verdict (``verdict`` is the final one, after remediation)."""
+        return rules.verdict(self.rules)
+
+    @property
+    def outcome(self) -> str:
+        """What happened, in one word: passed (the candidate), remediated (an ensemble passed and was
+        registered in its place) or failed."""
+        if self.verdict == NOTHING_TO_DECIDE:
+            return NOTHING_TO_DECIDE
+        if self.candidate_verdict == "passed":
+            return "passed"
+        return "remediated" if self.registered_version is not None else "failed"
+
+    def to_dict(self) -> dict:
+        """The JSON report (``--report``, ``--format json``, ``gate/report.json``)."""
+        return {
+            "verdict": self.verdict,
+            "candidate_verdict": self.candidate_verdict,
+            "outcome": self.outcome,
+            "rules": [r.to_dict() for r in self.rules],
+            "metrics": self.metrics,
+            "run_id": self.run_id,
+            "candidate": self.candidate,
+            "baseline": self.baseline,
+            "registered_version": self.registered_version,
+            "ensemble": self.ensemble,
+            "first_generation": self.first_generation,
+            "promoted": self.promoted,
+            "promotion": self.promotion,
+            "n": self.n,
+            "unknown_labels": self.unknown_labels,
+            "confidence": self.confidence,
+            "intervals": self.intervals,
+            "tests": self.tests,
+            **({"slices": self.slices} if self.slices is not None else {}),
+            "null_reasons": self.null_reasons,
+        }

@@ -1,0 +1,128 @@
+"""`consistency-gate check` on prediction files, without a registry: the same rules, verdict, report and
+exit codes as the gate of registered models, and the same run on a real SQLite store when a tracking URI
+is given."""
+
+import json
+import os
+
+import numpy as np
+import pandas as pd
+import pytest
+from conftest import run_cli
+from mlflow import MlflowClient
+
+from consistency_gate.engines.local import compare_files
+
+RULES = "rules:\n  - {metric: con, min: 0.5}\n  - {metric: ctoi, max: 0.05, decide: upper}\nks: [1, 2]\n"
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    root = tmp_path_factory.mktemp("files")
+    rng = np.random.default_rng(3)
+    n, classes = 400, ["cat", "dog", "eel"]
+    y = rng.integers(0, 3, n)
+    ids = [f"s{i}" for i in range(n)]
+    a, b = rng.random((n, 3)), rng.random((n, 3))
+    a[np.arange(n), y] += 0.8
+    b[np.arange(n), y] += 0.5
+    region = np.where(rng.random(n) < 0.3, "north", "south")
+    pd.DataFrame({"id": ids, "label": np.array(classes)[y], "region": region}).to_csv(root / "labels.csv", index=False)
+    pd.DataFrame(a, columns=classes).assign(id=ids).to_csv(root / "gen1.csv", index=False)
+    shuffled = pd.DataFrame(b, columns=classes[::-1]).assign(id=ids).sample(frac=1, random_state=0)
+    shuffled.to_parquet(root / "gen2.parquet", index=False)
+    (root / "gate.yaml").write_text(RULES)
+    return root
+
+
+def _args(root, *extra):
+    return (
+        "check",
+        "--labels",
+        root / "labels.csv",
+        "--previous-predictions",
+        root / "gen1.csv",
+        "--candidate-predictions",
+        root / "gen2.parquet",
+        "--id-column",
+        "id",
+        "--config",
+        root / "gate.yaml",
+        *extra,
+    )
+
+
+def _env_without_tracking():
+    return {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
+
+
+def test_files_gate_like_models_without_a_registry(files, tmp_path):
+    report = tmp_path / "report.json"
+    proc = run_cli(*_args(files, "--report", report), cwd=tmp_path, env=_env_without_tracking())
+    saved = json.loads(report.read_text())
+    expected = compare_files(
+        files / "labels.csv", files / "gen1.csv", files / "gen2.parquet", id_column="id", ks=[1, 2]
+    )
+    ctoi_upper = expected.intervals["ctoi"][1]
+    assert proc.returncode == (0 if ctoi_upper <= 0.05 and expected.metrics["con"] >= 0.5 else 1), proc.stderr
+    assert saved["metrics"] == pytest.approx(expected.metrics)
+    assert saved["intervals"]["ctoi"] == pytest.approx(expected.intervals["ctoi"])
+    assert saved["tests"]["mcnemar_p"] == pytest.approx(expected.tests["mcnemar_p"])
+    assert saved["run_id"] is None and saved["promoted"] is False and saved["confidence"] == 0.95
+    assert [r["compared"] for r in saved["rules"]] == pytest.approx([expected.metrics["con"], ctoi_upper])
+    assert saved["candidate"] == {"name": "predictions", "version": None, "predictions": str(files / "gen2.parquet")}
+    assert f"Gate predictions {files / 'gen2.parquet'} against {files / 'gen1.csv'} on 400 samples" in proc.stdout
+    assert not (tmp_path / "mlflow.db").exists() and not (tmp_path / "mlruns").exists()  # nothing logged
+
+
+def test_files_gate_logs_the_same_run_with_a_tracking_uri(files, tmp_path):
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    config = tmp_path / "sliced.yaml"
+    config.write_text("slices: [region]\n" + RULES.replace("decide: upper}", "decide: upper, per_slice: true}"))
+    report = tmp_path / "report.json"
+    env = {**_env_without_tracking(), "MLFLOW_TRACKING_URI": uri}  # $MLFLOW_TRACKING_URI is a tracking URI too
+    proc = run_cli(*_args(files, "--report", report, "--name", "nightly-clf", "--config", config), env=env)
+    assert proc.returncode in (0, 1), proc.stderr
+    saved = json.loads(report.read_text())
+    assert {s["value"] for s in saved["slices"]} == {"north", "south"}
+    client = MlflowClient(tracking_uri=uri)
+    run = client.get_run(saved["run_id"])
+    assert run.info.status == "FINISHED"
+    assert run.info.experiment_id == client.get_experiment_by_name("consistency-gate/nightly-clf").experiment_id
+    assert run.data.params["candidate_predictions"] == str(files / "gen2.parquet")
+    assert run.data.tags["consistency_gate.verdict"] == saved["candidate_verdict"]
+    assert run.data.metrics["ctoi"] == pytest.approx(saved["metrics"]["ctoi"])
+    assert run.data.metrics["interval/ctoi_high"] == pytest.approx(saved["intervals"]["ctoi"][1])
+    artifacts = {a.path for a in client.list_artifacts(run.info.run_id, "gate")}
+    assert {"gate/rules.json", "gate/slices.json", "gate/flips.json", "gate/flips.csv", "gate/report.json"} <= artifacts
+    flips = pd.read_csv(client.download_artifacts(run.info.run_id, "gate/flips.csv", str(tmp_path)))
+    assert len(flips) == 400 and flips["id"].iloc[0] == "s0"
+    assert (flips["flip"] == "CtoI").mean() == pytest.approx(saved["metrics"]["ctoi"])
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (("--model", "m"), "--model cannot be combined with --labels"),
+        (("--promote",), "--promote cannot be combined"),
+        (("--engine", "spark"), "--engine spark cannot be combined"),
+    ],
+)
+def test_mixed_options_are_usage_errors(files, extra, message):
+    proc = run_cli(*_args(files, *extra), env=_env_without_tracking())
+    assert proc.returncode == 2 and message in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_missing_file_option_remediation_and_bad_data(files, tmp_path):
+    args = list(_args(files))
+    partial = args[:5] + args[7:]  # no --candidate-predictions
+    proc = run_cli(*partial, env=_env_without_tracking())
+    assert proc.returncode == 2 and "missing --candidate-predictions" in proc.stderr
+    remediation = tmp_path / "remediate.yaml"
+    remediation.write_text(RULES + "remediation:\n  data: train.csv\n")
+    proc = run_cli(*_args(files, "--config", remediation), env=_env_without_tracking())
+    assert proc.returncode == 2 and "remediation trains and registers models" in proc.stderr
+    bad = tmp_path / "labels.csv"
+    pd.read_csv(files / "labels.csv").rename(columns={"label": "truth"}).to_csv(bad, index=False)
+    proc = run_cli(*_args(files)[:2], bad, *_args(files)[3:], env=_env_without_tracking())
+    assert proc.returncode == 3 and "column 'label' not found" in proc.stderr
