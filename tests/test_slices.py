@@ -52,6 +52,26 @@ def test_slice_counts_equal_counts_of_the_subset_and_merge_for_any_split(batch, 
         assert counts.compute() == direct.compute() and counts.n == mask.sum()
 
 
+def test_slice_counts_of_scores_equal_counts_of_each_subset():
+    """Top-k, Pearson and cosine per slice (summed with bincount) equal the counts of the subset itself."""
+    rng = np.random.default_rng(1)
+    n, p = 300, 6
+    y = rng.integers(0, p, n)
+    a, b = rng.random((n, p)), rng.random((n, p))
+    b[:5] = 1.0  # constant rows: Pearson undefined there
+    region = rng.choice(["eu", "us", "apac"], n)
+    prev, cand = (Outputs.from_scores(m, np.arange(p), 3) for m in (a, b))
+    sliced = SliceCounts(ks=(1, 3)).update(y, prev, cand, {"region": region, "true_class": y})
+    for (column, value), counts in sliced.parts.items():
+        mask = (region if column == "region" else y.astype(str)) == value
+        sub = [Outputs.from_scores(m[mask], np.arange(p), 3) for m in (a, b)]
+        direct = ConsistencyCounts(ks=(1, 3)).update(y[mask], *sub)
+        got, want = counts.compute()[0], direct.compute()[0]
+        assert got.keys() == want.keys() and counts.n == mask.sum()
+        for key, value_ in want.items():
+            assert got[key] == pytest.approx(value_, abs=1e-12), (column, value, key)
+
+
 def test_slice_intervals_are_the_slices_own_wilson_intervals():
     y = np.zeros(30, dtype=int)
     prev, cand = np.zeros(30, dtype=int), np.array([1] * 6 + [0] * 24)

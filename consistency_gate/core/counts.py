@@ -19,6 +19,7 @@ the same numbers.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 
 import numpy as np
@@ -55,16 +56,6 @@ class Outputs:
     def from_labels(cls, labels: np.ndarray) -> Outputs:
         """Outputs from hard predicted class ids."""
         return cls(labels=np.asarray(labels, dtype=np.int64))
-
-    def take(self, rows: np.ndarray) -> Outputs:
-        """The outputs of the given rows (positions or a boolean mask).
-
-        >>> Outputs.from_labels(np.array([3, 4, 5])).take(np.array([2, 0])).labels.tolist()
-        [5, 3]
-        """
-        pick = None if self.top is None else self.top[rows]
-        scores = None if self.scores is None else self.scores[rows]
-        return Outputs(labels=self.labels[rows], top=pick, scores=scores, columns=self.columns)
 
     @property
     def has_scores(self) -> bool:
@@ -126,22 +117,47 @@ class ConsistencyCounts:
 
     def update(self, y_true: np.ndarray, previous: Outputs, candidate: Outputs) -> ConsistencyCounts:
         """Add one batch (true class ids and both generations' outputs); returns self."""
+        values = self.sample_values(y_true, previous, candidate)
+        totals = {key: v.sum() for key, v in values.items()}
+        return self.add(totals, len(y_true), (previous.has_scores, candidate.has_scores))
+
+    def sample_values(self, y_true: np.ndarray, previous: Outputs, candidate: Outputs) -> dict[str, np.ndarray]:
+        """Each additive state's per-sample values on one batch, keyed by state name (``name@k``
+        for per-k states). Their sums are :meth:`update`'s totals; their sums per slice value are
+        :class:`~consistency_gate.core.slices.SliceCounts`' (one definition of every count).
+
+        >>> previous, candidate = Outputs.from_labels(np.array([0, 0])), Outputs.from_labels(np.array([0, 1]))
+        >>> values = ConsistencyCounts().sample_values(np.array([0, 1]), previous, candidate)
+        >>> values["itoc"].tolist(), values["agree"].tolist()
+        ([False, True], [True, False])
+        """
         y_true = np.asarray(y_true, dtype=np.int64)
-        self._check_kind("previous", previous.has_scores)
-        self._check_kind("candidate", candidate.has_scores)
-        self.n += y_true.size
         flips = rows.flip_indicators(y_true, previous.labels, candidate.labels)
-        self.ctoc, self.ctoi, self.itoc, self.itoi = (
-            total + int(ind.sum()) for total, ind in zip(self.flip_counts, flips, strict=True)
-        )
-        self.correct_previous += int((flips[0] | flips[1]).sum())
-        self.correct_candidate += int((flips[0] | flips[2]).sum())
-        self.agree += int((previous.labels == candidate.labels).sum())
-        self.unknown_previous += _unknown(y_true, previous)
-        self.unknown_candidate += _unknown(y_true, candidate)
-        self._update_topk(y_true, previous, candidate)
+        values: dict[str, np.ndarray] = dict(zip(FLIP_NAMES, flips, strict=True))
+        values["correct_previous"] = flips[0] | flips[1]
+        values["correct_candidate"] = flips[0] | flips[2]
+        values["agree"] = previous.labels == candidate.labels
+        values["unknown_previous"] = _unknown(y_true, previous)
+        values["unknown_candidate"] = _unknown(y_true, candidate)
+        values.update(self._topk_values(y_true, previous, candidate, values["agree"]))
         if previous.has_scores and candidate.has_scores:
-            self._update_similarity(previous, candidate)
+            values.update(_similarity_values(previous, candidate))
+        return values
+
+    def add(self, totals: Mapping[str, float], n: int, kinds: tuple[bool, bool]) -> ConsistencyCounts:
+        """Add ``n`` samples' totals (state name or ``name@k`` -> total, as :meth:`sample_values`
+        keys them) of a batch whose generations gave scores or not (``kinds``); returns self."""
+        self._check_kind("previous", kinds[0])
+        self._check_kind("candidate", kinds[1])
+        self.n += n
+        for key, total in totals.items():
+            name, _, k = key.partition("@")
+            if k:
+                getattr(self, name)[int(k)] += int(round(total))
+            elif isinstance(getattr(self, name), float):
+                setattr(self, name, getattr(self, name) + float(total))
+            else:
+                setattr(self, name, getattr(self, name) + int(round(total)))
         return self
 
     @property
@@ -157,40 +173,26 @@ class ConsistencyCounts:
         elif known != has_scores:
             raise ValueError(f"the {role} generation mixes score batches and hard-label batches")
 
-    def _update_topk(self, y_true: np.ndarray, previous: Outputs, candidate: Outputs) -> None:
-        ranks = {}
+    def _topk_values(
+        self, y_true: np.ndarray, previous: Outputs, candidate: Outputs, agree: np.ndarray
+    ) -> dict[str, np.ndarray]:
+        values, ranks = {}, {}
         for role, out in zip(ROLES, (previous, candidate), strict=True):
             if out.top is not None:
                 if out.top.shape[1] < self.k_max:
                     raise ValueError(f"the {role} outputs hold the top {out.top.shape[1]}, need {self.k_max}")
                 top = out.top[:, : self.k_max]
                 ranks[role] = top
-                counter = self.cacc_previous if role == "previous" else self.cacc_candidate
                 true_rank = rows.true_class_rank(y_true, top)
                 for k in self.ks:
-                    counter[k] += int((true_rank <= k).sum())
+                    values[f"cacc_{role}@{k}"] = true_rank <= k
         if len(ranks) == 2:
             shared = rows.first_shared_rank(ranks["previous"], ranks["candidate"])
             for k in self.ks:
-                self.ccon[k] += int((shared <= k).sum())
+                values[f"ccon@{k}"] = shared <= k
         elif 1 in self.ks:
-            self.ccon[1] += int((previous.labels == candidate.labels).sum())
-
-    def _update_similarity(self, previous: Outputs, candidate: Outputs) -> None:
-        a, b = previous.scores, candidate.scores
-        if not np.array_equal(previous.columns, candidate.columns):
-            # over the union of both class sets; a class a generation lacks scores 0 there
-            union = np.union1d(previous.columns, candidate.columns)
-            a, b = _on_classes(a, previous.columns, union), _on_classes(b, candidate.columns, union)
-        sum_a, sum_b, sq_a, sq_b, dot = rows.row_moments(a, b)
-        r = rows.rowwise_pearson(sum_a, sum_b, sq_a, sq_b, dot, a.shape[1], rel_tol=rows.rounding_tolerance(a, b))
-        c = rows.rowwise_cosine(sq_a, sq_b, dot)
-        self.pearson_sum += float(np.nansum(r))
-        self.pearson_sq += float(np.nansum(r * r))
-        self.pearson_n += int((~np.isnan(r)).sum())
-        self.cosine_sum += float(np.nansum(c))
-        self.cosine_sq += float(np.nansum(c * c))
-        self.cosine_n += int((~np.isnan(c)).sum())
+            values["ccon@1"] = agree
+        return values
 
     def merge(self, other: ConsistencyCounts) -> ConsistencyCounts:
         """A new ConsistencyCounts holding both sets of counts (map-reduce's reduce step)."""
@@ -347,7 +349,27 @@ def _on_classes(scores: np.ndarray, columns: np.ndarray, classes: np.ndarray) ->
     return out
 
 
-def _unknown(y_true: np.ndarray, out: Outputs) -> int:
+def _unknown(y_true: np.ndarray, out: Outputs) -> np.ndarray:
+    """Per sample: its true class is not a class of this generation's scores."""
     if out.columns is None:
-        return 0
-    return int((~np.isin(y_true, out.columns)).sum())
+        return np.zeros(y_true.size, dtype=bool)
+    return ~np.isin(y_true, out.columns)
+
+
+def _similarity_values(previous: Outputs, candidate: Outputs) -> dict[str, np.ndarray]:
+    """Per-sample Pearson and cosine of the two score vectors (0 and not counted where undefined)."""
+    a, b = previous.scores, candidate.scores
+    if not np.array_equal(previous.columns, candidate.columns):
+        # over the union of both class sets; a class a generation lacks scores 0 there
+        union = np.union1d(previous.columns, candidate.columns)
+        a, b = _on_classes(a, previous.columns, union), _on_classes(b, candidate.columns, union)
+    sum_a, sum_b, sq_a, sq_b, dot = rows.row_moments(a, b)
+    r = rows.rowwise_pearson(sum_a, sum_b, sq_a, sq_b, dot, a.shape[1], rel_tol=rows.rounding_tolerance(a, b))
+    c = rows.rowwise_cosine(sq_a, sq_b, dot)
+    values = {}
+    for name, per_row in (("pearson", r), ("cosine", c)):
+        defined = ~np.isnan(per_row)
+        values[f"{name}_sum"] = np.where(defined, per_row, 0.0)
+        values[f"{name}_sq"] = np.where(defined, per_row * per_row, 0.0)
+        values[f"{name}_n"] = defined
+    return values

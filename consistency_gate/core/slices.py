@@ -69,20 +69,23 @@ class SliceCounts:
     ) -> SliceCounts:
         """Add one batch; ``keys[column]`` is each sample's value of that slicing column. Returns self.
 
-        Raises DataError when a column has more than ``MAX_SLICE_VALUES`` distinct values.
+        The batch's per-sample values are computed once (:meth:`ConsistencyCounts.sample_values`)
+        and summed per slice value with ``np.bincount``, whatever the number of slices. Raises
+        DataError when a column has more than ``MAX_SLICE_VALUES`` distinct values.
         """
-        y_true = np.asarray(y_true, dtype=np.int64)
-        for column, values in keys.items():
-            codes, uniques = pd.factorize(pd.Series(values).astype("string").fillna(MISSING).to_numpy(), sort=False)
-            order = np.argsort(codes, kind="stable")
-            bounds = np.concatenate([[0], np.cumsum(np.bincount(codes, minlength=len(uniques)))])
+        values = ConsistencyCounts(ks=self.ks).sample_values(y_true, previous, candidate)
+        kinds = (previous.has_scores, candidate.has_scores)
+        for column, slice_keys in keys.items():
+            text = pd.Series(slice_keys).astype("string").fillna(MISSING).to_numpy()
+            codes, uniques = pd.factorize(text, sort=False)
+            sizes = np.bincount(codes, minlength=len(uniques))
+            totals = {key: np.bincount(codes, weights=v, minlength=len(uniques)) for key, v in values.items()}
             for code, value in enumerate(uniques):
                 key = (column, str(value))
                 if key not in self.parts:
                     self._check_room(column)
                     self.parts[key] = ConsistencyCounts(ks=self.ks)
-                rows = order[bounds[code] : bounds[code + 1]]
-                self.parts[key].update(y_true[rows], previous.take(rows), candidate.take(rows))
+                self.parts[key].add({name: total[code] for name, total in totals.items()}, int(sizes[code]), kinds)
         return self
 
     def _check_room(self, column: str) -> None:
