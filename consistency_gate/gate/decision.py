@@ -8,12 +8,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import pandas as pd
 
 from consistency_gate.core.evaluation import ComparisonResult
 from consistency_gate.gate import rules
 from consistency_gate.mlops import tracking
+
+if TYPE_CHECKING:
+    from mlflow.data.dataset import Dataset
 
 
 @dataclass
@@ -83,10 +87,11 @@ class Decision:
             rows.append({**s.to_dict(), "metrics": metrics, "intervals": intervals})
         return rows
 
-    def log(self, report: dict) -> None:
+    def log(self, report: dict, model_id: str | None = None, dataset: Dataset | None = None) -> None:
         """Metrics and their intervals, rule table, slice table, flip table, plots and the JSON
-        report into the active MLflow run."""
-        tracking.log_metrics(self.metrics)
+        report into the active MLflow run; the metrics also linked to the candidate's logged model
+        (``model_id``) measured on ``dataset``, when known."""
+        tracking.log_metrics(self.metrics, model_id=model_id, dataset=dataset)
         tracking.log_intervals(self.intervals, self.tests)
         rows = [{**r.to_dict(), "rule": r.rule.describe()} for r in self.rules]
         tracking.log_rules([{k: v for k, v in row.items() if k != "slices"} for row in rows])  # slices: own table

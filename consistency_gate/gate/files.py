@@ -28,6 +28,7 @@ from consistency_gate.gate.result import GateResult
 from consistency_gate.gate.run import end_failed
 from consistency_gate.io import predictions as io
 from consistency_gate.mlops import store, tracking
+from consistency_gate.report.tables import verdict_markdown
 
 if TYPE_CHECKING:
     from mlflow import MlflowClient
@@ -145,6 +146,7 @@ def _log_run(
         report = result.to_dict()
         decision.log(report)
         tag_run(report)
+        tracking.describe_run(verdict_markdown(report))
         mlflow.end_run("FINISHED")
     except BaseException as exc:
         end_failed(exc, [run.info.run_id], client)

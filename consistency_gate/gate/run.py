@@ -40,10 +40,12 @@ from consistency_gate.gate.decision import Decision, tag_run
 from consistency_gate.gate.result import NOTHING_TO_DECIDE, GateResult
 from consistency_gate.io import predictions as io
 from consistency_gate.mlops import registry, scoring, store, tracking
+from consistency_gate.report.tables import verdict_markdown
 
 if TYPE_CHECKING:
     import mlflow
     from mlflow import MlflowClient
+    from mlflow.data.dataset import Dataset
 
 DEFAULT_BASELINE = "@champion"
 # with --engine spark the driver validates (great-expectations) and diagnoses this many first rows
@@ -80,6 +82,7 @@ class _GateRun:
     partitions: int | None
     timings: dict[str, float]
     started: list[str] = field(default_factory=list)  # the runs it opened: the gate run, a remediation run
+    dataset: Dataset | None = None  # the evaluation data as logged to the run (metrics are linked to it)
 
     @property
     def run_id(self) -> str:
@@ -332,6 +335,9 @@ def _gate_in_run(gate: _GateRun) -> GateResult:
         models = [scoring.load_model(ref, cfg.classes) for ref in ([base_ref] if base_ref else []) + [cand_ref]]
     with gate.timed("validation"):
         _validate(gate, models)
+    with gate.timed("logging"):
+        rows_of = "" if gate.engine == "local" else f" (first {len(frame):,} rows)"
+        gate.dataset = tracking.log_evaluation_data(frame, gate.data_path, gate.label_column, rows_of)
     with gate.timed("predict"):  # on Spark: the sample only (classes, diagnosis); the job predicts the rest
         frames = [scoring.predict(m, frame, gate.non_features) for m in models]
     base_scores = frames[0] if base_ref else None
@@ -341,7 +347,7 @@ def _gate_in_run(gate: _GateRun) -> GateResult:
     baseline = base_ref.to_dict() if base_ref else None
     result = GateResult.of(single, cand_ref.to_dict(), baseline, gate.run_id)
     with gate.timed("logging"):
-        single.log(result.to_dict())
+        single.log(result.to_dict(), cand_ref.model_id, gate.dataset)
         if base_scores is not None:
             _log_diagnosis(base_scores, frames[-1], frame[gate.label_column])
         registry.tag_version(gate.client, cand_ref, single.verdict, _kind(cand_ref), gate.run_id)
@@ -359,8 +365,10 @@ def _gate_in_run(gate: _GateRun) -> GateResult:
             promotion = registry.promote(gate.client, cand_ref.name, alias, promoted_version, expected, gate.run_id)
             result.promoted = promotion.promoted
             result.promotion = promotion.to_dict()
-        tracking.log_json(result.to_dict(), "gate/report.json")
-        tag_run(result.to_dict())
+        report = result.to_dict()
+        tracking.log_json(report, "gate/report.json")
+        tag_run(report)
+        tracking.describe_run(verdict_markdown(report))
     result.timings = dict(gate.timings)
     return result
 
@@ -445,7 +453,7 @@ def _remediate(gate: _GateRun, comparer: _Comparer, cand_model: scoring.LoadedMo
             "run_id": child.info.run_id,
             "registered_version": None,
         }
-        decision.log(report)
+        decision.log(report, model_info.model_id, gate.dataset)
         if decision.verdict == "passed":
             version = str(mlflow.register_model(model_info.model_uri, cand_ref.name).version)
             ensemble_ref = registry.ModelRef(cand_ref.name, version)

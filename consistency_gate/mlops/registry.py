@@ -18,6 +18,7 @@ from consistency_gate.mlops.store import looks_unreachable, mlflow_tracking_uri,
 
 if TYPE_CHECKING:
     from mlflow import MlflowClient
+    from mlflow.entities.model_registry import ModelVersion
 
 CLASSES_TAG = "consistency_gate.classes"
 TAG_VERDICT = "consistency_gate.verdict"
@@ -35,6 +36,7 @@ class ModelRef:
     alias: str | None = None
     run_id: str | None = None
     tags: dict[str, str] = field(default_factory=dict)
+    model_id: str | None = None  # the MLflow 3 logged model behind the version (its page shows linked metrics)
 
     @property
     def uri(self) -> str:
@@ -77,7 +79,21 @@ def resolve_version(client: MlflowClient, name: str, spec: str | None) -> ModelR
     except MlflowException as exc:
         what = f"alias '@{spec[1:]}' is not set" if spec and spec.startswith("@") else f"version '{spec}' not found"
         _reraise(exc, f"model '{name}': {what}; list versions with the MLflow UI or `mlflow models`")
-    return ModelRef(name, str(mv.version), alias, mv.run_id, dict(mv.tags or {}))
+    return ModelRef(name, str(mv.version), alias, mv.run_id, dict(mv.tags or {}), logged_model_id(mv))
+
+
+def logged_model_id(mv: ModelVersion) -> str | None:
+    """The id of the MLflow 3 logged model a version was registered from (``m-...``), or None
+    (a version registered from a run's artifact path has none).
+
+    >>> from mlflow.entities.model_registry import ModelVersion
+    >>> logged_model_id(ModelVersion("clf", "3", 0, source="models:/m-1f2e3d"))
+    'm-1f2e3d'
+    """
+    if getattr(mv, "model_id", None):
+        return mv.model_id
+    source = mv.source or ""
+    return source.removeprefix("models:/") if source.startswith("models:/m-") else None
 
 
 def tag_version(

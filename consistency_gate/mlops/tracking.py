@@ -16,6 +16,7 @@ from consistency_gate.report import plots
 
 if TYPE_CHECKING:
     from mlflow import MlflowClient
+    from mlflow.data.dataset import Dataset
 
 EXPERIMENT_PREFIX = "consistency-gate"
 
@@ -75,14 +76,49 @@ def mlflow_metric_name(key: str) -> str:
     return key.replace("@", "_at_")
 
 
-def log_metrics(metrics: dict[str, float | None], prefix: str = "") -> None:
-    """Log the non-null metrics to the active run (``@`` written as ``_at_``).
+def log_metrics(
+    metrics: dict[str, float | None], prefix: str = "", model_id: str | None = None, dataset: Dataset | None = None
+) -> None:
+    """Log the non-null metrics to the active run (``@`` written as ``_at_``); with ``model_id``
+    (and ``dataset``) they are linked to that MLflow 3 logged model too, so its model page shows
+    them, measured on that dataset.
 
     >>> log_metrics({"con": 0.97, "ccon@5": 0.99, "pearson": None})  # logs con and ccon_at_5  # doctest: +SKIP
     """
     import mlflow
 
-    mlflow.log_metrics({prefix + mlflow_metric_name(k): float(v) for k, v in metrics.items() if v is not None})
+    values = {prefix + mlflow_metric_name(k): float(v) for k, v in metrics.items() if v is not None}
+    mlflow.log_metrics(values, model_id=model_id, dataset=dataset if model_id else None)
+
+
+def log_evaluation_data(frame: pd.DataFrame, path: Path, label_column: str, rows_of: str = "") -> Dataset:
+    """Log the evaluation data as the active run's input (context ``evaluation``): name, digest,
+    source and schema show under "Datasets" on the run page. ``rows_of`` says when ``frame`` is
+    only the first rows of a larger file (``--engine spark``). Returns the dataset, to link metrics to.
+
+    >>> with mlflow.start_run():  # doctest: +SKIP
+    ...     dataset = log_evaluation_data(frame, Path("eval.parquet"), "label")
+    """
+    import warnings
+
+    import mlflow
+
+    with warnings.catch_warnings():  # MLflow warns that a local path could be two kinds of source
+        warnings.simplefilter("ignore")
+        dataset = mlflow.data.from_pandas(frame, source=str(path), targets=label_column, name=path.name + rows_of)
+    mlflow.log_input(dataset, context="evaluation")
+    return dataset
+
+
+def describe_run(markdown: str) -> None:
+    """Set the active run's description (shown on its page in the MLflow UI).
+
+    >>> with mlflow.start_run():  # doctest: +SKIP
+    ...     describe_run(verdict_markdown(report))
+    """
+    import mlflow
+
+    mlflow.set_tag("mlflow.note.content", markdown)
 
 
 def log_json(payload: object, artifact_file: str) -> None:
