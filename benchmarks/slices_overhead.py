@@ -16,6 +16,7 @@ import statistics
 import time
 
 import numpy as np
+from metrics_throughput import batches  # the same stream of score batches
 
 from consistency_gate.core.counts import ConsistencyCounts, Outputs
 from consistency_gate.core.slices import SliceCounts
@@ -28,21 +29,13 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=20_000)
     args = parser.parse_args()
     ks = (1, 5)
-    rng = np.random.default_rng(0)
+    rng = np.random.default_rng(1)
     plain, sliced, slices = ConsistencyCounts(ks=ks), ConsistencyCounts(ks=ks), SliceCounts(ks=ks)
-    columns = np.arange(args.p)
-    warm = Outputs.from_scores(rng.random((10, args.p), dtype=np.float32), columns, 5)
+    warm = Outputs.from_scores(rng.random((10, args.p), dtype=np.float32), np.arange(args.p), 5)
     ConsistencyCounts(ks=ks).update(np.zeros(10, dtype=np.int64), warm, warm)  # numba compiles outside the timings
     ratios, t_plain, t_sliced = [], 0.0, 0.0
-    for i, start in enumerate(range(0, args.n, args.batch)):
-        size = min(args.batch, args.n - start)
-        y = rng.integers(0, args.p, size)
-        a, b = rng.random((size, args.p), dtype=np.float32), rng.random((size, args.p), dtype=np.float32)
-        a[np.arange(size), y] += 0.5
-        b[np.arange(size), (y + rng.integers(0, 2, size)) % args.p] += 0.5
-        region = rng.integers(0, 10, size).astype(str)
-
-        batch = (y, a, b, region)
+    for i, (y, a, b) in enumerate(batches(args.n, args.p, args.batch)):
+        batch = (y, a, b, rng.integers(0, 10, y.size).astype(str))
         if i % 2 == 0:
             unsliced, with_slices = _unsliced(plain, batch), _sliced(sliced, slices, batch)
         else:
@@ -71,8 +64,9 @@ def _sliced(counts: ConsistencyCounts, slices: SliceCounts, batch: tuple) -> flo
     columns = np.arange(a.shape[1])
     t0 = time.perf_counter()
     previous, candidate = Outputs.from_scores(a, columns, 5), Outputs.from_scores(b, columns, 5)
-    counts.update(y, previous, candidate)
-    slices.update(y, previous, candidate, {"true_class": y, "region": region})
+    values = counts.sample_values(y, previous, candidate)  # once for the count and its slices, as Evaluation does
+    counts.add_values(values, (True, True))
+    slices.add_values(values, (True, True), {"true_class": y, "region": region})
     return time.perf_counter() - t0
 
 

@@ -118,8 +118,12 @@ class ConsistencyCounts:
     def update(self, y_true: np.ndarray, previous: Outputs, candidate: Outputs) -> ConsistencyCounts:
         """Add one batch (true class ids and both generations' outputs); returns self."""
         values = self.sample_values(y_true, previous, candidate)
-        totals = {key: v.sum() for key, v in values.items()}
-        return self.add(totals, len(y_true), (previous.has_scores, candidate.has_scores))
+        return self.add_values(values, (previous.has_scores, candidate.has_scores))
+
+    def add_values(self, values: Mapping[str, np.ndarray], kinds: tuple[bool, bool]) -> ConsistencyCounts:
+        """Add a batch's per-sample values (:meth:`sample_values`) of generations that gave scores or
+        not (``kinds``); returns self."""
+        return self.add({key: v.sum() for key, v in values.items()}, len(values["ctoc"]), kinds)
 
     def sample_values(self, y_true: np.ndarray, previous: Outputs, candidate: Outputs) -> dict[str, np.ndarray]:
         """Each additive state's per-sample values on one batch, keyed by state name (``name@k``

@@ -197,10 +197,12 @@ class Evaluation:
             )
         outputs = [self._outputs(frame, layout) for frame, layout in zip(frames, self.layouts, strict=True)]
         for (i, j), counts in self.pairs.items():
-            counts.update(y, outputs[i], outputs[j])
-        if self.slice_counts is not None:
-            keys = {name: labels if name == TRUE_CLASS else slices[name] for name in self.slice_columns}
-            self.slice_counts.update(y, outputs[0], outputs[1], keys)
+            values = counts.sample_values(y, outputs[i], outputs[j])
+            kinds = (outputs[i].has_scores, outputs[j].has_scores)
+            counts.add_values(values, kinds)
+            if (i, j) == (0, 1) and self.slice_counts is not None:  # the same values, summed per slice
+                keys = {name: labels if name == TRUE_CLASS else slices[name] for name in self.slice_columns}
+                self.slice_counts.add_values(values, kinds, keys)
         if self.keep_samples:
             self._samples.append(self._sample_table(labels, y, outputs))
 

@@ -67,14 +67,16 @@ class SliceCounts:
     def update(
         self, y_true: np.ndarray, previous: Outputs, candidate: Outputs, keys: Mapping[str, np.ndarray | pd.Series]
     ) -> SliceCounts:
-        """Add one batch; ``keys[column]`` is each sample's value of that slicing column. Returns self.
-
-        The batch's per-sample values are computed once (:meth:`ConsistencyCounts.sample_values`)
-        and summed per slice value with ``np.bincount``, whatever the number of slices. Raises
-        DataError when a column has more than ``MAX_SLICE_VALUES`` distinct values.
-        """
+        """Add one batch; ``keys[column]`` is each sample's value of that slicing column. Returns self."""
         values = ConsistencyCounts(ks=self.ks).sample_values(y_true, previous, candidate)
-        kinds = (previous.has_scores, candidate.has_scores)
+        return self.add_values(values, (previous.has_scores, candidate.has_scores), keys)
+
+    def add_values(
+        self, values: Mapping[str, np.ndarray], kinds: tuple[bool, bool], keys: Mapping[str, np.ndarray | pd.Series]
+    ) -> SliceCounts:
+        """Add a batch's per-sample values (:meth:`ConsistencyCounts.sample_values`, computed once for
+        the whole count and its slices), summed per slice value with ``np.bincount`` whatever the
+        number of slices. Raises DataError when a column has more than ``MAX_SLICE_VALUES`` values."""
         for column, slice_keys in keys.items():
             text = pd.Series(slice_keys).astype("string").fillna(MISSING).to_numpy()
             codes, uniques = pd.factorize(text, sort=False)
