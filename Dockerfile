@@ -14,9 +14,14 @@ ENV PIP_INDEX_URL=https://download.pytorch.org/whl/cpu \
     NUMBA_CACHE_DIR=/opt/numba-cache
 
 WORKDIR /app
+# the dependencies first (torch first), read from pyproject.toml, so that a change to the source
+# rebuilds only the layers below them and does not reinstall torch
 COPY pyproject.toml README.md ./
+RUN python -c "import tomllib; print('\n'.join(tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies']))" \
+        > /tmp/requirements.txt \
+    && python -m pip install -q torch==2.13.0 && python -m pip install -q -r /tmp/requirements.txt
 COPY consistency_gate ./consistency_gate
-RUN python -m pip install -q torch==2.13.0 && python -m pip install -q .
+RUN python -m pip install -q --no-deps .
 # compile the metric kernels once, here, for every user of the image (else each container compiles them)
 RUN python -c "from consistency_gate.core.kernels import precompile; precompile()" && chmod -R a+rwX /opt/numba-cache
 

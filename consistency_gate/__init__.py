@@ -3,7 +3,7 @@
 The public API, imported on first use (``import consistency_gate`` loads neither numba, torch nor
 MLflow)::
 
-    from consistency_gate import ConsistencyCounts, compare, run_gate, diagnose, build_ensemble
+    from consistency_gate import ConsistencyCounts, compare, run_gate, diagnose, build_ensemble, TrainingRecipe
 
 Layout: ``core`` (metrics, kernels, mergeable counts, evaluation), ``io`` (prediction and evaluation
 files, data validation), ``mlops`` (tracking store, registry, scoring, run logging), ``engines``
@@ -30,7 +30,9 @@ _API = {
     "run_gate": "consistency_gate.gate.run:run_gate",
     "diagnose": "consistency_gate.diagnostics.diagnose:diagnose",
     "run_diagnose": "consistency_gate.diagnostics.diagnose:run_diagnose",
-    "build_ensemble": "consistency_gate.ensembles.snapshot:build_ensemble",
+    "build_ensemble": "consistency_gate.ensembles.remediation:build_ensemble",
+    "register_ensemble": "consistency_gate.ensembles.remediation:register_ensemble",
+    "TrainingRecipe": "consistency_gate.ensembles.recipes:TrainingRecipe",
 }
 __all__ = sorted(_API)
 

@@ -5,6 +5,14 @@ from pathlib import Path
 
 import pytest
 
+import __main__
+
+# The suite runs on two workers (pytest-xdist, see pyproject.toml). A worker's __main__ has neither
+# __spec__ nor __file__, which pyspark (imported by great-expectations) takes for a doctest run of its
+# own, and exits; a file name tells it otherwise.
+if getattr(__main__, "__spec__", None) is None and not hasattr(__main__, "__file__"):
+    __main__.__file__ = "<pytest-xdist worker>"
+
 
 def run_cli(*args: str, cwd: Path | None = None, env: dict | None = None, timeout: float = 300):
     """Run ``consistency-gate`` as a subprocess; returns the CompletedProcess."""

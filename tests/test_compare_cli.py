@@ -303,7 +303,7 @@ def test_generations_report(files, tmp_path):
 )
 def test_as_text_equals_the_one_value_rule(values):
     """The vectorised label/id text conversion gives what converting each value alone gives."""
-    from consistency_gate.io.predictions import _label_text, as_text
+    from consistency_gate.io.text import _label_text, as_text
 
     series = values if isinstance(values, pd.Series) else pd.Series(values)
     expected = [v if pd.isna(v) else _label_text(v) for v in series.astype(object)]

@@ -23,6 +23,11 @@ RULE = "rules:\n  - {metric: con, min: 0.9}\n"
             "line 2: unknown key 'mx' in rules[0] (known: decide, max, metric, min",
         ),
         ("rules:\n  - con\n", "line 2: rules[0]: expected a mapping (key: value) (got 'con')"),
+        (
+            "rules:\n  - {metric: latency_ratio, max: 5, decide: upper}\n",
+            "line 2: rule for 'latency_ratio': a serving cost is measured once, without an interval",
+        ),
+        ("rules:\n  - {metric: size_ratio, min_delta: 1}\n", "min_delta applies to per-learner metrics"),
         ("rules:\n  - {metric: con, min: 0.9, max: 1}\n", "line 2: rules[0]: rule for 'con' needs exactly one of"),
         ("rules:\n  - {metric: con, min: yes}\n", "line 2: rules[0].min: Input should be a valid number"),
         ("rules:\n  - {metric: con, min: .inf}\n", "line 2: rules[0].min: Input should be a finite number"),

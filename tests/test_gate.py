@@ -103,6 +103,7 @@ def test_first_generation_checks_only_single_model_rules(store):
     assert "first generation" in result.rules[1].note
     assert result.verdict == "passed"
     assert set(result.metrics) == {"acc_candidate", "cacc_candidate@1"}
+    assert set(result.cost) == {"latency_ms_per_1000", "size_mb", "members", "latency_ratio", "size_ratio"}
 
 
 def test_torch_candidate_against_sklearn_baseline(store, tmp_path):

@@ -104,7 +104,8 @@ def test_both_failing_registers_nothing(store):
     ("recipe", "label", "error", "text"),
     [
         ("no_such_module:build", "label", UsageError, "cannot import"),
-        ("torch.nn:Identity", "label", UsageError, "expected"),
+        ("torch.nn:Identity", "label", UsageError, "returns a TrainingRecipe"),
+        ("consistency_gate.ensembles.recipes:cnn", "label", UsageError, "bad options"),
         ("mlp", "species", DataError, "column 'species' not found"),
     ],
 )

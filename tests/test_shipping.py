@@ -36,6 +36,8 @@ def test_dockerfile_installs_as_ci_does():
     assert "python -m pip install -q torch==2.13.0 && python -m pip install -q" in dockerfile
     assert "python -m pip install -q torch==2.13.0 && python -m pip install -q" in ci
     assert 'ENTRYPOINT ["consistency-gate"]' in dockerfile
+    # dependencies (torch first) are installed before the source is copied: a code change keeps their layer
+    assert dockerfile.index("pip install -q torch==2.13.0") < dockerfile.index("COPY consistency_gate")
     assert PRECOMPILE in dockerfile and "NUMBA_CACHE_DIR=/opt/numba-cache" in dockerfile
 
 

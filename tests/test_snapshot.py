@@ -9,14 +9,14 @@ import torch
 from consistency_gate.ensembles.combine import combine
 from consistency_gate.ensembles.config import METHODS, TrainSettings
 from consistency_gate.ensembles.model import TorchEnsemble
-from consistency_gate.ensembles.recipes import RecipeSpec, check_recipe
+from consistency_gate.ensembles.recipes import RecipeSpec, array_recipe, check_recipe
 from consistency_gate.ensembles.snapshot import (
     beta_star,
-    build_ensemble,
     cyclic_cosine_lr,
     kept_snapshots,
     pruning_threshold,
     step_decay_lr,
+    train_members,
 )
 from consistency_gate.errors import UsageError
 
@@ -102,7 +102,7 @@ def _blobs(n=240, classes=3, seed=0):
 def test_every_method_builds_m_members(method):
     x, y = _blobs()
     settings = TrainSettings(method=method, m=4, n_snapshots=3, epochs=6, seed=3)
-    build = build_ensemble(RecipeSpec("mlp", {"hidden": [16]}, 5, 3), x, y, settings, quiet=True)
+    build = train_members(array_recipe(RecipeSpec("mlp", {"hidden": [16]}, 5, 3), x, y), settings, quiet=True)
     expected = 1 if method in ("mcdropout", "singlebase") else 4
     assert len(build.members) == expected
     assert build.mc_passes == (4 if method == "mcdropout" else 1)
@@ -120,8 +120,8 @@ def test_seeds_make_builds_reproducible_and_ensemble_predicts():
     x, y = _blobs()
     spec = RecipeSpec("mlp", {"hidden": [16]}, 5, 3)
     settings = TrainSettings(method="dynsnap-step", m=3, n_snapshots=3, epochs=6, seed=7)
-    a = build_ensemble(spec, x, y, settings, quiet=True)
-    b = build_ensemble(spec, x, y, settings, quiet=True)
+    a = train_members(array_recipe(spec, x, y), settings, quiet=True)
+    b = train_members(array_recipe(spec, x, y), settings, quiet=True)
     assert [r.val_accs for r in a.runs] == [r.val_accs for r in b.runs]
     for ma, mb in zip(a.members, b.members, strict=True):
         assert all(torch.equal(ma.state[k], mb.state[k]) for k in ma.state)

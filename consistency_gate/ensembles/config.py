@@ -88,7 +88,7 @@ class RemediationBlock(BaseModel):
 class RemediationConfig:
     """The checked ``remediation:`` block: what to train the ensemble on, and how."""
 
-    data: Path
+    data: Path | None  # None: the recipe brings its own data (a TrainingRecipe)
     recipe: str = "mlp"
     recipe_options: dict = field(default_factory=dict)
     label_column: str = "label"
@@ -101,8 +101,11 @@ class RemediationConfig:
         check themselves (:class:`TrainSettings`)."""
         if not block.enabled:
             return None
-        if block.data is None:
-            raise UsageError(f"{source}: remediation: 'data' (the training data file) is required")
+        if block.data is None and ":" not in block.recipe:
+            raise UsageError(
+                f"{source}: remediation: 'data' (the training data file) is required for recipe '{block.recipe}' "
+                "(a recipe of your own, 'module:function' returning a TrainingRecipe, brings its own data)"
+            )
         try:
             settings = _settings(block)
         except UsageError as exc:

@@ -1,9 +1,11 @@
 """A trained ensemble as a predictor and as an MLflow pyfunc model.
 
 :class:`TorchEnsemble` holds the members' weights, their validation accuracies, the recipe
-that rebuilds them, the feature standardisation and the class names; it predicts class
-probabilities with a combination rule (:mod:`consistency_gate.ensembles.combine`). :class:`EnsemblePyfunc`
-wraps it for the registry, so ``check`` loads an ensemble version like any other model.
+that rebuilds them, its inputs (feature columns with their standardisation, or a tensor
+shape) and the class names; it predicts class probabilities with a combination rule
+(:mod:`consistency_gate.ensembles.combine`). :class:`EnsemblePyfunc` wraps it for the registry,
+so ``check``, serving and ``mlflow.pyfunc.spark_udf`` load an ensemble version like any other
+model, with the same signature as the models it replaces.
 """
 
 from __future__ import annotations
@@ -18,7 +20,8 @@ import pandas as pd
 import torch
 
 from consistency_gate.ensembles.combine import combine
-from consistency_gate.ensembles.recipes import RecipeSpec, build_module
+from consistency_gate.ensembles.recipes import RecipeSpec, build_module, code_paths
+from consistency_gate.io.tensors import TensorInput, tensor_batch
 
 if TYPE_CHECKING:
     from mlflow.models.model import ModelInfo
@@ -32,24 +35,34 @@ except ImportError:  # pragma: no cover - mlflow is a dependency; keeps the core
 
 @dataclass
 class TorchEnsemble:
-    """Trained members (state dicts of one recipe), their weights, classes, feature names and
-    standardisation: predicts combined class probabilities on CPU or CUDA."""
+    """Trained members (state dicts of one recipe), their weights and classes, and their input:
+    feature columns with their standardisation (``mean``, ``std``), or, with ``features`` None,
+    one tensor of ``input_shape`` per sample. Predicts combined class probabilities on CPU or CUDA."""
 
     recipe: RecipeSpec
     states: list[dict]
     weights: list[float]
     classes: list[str]
-    features: list[str]
-    mean: np.ndarray
-    std: np.ndarray
+    features: list[str] | None
+    mean: np.ndarray | None
+    std: np.ndarray | None
     combination: str = "avg"
     mc_passes: int = 1
     metadata: dict = field(default_factory=dict)
+    input_shape: tuple[int, ...] | None = None  # one sample's shape, for tensor inputs
+
+    @property
+    def tensor(self) -> TensorInput | None:
+        """The tensor input the ensemble takes (None: feature columns)."""
+        return None if self.features is not None else TensorInput((-1, *(self.input_shape or ())), "float32")
 
     def predict_proba(self, x: np.ndarray, batch_size: int = 8192) -> np.ndarray:
-        """(n, classes) combined probabilities for raw features ``x``."""
+        """(n, classes) combined probabilities for raw inputs ``x`` (n, ...)."""
         device = "cuda" if torch.cuda.is_available() else "cpu"
-        xs = torch.as_tensor((np.asarray(x, dtype=np.float32) - self.mean) / self.std, device=device)
+        x = np.asarray(x, dtype=np.float32)
+        if self.mean is not None:
+            x = (x - self.mean) / self.std
+        xs = torch.as_tensor(x, device=device)
         member_probs = []
         generator_seed = 0
         for state in self.states:
@@ -69,12 +82,16 @@ class TorchEnsemble:
         return combine(np.stack(member_probs), self.combination, weights)
 
     def predict_frame(self, frame: pd.DataFrame) -> pd.DataFrame:
-        """One probability column per class, for the ensemble's feature columns of ``frame``."""
-        missing = [c for c in self.features if c not in frame.columns]
-        if missing:
-            raise KeyError(f"the ensemble needs feature columns {missing}")
-        probs = self.predict_proba(frame[self.features].to_numpy(dtype=np.float32))
-        return pd.DataFrame(probs, columns=self.classes, index=frame.index)
+        """One probability column per class, for the ensemble's feature columns of ``frame`` (for
+        a tensor ensemble: its one array column, or all its columns, reshaped to the input)."""
+        if self.features is None:
+            x = tensor_batch(frame, self.tensor, frame.attrs.get("source", "model input"))
+        else:
+            missing = [c for c in self.features if c not in frame.columns]
+            if missing:
+                raise KeyError(f"the ensemble needs feature columns {missing}")
+            x = frame[self.features].to_numpy(dtype=np.float32)
+        return pd.DataFrame(self.predict_proba(x), columns=self.classes, index=frame.index)
 
     def save(self, folder: Path) -> None:
         """Write ``ensemble.json`` (everything but the weights) and ``members.pt`` into ``folder``."""
@@ -85,8 +102,9 @@ class TorchEnsemble:
             "weights": self.weights,
             "classes": self.classes,
             "features": self.features,
-            "mean": self.mean.tolist(),
-            "std": self.std.tolist(),
+            "input_shape": list(self.input_shape) if self.input_shape is not None else None,
+            "mean": self.mean.tolist() if self.mean is not None else None,
+            "std": self.std.tolist() if self.std is not None else None,
             "combination": self.combination,
             "mc_passes": self.mc_passes,
             "metadata": self.metadata,
@@ -104,11 +122,12 @@ class TorchEnsemble:
             spec["weights"],
             spec["classes"],
             spec["features"],
-            np.asarray(spec["mean"], dtype=np.float32),
-            np.asarray(spec["std"], dtype=np.float32),
+            None if spec["mean"] is None else np.asarray(spec["mean"], dtype=np.float32),
+            None if spec["std"] is None else np.asarray(spec["std"], dtype=np.float32),
             spec["combination"],
             spec["mc_passes"],
             spec["metadata"],
+            tuple(spec["input_shape"]) if spec.get("input_shape") is not None else None,
         )
 
 
@@ -131,7 +150,10 @@ class EnsemblePyfunc(PythonModel):
     # MLflow reads predict's type hints to infer a signature: context and params stay unannotated,
     # as in MLflow's own examples (annotating them makes it log "unsupported type hint" at import)
     def predict(self, context, model_input: pd.DataFrame, params=None) -> pd.DataFrame:  # noqa: ANN001
-        """One probability column per class."""
+        """One probability column per class (a tensor ensemble takes an array as well)."""
+        if isinstance(model_input, np.ndarray) and self.ensemble.features is None:
+            probs = self.ensemble.predict_proba(model_input)
+            return pd.DataFrame(probs, columns=self.ensemble.classes)
         return self.ensemble.predict_frame(pd.DataFrame(model_input))
 
 
@@ -151,7 +173,10 @@ def log_ensemble(ensemble: TorchEnsemble, name: str = "ensemble") -> ModelInfo:
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp) / "ensemble"
         ensemble.save(folder)
-        example = pd.DataFrame(np.zeros((2, len(ensemble.features)), dtype=np.float64), columns=ensemble.features)
+        if ensemble.features is None:  # the tensor signature of the models it replaces
+            example = np.zeros((2, *(ensemble.input_shape or ())), dtype=np.float32)
+        else:
+            example = pd.DataFrame(np.zeros((2, len(ensemble.features))), columns=ensemble.features)
         signature = infer_signature(
             example,
             pd.DataFrame(np.full((2, len(ensemble.classes)), 1 / len(ensemble.classes)), columns=ensemble.classes),
@@ -162,5 +187,6 @@ def log_ensemble(ensemble: TorchEnsemble, name: str = "ensemble") -> ModelInfo:
             artifacts={"ensemble": str(folder)},
             signature=signature,
             metadata=ensemble.metadata,
+            code_paths=code_paths(ensemble.recipe) or None,
             pip_requirements=[f"torch=={torch.__version__.split('+')[0]}", "consistency-gate"],
         )

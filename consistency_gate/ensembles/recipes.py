@@ -1,10 +1,22 @@
-"""Training recipes: how remediation builds a fresh ``torch.nn.Module``.
+"""Training recipes: what DynSnap trains, on what data, with which loss and optimiser.
 
-A recipe is ``mlp`` (tabular data), ``cnn`` (images given as flat pixel columns plus
-``image_shape``) or the user's own ``package.module:function``, called as
-``function(n_features, n_classes, **options)`` and returning a fresh module whose output
-has one logit per class. :func:`check_recipe` builds one and runs a dummy batch, so a bad
-recipe is refused before any training starts.
+DynSnap keeps control of what paper 003 specifies (runs, learning-rate schedule, snapshots,
+pruning, combination); the user's code says the rest, as a :class:`TrainingRecipe`: a fresh
+``nn.Module``, a ``Dataset`` of ``(x, y)``, and optionally the loss, optimiser, batch size,
+``collate_fn``, ``num_workers``, an input example and the class names.
+
+A recipe named in a config is one of:
+
+- ``mlp`` (tabular data) or ``cnn`` (images as flat pixel columns plus ``image_shape``), trained
+  on the config's ``data:`` file: :func:`array_recipe`;
+- ``package.module:function`` whose first parameters are ``(n_features, n_classes, **options)``
+  returning a module (a network for the ``data:`` file's columns), also through :func:`array_recipe`;
+- any other ``package.module:function``, called with the config's ``recipe_options`` and
+  returning a :class:`TrainingRecipe` (the user's own data pipeline): :func:`load_training_recipe`.
+
+:func:`check_recipe` builds one network and runs a dummy batch, so a bad recipe is refused
+before any training starts. A module is imported from the working directory or the installed
+packages.
 
 >>> spec = RecipeSpec("mlp", {"hidden": [8]}, n_features=4, n_classes=3)
 >>> check_recipe(spec)
@@ -15,24 +27,35 @@ torch.Size([2, 3])
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable
+import inspect
+import os
+import sys
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
+import numpy as np
 import torch
 from torch import nn
+from torch.utils.data import Dataset, TensorDataset
 
 from consistency_gate.errors import UsageError
 
 
 @dataclass(frozen=True)
 class RecipeSpec:
-    """A network to build: a recipe name (built-in or ``package.module:function``), its options,
-    and the input and output widths."""
+    """How to build one member network again (an ensemble stores it next to the weights).
+
+    ``kind`` says how ``name`` is called: ``factory`` (a built-in or ``function(n_features,
+    n_classes, **options)``), ``model`` (``function()`` or a class: the recipe's ``model``
+    itself) or ``recipe`` (``function(**options)`` returning a :class:`TrainingRecipe`).
+    """
 
     name: str
     options: dict = field(default_factory=dict)
     n_features: int = 0
     n_classes: int = 0
+    kind: str = "factory"
 
     def to_dict(self) -> dict:
         """As stored in an ensemble's ``ensemble.json``."""
@@ -41,7 +64,152 @@ class RecipeSpec:
             "options": dict(self.options),
             "n_features": self.n_features,
             "n_classes": self.n_classes,
+            "kind": self.kind,
         }
+
+
+@dataclass
+class TrainingRecipe:
+    """The user's training code, as DynSnap takes it.
+
+    ``model()`` returns a fresh network whose output has one logit per class; ``train_dataset``
+    yields ``(x, y)`` with ``y`` the class index (DynSnap splits its indices into train and
+    validation per run, stratified by class, and reshuffles). ``loss`` defaults to cross-entropy,
+    ``optimizer(params, lr)`` to SGD with momentum 0.9 and weight decay 5e-4 (DynSnap sets the
+    learning rate every epoch), ``batch_size`` to the config's. ``input_example`` (one batch)
+    gives the logged ensemble its signature (default: the first sample); ``classes`` names the
+    class indices (default: those of the model the ensemble replaces). A ``targets`` attribute on
+    the dataset (as torchvision's have) saves one pass over it to read the labels.
+
+    >>> recipe = TrainingRecipe(lambda: nn.Linear(4, 3), TensorDataset(torch.zeros(6, 4), torch.arange(6) % 3))
+    >>> recipe.sample_shape(), recipe.labels().tolist()
+    ((4,), [0, 1, 2, 0, 1, 2])
+    """
+
+    model: Callable[[], nn.Module]
+    train_dataset: Dataset
+    loss: Callable[..., torch.Tensor] | None = None
+    optimizer: Callable[[Iterable[nn.Parameter], float], torch.optim.Optimizer] | None = None
+    batch_size: int | None = None
+    collate_fn: Callable | None = None
+    num_workers: int = 0
+    input_example: Any = None
+    classes: list[str] | None = None
+
+    def labels(self) -> np.ndarray:
+        """The class index of every sample (from ``targets``, the tensors, or one pass over the data)."""
+        dataset = self.train_dataset
+        if isinstance(dataset, TensorDataset):
+            return dataset.tensors[1].cpu().numpy().astype(np.int64)
+        targets = getattr(dataset, "targets", None)
+        if targets is not None:
+            return np.asarray(targets, dtype=np.int64)
+        return np.array([int(dataset[i][1]) for i in range(len(dataset))], dtype=np.int64)
+
+    def example(self) -> np.ndarray:
+        """One input batch as an array: ``input_example``, else the first sample with a batch axis."""
+        if self.input_example is not None:
+            return np.asarray(self.input_example)
+        return np.asarray(self.train_dataset[0][0])[None]
+
+    def sample_shape(self) -> tuple[int, ...]:
+        """The shape of one input sample."""
+        return tuple(self.example().shape[1:])
+
+
+def array_recipe(spec: RecipeSpec, x: np.ndarray, y: np.ndarray) -> TrainingRecipe:
+    """A module factory (``mlp``, ``cnn`` or the user's) trained on arrays: ``x`` (n, features)
+    float, ``y`` (n,) class indices.
+
+    >>> recipe = array_recipe(RecipeSpec("mlp", {"hidden": [8]}, 4, 2), np.zeros((6, 4)), np.arange(6) % 2)
+    >>> type(recipe.model()).__name__, len(recipe.train_dataset)
+    ('Sequential', 6)
+    """
+    dataset = TensorDataset(torch.as_tensor(x, dtype=torch.float32), torch.as_tensor(y, dtype=torch.long))
+    return TrainingRecipe(model=lambda: build_module(spec), train_dataset=dataset)
+
+
+def is_training_recipe(name: str) -> bool:
+    """Whether a recipe name is the user's ``function(**options)`` returning a :class:`TrainingRecipe`,
+    rather than a module factory ``function(n_features, n_classes, ...)`` (told by its first
+    parameter's name).
+
+    >>> is_training_recipe("mlp"), is_training_recipe("consistency_gate.ensembles.recipes:cnn")
+    (False, False)
+    """
+    if name in BUILT_IN:
+        return False
+    try:
+        parameters = list(inspect.signature(_factory(name)).parameters)
+    except (TypeError, ValueError):  # builtins without a signature: called as factories, refused there
+        return False
+    return parameters[:1] != ["n_features"]
+
+
+def load_training_recipe(name: str, options: dict | None = None) -> tuple[TrainingRecipe, RecipeSpec]:
+    """Call the user's ``package.module:function(**options)``; returns its recipe and how an
+    ensemble rebuilds the network: ``recipe.model`` itself where it is importable (a class or a
+    top-level function), else the recipe function again.
+
+    >>> recipe, spec = load_training_recipe("my_recipes:digits", {"epochs_hint": 3})  # doctest: +SKIP
+    >>> spec.name, spec.kind  # doctest: +SKIP
+    ('my_recipes:DigitsNet', 'model')
+    """
+    options = dict(options or {})
+    try:
+        recipe = _factory(name)(**options)
+    except UsageError:
+        raise
+    except TypeError as exc:
+        raise UsageError(f"recipe '{name}': bad options {options} ({exc})") from None
+    if not isinstance(recipe, TrainingRecipe):
+        raise UsageError(
+            f"recipe '{name}' returned {type(recipe).__name__}; a recipe function returns a TrainingRecipe "
+            "(or takes n_features, n_classes and returns a torch.nn.Module)"
+        )
+    return recipe, recipe_spec(recipe, name, options)
+
+
+def recipe_spec(recipe: TrainingRecipe, name: str | None = None, options: dict | None = None) -> RecipeSpec:
+    """How an ensemble rebuilds the recipe's network: ``recipe.model`` itself where it is
+    importable (a class or a top-level function), else the recipe function ``name`` again.
+
+    >>> recipe_spec(TrainingRecipe(nn.Identity, TensorDataset(torch.zeros(2, 1), torch.zeros(2)))).to_dict()["name"]
+    'torch.nn.modules.linear:Identity'
+    """
+    if not callable(recipe.model):
+        raise UsageError(f"recipe '{name}': model must be a callable returning a fresh torch.nn.Module")
+    qualname = getattr(recipe.model, "__qualname__", "<")
+    module = getattr(recipe.model, "__module__", None)
+    if module and module != "__main__" and "<" not in qualname and "." not in qualname:
+        return RecipeSpec(f"{module}:{qualname}", kind="model")
+    if name is None:
+        raise UsageError(
+            f"the recipe's model ({qualname}) cannot be imported again where the ensemble is loaded: make it a "
+            "class or a top-level function of a module, or pass the recipe as 'module:function'"
+        )
+    return RecipeSpec(name, dict(options or {}), kind="recipe")
+
+
+def code_paths(spec: RecipeSpec) -> list[str]:
+    """The source a logged ensemble must carry to rebuild its networks where it is served: the
+    user's top-level module or package, unless it is installed (or built in).
+
+    >>> code_paths(RecipeSpec("mlp"))
+    []
+    """
+    if spec.name in BUILT_IN:
+        return []
+    top = spec.name.partition(":")[0].split(".")[0]
+    module = sys.modules.get(top) or importlib.import_module(top)
+    path = getattr(module, "__file__", None)
+    if path is None:
+        return []
+    path = os.path.abspath(path)
+    installed = [os.path.abspath(p) for p in sys.path if p.endswith(("site-packages", "dist-packages"))]
+    if any(path.startswith(p + os.sep) for p in installed) or path.startswith(os.path.abspath(sys.base_prefix)):
+        return []
+    return [os.path.dirname(path)] if os.path.basename(path) == "__init__.py" else [path]
 
 
 def mlp(
@@ -107,6 +275,8 @@ def _factory(name: str) -> Callable[..., nn.Module]:
     module_name, sep, func_name = name.partition(":")
     if not sep or not module_name or not func_name:
         raise UsageError(f"recipe '{name}': use a built-in ({', '.join(BUILT_IN)}) or 'package.module:function'")
+    if os.getcwd() not in sys.path:  # a recipe module beside the config, as with `python -m`
+        sys.path.append(os.getcwd())
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
@@ -124,7 +294,13 @@ def build_module(spec: RecipeSpec) -> nn.Module:
     Linear(in_features=4, out_features=16, bias=True)
     """
     try:
-        module = _factory(spec.name)(spec.n_features, spec.n_classes, **spec.options)
+        factory = _factory(spec.name)
+        if spec.kind == "model":
+            module = factory()
+        elif spec.kind == "recipe":
+            module = factory(**spec.options).model()
+        else:
+            module = factory(spec.n_features, spec.n_classes, **spec.options)
     except UsageError:
         raise
     except TypeError as exc:
@@ -134,19 +310,22 @@ def build_module(spec: RecipeSpec) -> nn.Module:
     return module
 
 
-def check_recipe(spec: RecipeSpec) -> None:
-    """Build the recipe once and check its output width on a dummy batch (before any training).
+def check_recipe(spec: RecipeSpec, example: np.ndarray | None = None) -> None:
+    """Build the network once and check its output width on a dummy batch, or on ``example``
+    (before any training starts).
 
     >>> check_recipe(RecipeSpec("cnn", {"image_shape": [1, 8, 8]}, n_features=64, n_classes=10))  # fine: no error
     """
     module = build_module(spec)
     module.eval()
+    batch = torch.zeros(2, spec.n_features) if example is None else torch.as_tensor(np.asarray(example))
+    shape = tuple(batch.shape[1:])
     with torch.no_grad():
         try:
-            out = module(torch.zeros(2, spec.n_features))
+            out = module(batch)
         except Exception as exc:  # noqa: BLE001 - any failure of the user's module
-            raise UsageError(f"recipe '{spec.name}' fails on a batch of {spec.n_features} features: {exc}") from None
-    if out.ndim != 2 or out.shape[1] != spec.n_classes:
+            raise UsageError(f"recipe '{spec.name}' fails on a batch of samples of shape {shape}: {exc}") from None
+    if spec.n_classes and (out.ndim != 2 or out.shape[1] != spec.n_classes):
         raise UsageError(
             f"recipe '{spec.name}' outputs shape {tuple(out.shape)}; expected (batch, {spec.n_classes}) "
             f"for the {spec.n_classes} classes of the training data"

@@ -4,9 +4,10 @@ The config's ``remediation:`` block names the recipe, the training data and the 
 
     remediation:
       enabled: true
-      recipe: mlp                # mlp, cnn, or package.module:function
+      recipe: mlp                # mlp, cnn, or package.module:function (see recipes.py)
       recipe_options: {hidden: [64]}
       data: train.csv            # CSV or Parquet with the feature columns and the label column
+                                 # (not needed by a recipe function returning a TrainingRecipe)
       label_column: label
       method: dynsnap-cyc        # dynsnap-step, snapshot, extbagging, mcdropout, singlebase
       m: 20
@@ -24,27 +25,48 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from consistency_gate.ensembles.config import RemediationConfig
+from consistency_gate.ensembles.config import RemediationConfig, TrainSettings
 from consistency_gate.ensembles.model import TorchEnsemble
-from consistency_gate.ensembles.recipes import RecipeSpec, check_recipe
-from consistency_gate.ensembles.snapshot import EnsembleBuild, build_ensemble
-from consistency_gate.errors import DataError
+from consistency_gate.ensembles.recipes import (
+    RecipeSpec,
+    TrainingRecipe,
+    array_recipe,
+    check_recipe,
+    is_training_recipe,
+    load_training_recipe,
+    recipe_spec,
+)
+from consistency_gate.ensembles.snapshot import EnsembleBuild, train_members
+from consistency_gate.errors import DataError, UsageError
 from consistency_gate.io.predictions import file_columns, iter_frames, require_columns
 
 
 def train_ensemble(
-    config: RemediationConfig, features: list[str] | None, exclude: tuple[str, ...] = (), quiet: bool = False
+    config: RemediationConfig,
+    features: list[str] | None,
+    exclude: tuple[str, ...] = (),
+    quiet: bool = False,
+    classes: list[str] | None = None,
+    input_shape: tuple[int, ...] | None = None,
 ) -> tuple[TorchEnsemble, EnsembleBuild]:
-    """Read the training data, check the recipe, and build the ensemble.
+    """Check the recipe, read its training data and build the ensemble.
 
     ``features`` are the columns the models take (None: every column but the label and ``exclude``).
+    A recipe function returning a :class:`TrainingRecipe` brings its own data; its class indices
+    name ``classes`` (those of the model replaced) unless it names them, and its samples must have
+    ``input_shape`` (that model's, when it takes a tensor).
 
     >>> config = parse_config(Path("gate.yaml").read_text()).remediation  # doctest: +SKIP
     >>> ensemble, build = train_ensemble(config, features=None, exclude=("label", "id"))  # doctest: +SKIP
     >>> len(build.members), round(build.kappa, 1)  # doctest: +SKIP
     (5, 1.8)
     """
+    if is_training_recipe(config.recipe):
+        recipe, spec = load_training_recipe(config.recipe, config.recipe_options)
+        return fit_recipe(recipe, spec, config, classes, input_shape, quiet)
     path = config.data
+    if path is None:
+        raise UsageError(f"remediation: recipe '{config.recipe}' builds a network for the 'data' file; give data")
     columns = file_columns(path)
     require_columns(path, columns, [config.label_column])
     if features is None:
@@ -67,9 +89,15 @@ def train_ensemble(
 
 
 def fit_ensemble(
-    x: np.ndarray, labels: np.ndarray, features: list[str], config: RemediationConfig, quiet: bool = False
+    x: np.ndarray,
+    labels: np.ndarray,
+    features: list[str],
+    config: RemediationConfig,
+    quiet: bool = False,
+    device: str | None = None,
 ) -> tuple[TorchEnsemble, EnsembleBuild]:
-    """Check the recipe, standardise the features and build the ensemble from arrays.
+    """Check the recipe, standardise the features and build the ensemble from arrays (on ``device``,
+    default CUDA when present).
 
     ``labels`` are class labels (any type; stored as text, sorted, as the class names).
 
@@ -78,11 +106,62 @@ def fit_ensemble(
     labels = np.asarray(labels).astype(str)
     classes = sorted(set(labels.tolist()))
     y = pd.Categorical(labels, categories=classes).codes.astype(np.int64)
-    recipe = RecipeSpec(config.recipe, dict(config.recipe_options), n_features=len(features), n_classes=len(classes))
-    check_recipe(recipe)
+    spec = RecipeSpec(config.recipe, dict(config.recipe_options), n_features=len(features), n_classes=len(classes))
+    check_recipe(spec)
     mean, std = x.mean(axis=0), x.std(axis=0)
     std[std == 0] = 1.0
-    build = build_ensemble(recipe, (x - mean) / std, y, config.settings, quiet=quiet)
+    build = train_members(array_recipe(spec, (x - mean) / std, y), config.settings, quiet=quiet, device=device)
+    ensemble = _assemble(build, spec, config, classes, features=features, mean=mean, std=std)
+    return ensemble, build
+
+
+def fit_recipe(
+    recipe: TrainingRecipe,
+    spec: RecipeSpec,
+    config: RemediationConfig,
+    classes: list[str] | None = None,
+    input_shape: tuple[int, ...] | None = None,
+    quiet: bool = False,
+    device: str | None = None,
+) -> tuple[TorchEnsemble, EnsembleBuild]:
+    """Build the ensemble from the user's :class:`TrainingRecipe` on ``device`` (default CUDA when
+    present); its members take one tensor per sample, as the recipe's samples are shaped (which must
+    be ``input_shape`` when given).
+
+    >>> recipe, spec = load_training_recipe("my_recipes:digits")  # doctest: +SKIP
+    >>> ensemble, build = fit_recipe(recipe, spec, config, classes=[str(d) for d in range(10)])  # doctest: +SKIP
+    """
+    shape = recipe.sample_shape()
+    if input_shape is not None and tuple(input_shape) != shape:
+        raise UsageError(
+            f"recipe '{config.recipe}': its samples have shape {shape} but the model it replaces takes "
+            f"{tuple(input_shape)}; the ensemble must take the same inputs"
+        )
+    names = recipe.classes or classes
+    labels = recipe.labels()
+    if not names:
+        names = [str(c) for c in range(int(labels.max()) + 1)]
+    if labels.min() < 0 or labels.max() >= len(names):
+        raise DataError(
+            f"recipe '{config.recipe}': labels must be class indices 0..{len(names) - 1} for the {len(names)} "
+            f"classes {names[:5]}..., found {int(labels.min())}..{int(labels.max())}"
+        )
+    check_recipe(RecipeSpec(spec.name, spec.options, n_classes=len(names), kind=spec.kind), recipe.example())
+    build = train_members(recipe, config.settings, quiet=quiet, device=device)
+    return _assemble(build, spec, config, [str(c) for c in names], input_shape=shape), build
+
+
+def _assemble(
+    build: EnsembleBuild,
+    spec: RecipeSpec,
+    config: RemediationConfig,
+    classes: list[str],
+    features: list[str] | None = None,
+    mean: np.ndarray | None = None,
+    std: np.ndarray | None = None,
+    input_shape: tuple[int, ...] | None = None,
+) -> TorchEnsemble:
+    """The ensemble of a build's members, with the metadata its logged model carries."""
     settings = config.settings
     metadata = {
         "method": settings.method,
@@ -98,8 +177,8 @@ def fit_ensemble(
         "kappa": build.kappa,
         "seed": settings.seed,
     }
-    ensemble = TorchEnsemble(
-        recipe,
+    return TorchEnsemble(
+        spec,
         [mb.state for mb in build.members],
         [mb.val_acc for mb in build.members],
         classes,
@@ -109,8 +188,87 @@ def fit_ensemble(
         config.combination,
         build.mc_passes,
         metadata,
+        input_shape,
     )
-    return ensemble, build
+
+
+def build_ensemble(
+    recipe: TrainingRecipe | str,
+    *,
+    options: dict | None = None,
+    method: str = "dynsnap-cyc",
+    m: int = 20,
+    N: int = 10,  # noqa: N803 - the paper's name for the snapshots per run
+    epochs: int = 40,
+    beta: float | None = None,
+    lr: float = 0.05,
+    batch_size: int = 64,
+    val_fraction: float = 0.2,
+    seed: int = 0,
+    max_runs: int = 200,
+    combination: str = "avg",
+    classes: list[str] | None = None,
+    device: str | None = None,
+    quiet: bool = False,
+) -> TorchEnsemble:
+    """DynSnap (or a baseline ``method``) on the user's own training code: ``recipe`` is a
+    :class:`TrainingRecipe` or ``"module:function"`` (called with ``options``) returning one.
+    Trains on ``device`` (default CUDA when present) with progress bars; the ensemble's
+    ``metadata`` holds the build (runs, kappa, members' validation accuracy).
+
+    >>> from torch import nn
+    >>> from torch.utils.data import TensorDataset
+    >>> import torch
+    >>> x = torch.randn(80, 4)
+    >>> recipe = TrainingRecipe(lambda: nn.Linear(4, 2), TensorDataset(x, (x[:, 0] > 0).long()))
+    >>> ensemble = build_ensemble(recipe, method="dynsnap-step", m=2, N=2, epochs=3, quiet=True)  # doctest: +SKIP
+    >>> ensemble.predict_proba(x[:3].numpy()).shape  # doctest: +SKIP
+    (3, 2)
+    """
+    name = recipe if isinstance(recipe, str) else None
+    if isinstance(recipe, str):
+        recipe, spec = load_training_recipe(recipe, options)
+    else:
+        spec = recipe_spec(recipe)
+    settings = TrainSettings(
+        method=method, m=m, n_snapshots=N, epochs=epochs, beta=beta, lr=lr, batch_size=batch_size,
+        val_fraction=val_fraction, seed=seed, max_runs=max_runs,
+    )  # fmt: skip
+    config = RemediationConfig(None, name or spec.name, dict(options or {}), combination=combination, settings=settings)
+    ensemble, _ = fit_recipe(recipe, spec, config, classes, quiet=quiet, device=device)
+    return ensemble
+
+
+def register_ensemble(
+    ensemble: TorchEnsemble, model_name: str, *, tracking_uri: str | None = None, run_name: str | None = None
+) -> str:
+    """Log ``ensemble`` as a pyfunc model in a new run (or the active one) and register it as a
+    new version of ``model_name``, tagged ``consistency_gate.kind=ensemble``; returns the version.
+    Gate it with ``consistency-gate check --candidate <version>`` before promoting it.
+
+    >>> register_ensemble(ensemble, "digits-cnn", tracking_uri="sqlite:///mlflow.db")  # doctest: +SKIP
+    '3'
+    """
+    import mlflow
+    from mlflow import MlflowClient
+
+    from consistency_gate.ensembles.model import log_ensemble
+    from consistency_gate.mlops.registry import TAG_KIND
+
+    if tracking_uri:
+        mlflow.set_tracking_uri(tracking_uri)
+        mlflow.set_registry_uri(tracking_uri)
+    started = mlflow.active_run() is None
+    if started:
+        mlflow.start_run(run_name=run_name or f"ensemble for {model_name}")
+    try:
+        info = log_ensemble(ensemble)
+        version = str(mlflow.register_model(info.model_uri, model_name).version)
+        MlflowClient().set_model_version_tag(model_name, version, TAG_KIND, "ensemble")
+    finally:
+        if started:
+            mlflow.end_run()
+    return version
 
 
 def log_build(build: EnsembleBuild) -> None:

@@ -11,8 +11,10 @@ Methods (paper 003, Sec. 4 and its baselines):
 - ``mcdropout``: one run, m stochastic forward passes with dropout active.
 - ``singlebase``: one run, its final model.
 
-Each run resamples the train/validation split, re-initialises the model and reshuffles.
-Runs repeat until the ensemble holds m members. Seeds make a build reproducible.
+Each run resamples the train/validation split (stratified by class, as 003 Appendix J does),
+re-initialises the model and reshuffles. Runs repeat until the ensemble holds m members. Seeds
+make a build reproducible. The model, data, loss and optimiser come from a
+:class:`~consistency_gate.ensembles.recipes.TrainingRecipe`.
 
 >>> beta_star([0.8, 0.9, 1.0])
 0.5
@@ -27,15 +29,16 @@ from __future__ import annotations
 import math
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 from torch import nn
+from torch.utils.data import DataLoader, Subset, TensorDataset
 
 from consistency_gate.ensembles.config import TrainSettings
-from consistency_gate.ensembles.recipes import RecipeSpec, build_module
+from consistency_gate.ensembles.recipes import TrainingRecipe
 from consistency_gate.errors import UsageError
 
 
@@ -136,23 +139,44 @@ def step_decay_lr(alpha0: float, epoch: int, epochs: int) -> float:
     return alpha0 * factor
 
 
-def build_ensemble(
-    recipe: RecipeSpec,
-    x: np.ndarray,
-    y: np.ndarray,
+def stratified_split(
+    labels: np.ndarray, val_fraction: float, rng: np.random.Generator
+) -> tuple[np.ndarray, np.ndarray]:
+    """Train and validation indices: ``val_fraction`` of each class (rounded) to validation, at
+    least one sample in all, each part shuffled.
+
+    >>> train, val = stratified_split(np.array([0] * 8 + [1] * 2), 0.5, np.random.default_rng(0))
+    >>> sorted(np.bincount(np.array([0] * 8 + [1] * 2)[val]).tolist()), len(train)
+    ([1, 4], 5)
+    """
+    train, val = [], []
+    for c in np.unique(labels):
+        members = rng.permutation(np.flatnonzero(labels == c))
+        n_val = int(round(val_fraction * len(members)))
+        val.append(members[:n_val])
+        train.append(members[n_val:])
+    train_idx, val_idx = np.concatenate(train), np.concatenate(val)
+    if len(val_idx) == 0:
+        train_idx, val_idx = train_idx[1:], train_idx[:1]
+    if len(train_idx) == 0:
+        raise UsageError(f"{len(labels)} training samples leave none to train on after the validation split")
+    return rng.permutation(train_idx), rng.permutation(val_idx)
+
+
+def train_members(
+    recipe: TrainingRecipe,
     settings: TrainSettings,
     quiet: bool = False,
     device: str | None = None,
 ) -> EnsembleBuild:
     """Train an ensemble of ``settings.m`` members with ``settings.method`` (see module docstring).
 
-    ``x`` is (n, features) float, ``y`` (n,) class indices 0..n_classes-1.
-
+    >>> from consistency_gate.ensembles.recipes import RecipeSpec, array_recipe
     >>> rng = np.random.default_rng(0)
     >>> x = rng.normal(size=(60, 4)).astype(np.float32)
-    >>> y = (x[:, 0] > 0).astype(np.int64)
+    >>> recipe = array_recipe(RecipeSpec("mlp", {"hidden": [8]}, 4, 2), x, (x[:, 0] > 0).astype(np.int64))
     >>> settings = TrainSettings(method="dynsnap-step", m=2, n_snapshots=2, epochs=3, seed=0)
-    >>> build = build_ensemble(RecipeSpec("mlp", {"hidden": [8]}, 4, 2), x, y, settings, quiet=True, device="cpu")
+    >>> build = train_members(recipe, settings, quiet=True, device="cpu")
     >>> len(build.members) >= 2
     True
     """
@@ -160,8 +184,8 @@ def build_ensemble(
 
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     rng = np.random.default_rng(settings.seed)
-    xt = torch.as_tensor(x, dtype=torch.float32)
-    yt = torch.as_tensor(y, dtype=torch.long)
+    labels = recipe.labels()
+    data = _Data(recipe, device)
     target = 1 if settings.method in ("mcdropout", "singlebase") else settings.m
     members: list[Member] = []
     runs: list[RunLog] = []
@@ -181,7 +205,7 @@ def build_ensemble(
                 f"{target} members; raise max_runs or lower m"
             )
         torch.manual_seed(settings.seed * 1_000_003 + run)
-        snapshots, log = _train_run(recipe, xt, yt, settings, rng, run, device, quiet)
+        snapshots, log = _train_run(recipe, data, labels, settings, rng, run, quiet)
         runs.append(log)
         for j in log.kept:
             if len(members) < target:
@@ -201,27 +225,63 @@ def build_ensemble(
     return build
 
 
+class _Data:
+    """The recipe's dataset in batches on ``device``: tensors sliced directly for a TensorDataset
+    (no per-sample calls), a DataLoader over a Subset otherwise."""
+
+    def __init__(self, recipe: TrainingRecipe, device: str) -> None:
+        self.recipe, self.device = recipe, device
+        dataset = recipe.train_dataset
+        self.tensors = None
+        if isinstance(dataset, TensorDataset) and recipe.collate_fn is None:
+            self.tensors = tuple(t.to(device) for t in dataset.tensors[:2])
+
+    def batches(
+        self, indices: np.ndarray, batch_size: int, generator: torch.Generator | None = None
+    ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        """``(x, y)`` batches over ``indices``, reshuffled with ``generator`` (in order without)."""
+        if self.tensors is not None:
+            order = torch.as_tensor(indices)
+            if generator is not None:
+                order = order[torch.randperm(len(order), generator=generator)]
+            for batch in order.to(self.device).split(batch_size):
+                yield self.tensors[0][batch], self.tensors[1][batch]
+            return
+        recipe = self.recipe
+        loader = DataLoader(
+            Subset(recipe.train_dataset, indices.tolist()),
+            batch_size=batch_size,
+            shuffle=generator is not None,
+            generator=generator,
+            collate_fn=recipe.collate_fn,
+            num_workers=recipe.num_workers,
+            pin_memory=self.device.startswith("cuda"),
+        )
+        for x, y in loader:
+            yield x.to(self.device, non_blocking=True), torch.as_tensor(y).to(self.device, non_blocking=True)
+
+
+def _sgd(params: Iterable[nn.Parameter], lr: float) -> torch.optim.Optimizer:
+    return torch.optim.SGD(params, lr=lr, momentum=0.9, weight_decay=5e-4)
+
+
 def _train_run(
-    recipe: RecipeSpec,
-    xt: torch.Tensor,
-    yt: torch.Tensor,
+    recipe: TrainingRecipe,
+    data: _Data,
+    labels: np.ndarray,
     settings: TrainSettings,
     rng: np.random.Generator,
     run: int,
-    device: str,
     quiet: bool,
-) -> tuple[list[tuple[float, int, dict]], RunLog]:
+) -> tuple[list[Member], RunLog]:
     from tqdm.auto import tqdm
 
     t0 = time.perf_counter()
-    order = rng.permutation(len(xt))
-    n_val = max(1, int(round(settings.val_fraction * len(xt))))
-    val_idx, train_idx = order[:n_val], order[n_val:]
-    x_train, y_train = xt[train_idx].to(device), yt[train_idx].to(device)
-    x_val, y_val = xt[val_idx].to(device), yt[val_idx].to(device)
-    model = build_module(recipe).to(device)
-    optimizer = torch.optim.SGD(model.parameters(), lr=settings.lr, momentum=0.9, weight_decay=5e-4)
-    loss_fn = nn.CrossEntropyLoss()
+    train_idx, val_idx = stratified_split(labels, settings.val_fraction, rng)
+    model = recipe.model().to(data.device)
+    optimizer = (recipe.optimizer or _sgd)(model.parameters(), settings.lr)
+    loss_fn = recipe.loss or nn.CrossEntropyLoss()
+    batch_size = recipe.batch_size or settings.batch_size
     epochs, method = settings.epochs, settings.method
     cyclic = method in ("dynsnap-cyc", "snapshot")
     keeper = _SnapshotKeeper(settings)
@@ -242,16 +302,16 @@ def _train_run(
             group["lr"] = lr
         lr_curve.append(lr)
         model.train()
-        perm = torch.randperm(len(x_train), generator=generator)
-        for start in range(0, len(perm), settings.batch_size):
-            batch = perm[start : start + settings.batch_size]
+        for x, y in data.batches(train_idx, batch_size, generator):
             optimizer.zero_grad()
-            loss_fn(model(x_train[batch]), y_train[batch]).backward()
+            loss_fn(model(x), y).backward()
             optimizer.step()
         model.eval()
+        correct = 0
         with torch.no_grad():
-            acc = float((model(x_val).argmax(1) == y_val).float().mean())
-        keeper.offer(acc, epoch, model)
+            for x, y in data.batches(val_idx, max(batch_size, 1024)):
+                correct += int((model(x).argmax(1) == y).sum())
+        keeper.offer(correct / len(val_idx), epoch, model)
     snapshots, beta, tau, kept = _select(keeper.chosen(), settings, run)
     log = RunLog(
         run=run,

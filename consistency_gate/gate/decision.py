@@ -7,7 +7,7 @@ prediction files (:mod:`consistency_gate.gate.files`).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import pandas as pd
@@ -32,6 +32,7 @@ class Decision:
     metrics: dict  # the reported metrics: the config's k values only
     first_generation: bool  # no baseline: the "comparison" is the candidate against itself
     reported_ks: tuple[int, ...]  # the config's k values
+    cost: dict = field(default_factory=dict)  # serving cost (timed, so kept apart from the metrics)
 
     @classmethod
     def judge(
@@ -41,8 +42,10 @@ class Decision:
         samples: pd.DataFrame,
         ks: Sequence[int],
         first_generation: bool = False,
+        cost: dict | None = None,
     ) -> Decision:
-        """Apply the config's rules to a comparison (its metrics, intervals and slices).
+        """Apply the config's rules to a comparison (its metrics, intervals and slices) and to the
+        serving ``cost`` of what is gated (:meth:`consistency_gate.mlops.cost.ServingCost.metrics`).
 
         >>> import numpy as np
         >>> from consistency_gate.core.evaluation import Evaluation
@@ -53,9 +56,10 @@ class Decision:
         >>> decision.verdict, decision.metrics["ctoi"]
         ('failed', 0.5)
         """
+        cost = cost or {}
         results = rules.evaluate_rules(
             cfg.rules,
-            comparison.metrics,
+            {**comparison.metrics, **cost},
             first_generation=first_generation,
             intervals=comparison.intervals,
             level=cfg.confidence,
@@ -63,7 +67,9 @@ class Decision:
             slices=comparison.slices,
         )
         reported = reported_metrics(comparison.metrics, cfg.ks, first_generation)
-        return cls(comparison, results, rules.verdict(results), samples, list(ks), reported, first_generation, cfg.ks)
+        return cls(
+            comparison, results, rules.verdict(results), samples, list(ks), reported, first_generation, cfg.ks, cost
+        )
 
     @property
     def intervals(self) -> dict[str, list[float]]:
@@ -91,7 +97,7 @@ class Decision:
         """Metrics and their intervals, rule table, slice table, flip table, plots and the JSON
         report into the active MLflow run; the metrics also linked to the candidate's logged model
         (``model_id``) measured on ``dataset``, when known."""
-        tracking.log_metrics(self.metrics, model_id=model_id, dataset=dataset)
+        tracking.log_metrics({**self.metrics, **self.cost}, model_id=model_id, dataset=dataset)
         tracking.log_intervals(self.intervals, self.tests)
         rows = [{**r.to_dict(), "rule": r.rule.describe()} for r in self.rules]
         tracking.log_rules([{k: v for k, v in row.items() if k != "slices"} for row in rows])  # slices: own table

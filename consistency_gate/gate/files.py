@@ -52,8 +52,8 @@ def run_file_gate(
     ``compare`` reads them); see the module docstring.
 
     ``tracking_uri`` None means ``$MLFLOW_TRACKING_URI``, and no run at all when that is unset.
-    A config with a ``remediation:`` block is refused (exit 2): remediation trains and registers
-    models, and prediction files have none.
+    A config with a ``remediation:`` block, or a rule on serving cost, is refused (exit 2):
+    both need models, and prediction files have none.
 
     >>> import tempfile
     >>> folder = Path(tempfile.mkdtemp())
@@ -72,6 +72,12 @@ def run_file_gate(
         raise UsageError(
             f"{cfg.source}: remediation trains and registers models, and gating prediction files has none: "
             "remove the remediation block, or gate registered models with --model and --data"
+        )
+    costly = [r.metric for r in cfg.rules if r.metric in rules.COST_METRICS]
+    if costly:
+        raise UsageError(
+            f"{cfg.source}: a rule on {costly[0]} needs models to time and measure, and prediction files have "
+            "none: remove it, or gate registered models with --model and --data"
         )
     uri = tracking_uri or os.environ.get("MLFLOW_TRACKING_URI") or None
     client = store.connect(uri)[1] if uri else None  # before any work: an unreachable server is exit 5 at once

@@ -45,6 +45,7 @@ class GateResult:
     intervals: dict[str, list[float]] = field(default_factory=dict)  # {metric: [low, high]} at ``confidence``
     tests: dict[str, float] = field(default_factory=dict)  # {"mcnemar_p": p}
     slices: list[dict] | None = None  # each slice's metrics and intervals, when the config names slices
+    cost: dict = field(default_factory=dict)  # the candidate's serving cost (mlops/cost.py)
     timings: dict[str, float] = field(default_factory=dict)
 
     @classmethod
@@ -66,6 +67,7 @@ class GateResult:
             intervals=decision.intervals,
             tests=decision.tests,
             slices=decision.slices,
+            cost=decision.cost,
         )
 
     @property
@@ -115,5 +117,6 @@ class GateResult:
             "intervals": self.intervals,
             "tests": self.tests,
             **({"slices": self.slices} if self.slices is not None else {}),
+            "cost": self.cost,
             "null_reasons": self.null_reasons,
         }

@@ -43,6 +43,8 @@ PAIR_METRICS = (
     "con", "acc_con", "ctoc", "ctoi", "itoc", "itoi", "com", "pearson", "cosine", "btc", "bec", "rel_nfr",
 )  # fmt: skip
 LEARNER_METRICS = ("acc_previous", "acc_candidate")
+# serving cost of what is gated relative to the candidate (mlops/cost.py): min/max on the estimate
+COST_METRICS = ("latency_ratio", "size_ratio")
 # each kind of threshold and how it reads: value >= t, value <= t, candidate - previous >= t
 OPERATORS = {"min": ">=", "max": "<=", "min_delta": "delta >="}
 KINDS = tuple(OPERATORS)
@@ -90,13 +92,20 @@ class Rule:
                 f"rule for '{self.metric}': decide: {self.decide} on min_delta needs a paired interval, which "
                 "acc has (Newcombe's); use decide: estimate for cacc@K deltas"
             )
+        if self.metric in COST_METRICS and (self.decide != "estimate" or self.per_slice):
+            raise UsageError(
+                f"rule for '{self.metric}': a serving cost is measured once, without an interval or slices; "
+                "use decide: estimate and no per_slice"
+            )
         if self.min_slice_size < 1:
             raise UsageError(f"rule for '{self.metric}': min_slice_size must be at least 1, got {self.min_slice_size}")
 
     @property
     def single_model(self) -> bool:
-        """Checkable without a previous generation (acc / cacc@K with min or max)."""
-        return self.kind != "min_delta" and (self.metric in ("acc", "acc_candidate") or self.metric.startswith("cacc@"))
+        """Checkable without a previous generation (acc / cacc@K with min or max, serving cost)."""
+        return self.kind != "min_delta" and (
+            self.metric in ("acc", "acc_candidate", *COST_METRICS) or self.metric.startswith("cacc@")
+        )
 
     @property
     def condition(self) -> str:
@@ -385,8 +394,8 @@ def _check_metric(metric: str, kind: str, where: str, ks: tuple[int, ...]) -> No
     learner = metric == "acc" or (per_k is not None and per_k.group(1) == "cacc")
     if kind == "min_delta" and not learner:
         raise UsageError(f"{where}: min_delta applies to per-learner metrics (acc, cacc@K), not '{metric}'")
-    if not (learner or per_k or metric in PAIR_METRICS or metric in LEARNER_METRICS):
-        names = ", ".join(("acc", "cacc@K", "ccon@K") + PAIR_METRICS + LEARNER_METRICS)
+    if not (learner or per_k or metric in PAIR_METRICS + LEARNER_METRICS + COST_METRICS):
+        names = ", ".join(("acc", "cacc@K", "ccon@K") + PAIR_METRICS + LEARNER_METRICS + COST_METRICS)
         raise UsageError(f"{where}: unknown metric '{metric}'; known: {names}")
 
 

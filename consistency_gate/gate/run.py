@@ -17,7 +17,7 @@ import contextlib
 import json
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -39,7 +39,9 @@ from consistency_gate.gate import rules
 from consistency_gate.gate.decision import Decision, tag_run
 from consistency_gate.gate.result import NOTHING_TO_DECIDE, GateResult
 from consistency_gate.io import predictions as io
+from consistency_gate.io.tensors import array_column, tensor_batch
 from consistency_gate.mlops import registry, scoring, store, tracking
+from consistency_gate.mlops.cost import ServingCost, model_size_mb, predict_latency
 from consistency_gate.report.tables import verdict_markdown
 
 if TYPE_CHECKING:
@@ -83,6 +85,7 @@ class _GateRun:
     timings: dict[str, float]
     started: list[str] = field(default_factory=list)  # the runs it opened: the gate run, a remediation run
     dataset: Dataset | None = None  # the evaluation data as logged to the run (metrics are linked to it)
+    cost: ServingCost | None = None  # the candidate's serving cost
 
     @property
     def run_id(self) -> str:
@@ -275,9 +278,10 @@ class _Comparer:
     baseline: scoring.LoadedModel | None = None
     base_scores: pd.DataFrame | None = None  # the baseline's scores on ``gate.frame``
 
-    def decide(self, cand_scores: pd.DataFrame, cand_model: SparkModel) -> Decision:
+    def decide(self, cand_scores: pd.DataFrame, cand_model: SparkModel, cost: dict | None = None) -> Decision:
         """The comparison and the rules' verdict: ``cand_scores`` are the candidate's scores on
-        the gate's frame, ``cand_model`` says how Spark loads it (unused in-process)."""
+        the gate's frame, ``cand_model`` says how Spark loads it (unused in-process), ``cost`` its
+        serving cost relative to the candidate."""
         gate, cfg = self.gate, self.gate.cfg
         first_generation = self.base_scores is None
         frames = [cand_scores, cand_scores] if first_generation else [self.base_scores, cand_scores]
@@ -318,7 +322,7 @@ class _Comparer:
             comparison = evaluation.result(confidence=cfg.confidence, interval_method=cfg.interval_method)
             ids = frame[gate.id_column].to_numpy() if gate.id_column else np.arange(len(frame))
             samples = flip_table(evaluation.samples(), ids)
-        return Decision.judge(comparison, cfg, samples, ks, first_generation)
+        return Decision.judge(comparison, cfg, samples, ks, first_generation, cost)
 
     def spark_model(self, model: scoring.LoadedModel, scores: pd.DataFrame) -> SparkModel:
         """How Spark loads a registered version: its classes are those its scorer gave on the sample."""
@@ -333,6 +337,12 @@ def _gate_in_run(gate: _GateRun) -> GateResult:
     _log_params(gate)
     with gate.timed("registry"):
         models = [scoring.load_model(ref, cfg.classes) for ref in ([base_ref] if base_ref else []) + [cand_ref]]
+    tensors = [m.ref.uri for m in models if _takes_shaped_tensors(m, gate)]
+    if gate.engine == "spark" and tensors:
+        raise UsageError(
+            f"{tensors[0]} takes each sample as an array (a tensor input); --engine spark gates models with column "
+            "signatures: gate it with --engine local, or on prediction files (--candidate-predictions)"
+        )
     with gate.timed("validation"):
         _validate(gate, models)
     with gate.timed("logging"):
@@ -340,10 +350,13 @@ def _gate_in_run(gate: _GateRun) -> GateResult:
         gate.dataset = tracking.log_evaluation_data(frame, gate.data_path, gate.label_column, rows_of)
     with gate.timed("predict"):  # on Spark: the sample only (classes, diagnosis); the job predicts the rest
         frames = [scoring.predict(m, frame, gate.non_features) for m in models]
+    with gate.timed("cost"):
+        gate.cost = _serving_cost(gate, lambda f: scoring.predict(models[-1], f, gate.non_features), cand_ref.uri)
     base_scores = frames[0] if base_ref else None
     comparer = _Comparer(gate, models[0] if base_ref else None, base_scores)
     with gate.timed("metrics"):
-        single = comparer.decide(frames[-1], comparer.spark_model(models[-1], frames[-1]))
+        cost = gate.cost.metrics(gate.cost)
+        single = comparer.decide(frames[-1], comparer.spark_model(models[-1], frames[-1]), cost)
     baseline = base_ref.to_dict() if base_ref else None
     result = GateResult.of(single, cand_ref.to_dict(), baseline, gate.run_id)
     with gate.timed("logging"):
@@ -354,7 +367,7 @@ def _gate_in_run(gate: _GateRun) -> GateResult:
     promoted_version = cand_ref.version if single.verdict == "passed" else None
     if single.verdict == "failed" and cfg.remediation is not None:
         with gate.timed("remediation"):
-            result.ensemble = _remediate(gate, comparer, models[-1])
+            result.ensemble = _remediate(gate, comparer, models[-1], list(frames[-1].columns))
         result.verdict = result.ensemble["verdict"]
         result.registered_version = result.ensemble["registered_version"]
         promoted_version = result.registered_version
@@ -371,6 +384,27 @@ def _gate_in_run(gate: _GateRun) -> GateResult:
         tracking.describe_run(verdict_markdown(report))
     result.timings = dict(gate.timings)
     return result
+
+
+def _takes_shaped_tensors(model: scoring.LoadedModel, gate: _GateRun) -> bool:
+    """Whether a model takes samples as arrays (an array column, or a tensor of more than one
+    dimension per sample), which ``--engine spark`` does not feed."""
+    if model.features:
+        return False
+    if model.tensor is not None and len(model.tensor.shape) > 2:
+        return True
+    return array_column(scoring.feature_frame(model, gate.frame, gate.non_features)) is not None
+
+
+def _serving_cost(
+    gate: _GateRun, predict: Callable[[pd.DataFrame], object], model_uri: str, members: int = 1
+) -> ServingCost:
+    """A model's serving cost on the gate's evaluation data (its size None where the store will not list it)."""
+    try:
+        size = model_size_mb(model_uri)
+    except Exception:  # noqa: BLE001 - the size is reported, never needed: a store that cannot list gives none
+        size = None
+    return ServingCost(predict_latency(predict, gate.frame), size, members)
 
 
 def _log_params(gate: _GateRun) -> None:
@@ -416,8 +450,9 @@ def _kind(ref: registry.ModelRef) -> str:
     return "ensemble" if ref.tags.get(registry.TAG_KIND) == "ensemble" else "single"
 
 
-def _remediate(gate: _GateRun, comparer: _Comparer, cand_model: scoring.LoadedModel) -> dict:
-    """Train the configured ensemble in a nested run, gate it, and register it if it passes."""
+def _remediate(gate: _GateRun, comparer: _Comparer, cand_model: scoring.LoadedModel, classes: list[str]) -> dict:
+    """Train the configured ensemble in a nested run, gate it, and register it if it passes;
+    ``classes`` are the candidate's (a recipe's class indices name them)."""
     import mlflow
 
     from consistency_gate.ensembles.model import log_ensemble
@@ -429,15 +464,23 @@ def _remediate(gate: _GateRun, comparer: _Comparer, cand_model: scoring.LoadedMo
     with mlflow.start_run(experiment_id=gate_experiment, run_name=f"remediation: {method}", nested=True) as child:
         gate.started.append(child.info.run_id)
         mlflow.set_tags(tracking.owner_tags())
-        ensemble, build = train_ensemble(cfg.remediation, cand_model.features, gate.non_features, gate.quiet)
+        input_shape = cand_model.tensor.shape[1:] if cand_model.tensor is not None else None
+        ensemble, build = train_ensemble(
+            cfg.remediation, cand_model.features, gate.non_features, gate.quiet, classes, input_shape
+        )
         log_build(build)
         model_info = log_ensemble(ensemble)
-        missing = [c for c in ensemble.features if c not in frame.columns]
+        missing = [c for c in ensemble.features or [] if c not in frame.columns]
         if missing:
             raise DataError(f"{data_path}: the ensemble's feature column '{missing[0]}' is missing")
-        scores = ensemble.predict_frame(frame)
-        spark_model = SparkModel(model_info.model_uri, "pyfunc", list(scores.columns), list(ensemble.features))
-        decision = comparer.decide(scores, spark_model)
+        features = frame.drop(columns=[c for c in gate.non_features if c in frame.columns])
+        scores = ensemble.predict_frame(features)
+        spark_model = SparkModel(model_info.model_uri, "pyfunc", list(scores.columns), list(ensemble.features or []))
+        cost = _serving_cost(
+            gate, lambda f: ensemble.predict_frame(f.drop(columns=gate.non_features, errors="ignore")),
+            model_info.model_uri, len(build.members),
+        )  # fmt: skip
+        decision = comparer.decide(scores, spark_model, cost.metrics(gate.cost))
         report = {
             "verdict": decision.verdict,
             "rules": [r.to_dict() for r in decision.rules],
@@ -445,6 +488,7 @@ def _remediate(gate: _GateRun, comparer: _Comparer, cand_model: scoring.LoadedMo
             "intervals": decision.intervals,
             "tests": decision.tests,
             **({"slices": decision.slices} if decision.slices is not None else {}),
+            "cost": decision.cost,
             "method": method,
             "members": len(build.members),
             "runs": len(build.runs),
@@ -476,14 +520,19 @@ def _validate(gate: _GateRun, models: list[scoring.LoadedModel]) -> None:
 
     frame, label_column = gate.frame, gate.label_column
     features: dict[str, str | None] = {}
+    arrays: dict[str, int | None] = {}
     for m in models:
         for name in m.features or []:
             features[name] = m.feature_types.get(name)
+        column = array_column(scoring.feature_frame(m, frame, gate.non_features)) if not m.features else None
+        if column is not None:
+            arrays[column] = m.tensor.sample_size if m.tensor is not None else None
     missing = [name for name in features if name not in frame.columns]
     known = None
     if not missing:
-        known = sorted({str(c) for m in models for c in scoring.model_classes(m, frame, gate.non_features)})
-    report = validate_evaluation_data(frame, label_column, features, known)
+        with contextlib.suppress(DataError):  # a first sample the models cannot take: GX reports it below
+            known = sorted({str(c) for m in models for c in scoring.model_classes(m, frame, gate.non_features)})
+    report = validate_evaluation_data(frame, label_column, features, known, arrays)
     tracking.log_json(report.result, "gate/data_validation.json")
     if missing:
         reader = next(m for m in models if missing[0] in (m.features or []))
@@ -493,4 +542,6 @@ def _validate(gate: _GateRun, models: list[scoring.LoadedModel]) -> None:
             "signature names it): add the column to the evaluation data, or gate a model logged with its columns"
         )
     if not report.success:
+        for m in models:  # a sample of the wrong shape: name the column, the row and both shapes
+            tensor_batch(scoring.feature_frame(m, frame, gate.non_features), m.tensor, str(gate.data_path))
         raise DataError(f"evaluation data failed validation ({len(report.failures)} expectations): {report.summary()}")

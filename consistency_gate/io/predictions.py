@@ -23,6 +23,8 @@ import pandas as pd
 import pyarrow.parquet as pq
 
 from consistency_gate.errors import DataError, plain
+from consistency_gate.io.tensors import read_npz
+from consistency_gate.io.text import as_text
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -68,6 +70,11 @@ def file_columns(path: str | Path) -> list[str]:
     if path.is_dir():
         return _directory_columns(path)
     fmt = _format(path)
+    if fmt == "npz":
+        raise DataError(
+            f"{path}: an .npz archive is evaluation data for a tensor model (x, y, ids); labels and "
+            "prediction files are CSV or Parquet"
+        )
     try:
         if fmt == "parquet":
             # pandas stores a non-default index as extra columns; they are not data
@@ -231,40 +238,6 @@ def read_column(path: str | Path, column: str) -> pd.Series:
     return pd.concat(parts)[column] if parts else pd.Series([], dtype=str)
 
 
-def as_text(values: pd.Series) -> pd.Series:
-    """Labels or ids as text (object dtype, missing values kept): integral floats lose their
-    ``.0`` (a CSV column of class ids read as float still names class ``3``, not ``3.0``).
-
-    >>> as_text(pd.Series([3.0, 0.5, None, 7])).tolist()
-    ['3', '0.5', nan, '7']
-    >>> as_text(pd.Series(["a", None, 2])).tolist()
-    ['a', None, '2']
-    """
-    if pd.api.types.is_string_dtype(values.dtype) and pd.api.types.infer_dtype(values, skipna=True) == "string":
-        return values.astype(object)
-    if pd.api.types.is_integer_dtype(values.dtype) or pd.api.types.is_bool_dtype(values.dtype):
-        return values.astype(str).astype(object)
-    out = values.astype(object)
-    present = out.notna()
-    if pd.api.types.is_float_dtype(values.dtype):
-        numbers = values[present].to_numpy(dtype=np.float64)  # as Python floats, whatever the width
-        integral = np.isfinite(numbers) & (numbers == np.floor(numbers)) & (np.abs(numbers) < 2**62)
-        text = numbers.astype(str).astype(object)
-        text[integral] = numbers[integral].astype(np.int64).astype(str)
-        huge = np.isfinite(numbers) & ~integral & (numbers == np.floor(numbers))
-        text[huge] = [str(int(v)) for v in numbers[huge]]
-        out[present] = text
-        return out
-    out[present] = out[present].map(_label_text)  # mixed Python objects: one at a time
-    return out
-
-
-def _label_text(value: object) -> str:
-    if isinstance(value, float) and value.is_integer():
-        return str(int(value))
-    return str(value)
-
-
 def _rechunk(frames: Iterator[pd.DataFrame], rows: int) -> Iterator[pd.DataFrame]:
     buffer: list[pd.DataFrame] = []
     held = 0
@@ -356,7 +329,9 @@ def _format(path: Path) -> str:
         return "parquet"
     if suffix in (".csv", ".txt"):
         return "csv"
-    raise DataError(f"{path}: unknown file type '{suffix}'; use .csv or .parquet")
+    if suffix == ".npz":
+        return "npz"
+    raise DataError(f"{path}: unknown file type '{suffix}'; use .csv or .parquet (or .npz for evaluation data)")
 
 
 def read_evaluation_data(
@@ -376,7 +351,12 @@ def read_evaluation_data(
     >>> frame.dtypes.astype(str).to_dict()
     {'x1': 'float64', 'x2': 'float64', 'region': 'object', 'label': 'object'}
     """
-    columns = file_columns(path)
+    if path.is_file() and _format(path) == "npz":
+        frame = read_npz(path, label_column, id_column)
+        columns = list(frame.columns)
+    else:
+        frame = None
+        columns = file_columns(path)
     require_columns(path, columns, [label_column] + ([id_column] if id_column else []))
     missing = [c for c in slices if c not in columns]
     if missing:
@@ -385,12 +365,19 @@ def read_evaluation_data(
             f"{path}: slicing column '{missing[0]}' not found (the config's slices name it); the file has: "
             f"{shown}; add the column, or take it out of slices"
         )
+    if frame is not None:
+        if frame.empty:
+            raise DataError(f"{path}: the archive holds no samples; nothing to evaluate")
+        return _named(frame.head(max_rows) if max_rows else frame, path)
     text = (label_column,) + ((id_column,) if id_column else ()) + tuple(slices)
     chunks = iter_frames(path, columns, chunk_rows=max_rows or DEFAULT_CHUNK_ROWS, text_columns=text)
     frames = [next(chunks, None)] if max_rows else list(chunks)
     frames = [f for f in frames if f is not None and len(f)]
     if not frames:
         raise DataError(f"{path}: the file has a header but no rows; nothing to evaluate")
-    frame = pd.concat(frames)
+    return _named(pd.concat(frames), path)
+
+
+def _named(frame: pd.DataFrame, path: Path) -> pd.DataFrame:
     frame.attrs["source"] = str(path)  # error messages name the file
     return frame

@@ -1,8 +1,9 @@
 """Evaluation-data validation with great-expectations 1.x, before anything is predicted.
 
 Checks: the set is not empty, the label column exists and has no nulls, every feature
-column the models' signatures name exists with a compatible type, and every label is a
-class of at least one generation.
+column the models' signatures name exists with a compatible type, every label is a
+class of at least one generation, and, for tensor models, the column of arrays exists, has
+no nulls and holds the number of values per sample the signature declares.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+import numpy as np
 import pandas as pd
 
 if TYPE_CHECKING:
@@ -45,10 +47,13 @@ def validate_evaluation_data(
     label_column: str,
     features: dict[str, str | None],
     known_classes: list[str] | None,
+    arrays: dict[str, int | None] | None = None,
 ) -> ValidationReport:
     """Run the expectations on ``frame``; ``features`` maps column -> MLflow type name (or None).
 
     ``known_classes`` None (the models' classes are unknown) leaves out the label-in-set check.
+    ``arrays`` maps a column of arrays (tensor models) to the values per sample its models take
+    (None: any); GX checks that count on a derived column ``<column>.size``.
 
     >>> report = validate_evaluation_data(frame, "label", {"amount": "double"}, ["fraud", "ok"])  # doctest: +SKIP
     >>> report.success, report.summary()  # doctest: +SKIP
@@ -57,6 +62,10 @@ def validate_evaluation_data(
     import great_expectations as gx
     import great_expectations.expectations as gxe
 
+    arrays = arrays or {}
+    sizes = {f"{name}.size": name for name in arrays if name in frame.columns}
+    if sizes:
+        frame = frame.assign(**{size: frame[name].map(_value_count) for size, name in sizes.items()})
     context = gx.get_context(mode="ephemeral")
     _quiet(context)
     asset = context.data_sources.add_pandas("consistency_gate").add_dataframe_asset("evaluation")
@@ -72,9 +81,22 @@ def validate_evaluation_data(
         suite.add_expectation(gxe.ExpectColumnToExist(column=name))
         if name in frame.columns and mlflow_type in _TYPES:
             suite.add_expectation(gxe.ExpectColumnValuesToBeInTypeList(column=name, type_list=_TYPES[mlflow_type]))
+    for name, size in arrays.items():
+        suite.add_expectation(gxe.ExpectColumnToExist(column=name))
+        if name in frame.columns:
+            suite.add_expectation(gxe.ExpectColumnValuesToNotBeNull(column=name))
+            if size is not None:
+                suite.add_expectation(
+                    gxe.ExpectColumnValuesToBeBetween(column=f"{name}.size", min_value=size, max_value=size)
+                )
     result = batch.validate(suite)
     failures = [_describe(r) for r in result.results if not r.success]
     return ValidationReport(bool(result.success), failures, result.to_json_dict())
+
+
+def _value_count(value: object) -> int | None:
+    """How many numbers an array cell holds (None for an empty cell)."""
+    return None if value is None else int(np.asarray(value).size)
 
 
 def _quiet(context: AbstractDataContext) -> None:

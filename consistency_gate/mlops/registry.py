@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from mlflow.entities.model_registry import ModelVersion
 
 CLASSES_TAG = "consistency_gate.classes"
+OUTPUTS_TAG = "consistency_gate.outputs"  # "logits" or "probabilities": whether scores are softmaxed
 TAG_VERDICT = "consistency_gate.verdict"
 TAG_KIND = "consistency_gate.kind"
 TAG_RUN_ID = "consistency_gate.run_id"

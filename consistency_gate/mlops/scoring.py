@@ -1,5 +1,11 @@
 """Scoring: load a registered model version (sklearn, PyTorch or pyfunc) as a class-probability
-scorer, and predict an evaluation frame with it, telling the model's failures from the data's."""
+scorer, and predict an evaluation frame with it, telling the model's failures from the data's.
+
+A model logged with a tensor signature gets its input in that shape
+(:func:`consistency_gate.io.tensors.tensor_batch`). Scores that are logits are softmaxed:
+the version tag ``consistency_gate.outputs`` says which a model gives (``logits``, the default
+for PyTorch and for pyfunc arrays of any sign, or ``probabilities``).
+"""
 
 from __future__ import annotations
 
@@ -13,7 +19,8 @@ import numpy as np
 import pandas as pd
 
 from consistency_gate.errors import DataError, GateError, ModelError, TrackingError, plain
-from consistency_gate.mlops.registry import CLASSES_TAG, ModelRef
+from consistency_gate.io.tensors import TensorInput, array_column, tensor_batch
+from consistency_gate.mlops.registry import CLASSES_TAG, OUTPUTS_TAG, ModelRef
 from consistency_gate.mlops.store import looks_unreachable
 
 if TYPE_CHECKING:
@@ -31,6 +38,7 @@ class LoadedModel:
     features: list[str] | None  # from the signature; None means "every non-label column"
     feature_types: dict[str, str]
     predict_scores: Scorer
+    tensor: TensorInput | None = None  # the input a tensor signature declares
 
 
 def load_model(ref: ModelRef, classes_hint: list[str] | None = None) -> LoadedModel:
@@ -50,20 +58,21 @@ def load_model(ref: ModelRef, classes_hint: list[str] | None = None) -> LoadedMo
         raise ModelError(f"{ref.uri}: cannot read the model's metadata ({exc})") from None
     flavors = info.flavors or {}
     features, types = _signature_features(info.signature)
+    tensor = _signature_tensor(info.signature)
     try:
         if "sklearn" in flavors:
             scorer, flavor = _sklearn_scorer(ref), "sklearn"
         elif "pytorch" in flavors:
-            scorer, flavor = _torch_scorer(ref, classes_hint), "pytorch"
+            scorer, flavor = _torch_scorer(ref, classes_hint, tensor), "pytorch"
         else:
-            scorer, flavor = _pyfunc_scorer(ref), "pyfunc"
+            scorer, flavor = _pyfunc_scorer(ref, classes_hint, tensor), "pyfunc"
     except (ModelError, TrackingError):
         raise
     except Exception as exc:  # noqa: BLE001
         if looks_unreachable(exc):
             raise TrackingError(f"cannot reach the store to load {ref.uri}: {exc}") from None
         raise ModelError(f"{ref.uri}: cannot load the model ({type(exc).__name__}: {exc})") from None
-    return LoadedModel(ref, flavor, features, types, scorer)
+    return LoadedModel(ref, flavor, features, types, scorer, tensor)
 
 
 def _signature_features(signature: ModelSignature | None) -> tuple[list[str] | None, dict[str, str]]:
@@ -77,6 +86,16 @@ def _signature_features(signature: ModelSignature | None) -> tuple[list[str] | N
     if not names or any(isinstance(n, int) for n in names):
         return None, {}
     return [str(n) for n in names], {str(n): str(getattr(t, "name", t)) for n, t in zip(names, types, strict=True)}
+
+
+def _signature_tensor(signature: ModelSignature | None) -> TensorInput | None:
+    """The input of a signature with one tensor (None for column signatures and several tensors)."""
+    if signature is None or signature.inputs is None or not signature.inputs.is_tensor_spec():
+        return None
+    specs = signature.inputs.inputs
+    if len(specs) != 1 or specs[0].shape is None:
+        return None
+    return TensorInput(tuple(int(d) for d in specs[0].shape), str(specs[0].type))
 
 
 def _sklearn_scorer(ref: ModelRef) -> Scorer:
@@ -93,39 +112,51 @@ def _sklearn_scorer(ref: ModelRef) -> Scorer:
     return score
 
 
-def _torch_scorer(ref: ModelRef, classes_hint: list[str] | None) -> Scorer:
+def _torch_scorer(ref: ModelRef, classes_hint: list[str] | None, tensor: TensorInput | None) -> Scorer:
     import mlflow.pytorch
     import torch
 
-    classes = _torch_classes(ref, classes_hint)
+    classes = _model_classes(ref, classes_hint, "a PyTorch model")
+    logits = _outputs_logits(ref, default=True)
     device = "cuda" if torch.cuda.is_available() else "cpu"
     model = mlflow.pytorch.load_model(ref.uri, map_location=device)
     with contextlib.suppress(NotImplementedError):  # exported (pt2) graphs have no train/eval modes
         model.eval()
 
     def score(features: pd.DataFrame) -> pd.DataFrame:
-        text = [c for c in features.columns if not pd.api.types.is_numeric_dtype(features[c])]
-        if text:
-            raise DataError(
-                f"{ref.uri} takes numeric features but column '{text[0]}' is not numeric; if it identifies "
-                "samples pass --id-column, or log the model with a signature naming its feature columns"
-            )
-        x = torch.as_tensor(features.to_numpy(dtype=np.float32), device=device)
+        x = torch.as_tensor(tensor_batch(features, tensor, features.attrs.get("source", "evaluation data")))
         outs = []
         with torch.no_grad():
             for start in range(0, len(x), 8192):
-                outs.append(torch.softmax(model(x[start : start + 8192]), dim=1).cpu().numpy())
+                out = model(x[start : start + 8192].to(device))
+                outs.append((torch.softmax(out, dim=1) if logits else out).cpu().numpy())
         probs = np.concatenate(outs) if outs else np.zeros((0, len(classes)))
-        if probs.shape[1] != len(classes):
-            raise ModelError(
-                f"{ref.uri}: the model outputs {probs.shape[1]} scores but {len(classes)} classes are named"
-            )
-        return pd.DataFrame(probs, columns=classes, index=features.index)
+        return _class_frame(ref, probs, classes, features.index)
 
     return score
 
 
-def _torch_classes(ref: ModelRef, hint: list[str] | None) -> list[str]:
+def _class_frame(ref: ModelRef, scores: np.ndarray, classes: list[str], index: pd.Index) -> pd.DataFrame:
+    """An (n, classes) score array as a frame with one column per class."""
+    if scores.ndim != 2 or scores.shape[1] != len(classes):
+        raise ModelError(
+            f"{ref.uri}: the model outputs scores of shape {scores.shape} but {len(classes)} classes are named "
+            f"(tag {CLASSES_TAG} or the config's classes); expected (samples, {len(classes)})"
+        )
+    return pd.DataFrame(scores, columns=classes, index=index)
+
+
+def _outputs_logits(ref: ModelRef, default: bool) -> bool:
+    """Whether the version's scores are logits (to softmax), from its ``consistency_gate.outputs`` tag."""
+    raw = ref.tags.get(OUTPUTS_TAG)
+    if raw is None:
+        return default
+    if raw not in ("logits", "probabilities"):
+        raise ModelError(f"{ref.uri}: tag {OUTPUTS_TAG} must be 'logits' or 'probabilities', got {raw!r}")
+    return raw == "logits"
+
+
+def _model_classes(ref: ModelRef, hint: list[str] | None, what: str) -> list[str]:
     raw = ref.tags.get(CLASSES_TAG)
     if raw:
         try:
@@ -136,29 +167,40 @@ def _torch_classes(ref: ModelRef, hint: list[str] | None) -> list[str]:
     if hint:
         return hint
     raise ModelError(
-        f"{ref.uri}: a PyTorch model needs its class names: set the model version tag {CLASSES_TAG} "
+        f"{ref.uri}: {what} needs its class names: set the model version tag {CLASSES_TAG} "
         "to a JSON list, or 'classes:' in the gate config"
     )
 
 
-def _pyfunc_scorer(ref: ModelRef) -> Scorer:
+def _pyfunc_scorer(ref: ModelRef, classes_hint: list[str] | None, tensor: TensorInput | None) -> Scorer:
     import mlflow.pyfunc
 
     model = mlflow.pyfunc.load_model(ref.uri)
 
     def score(features: pd.DataFrame) -> pd.DataFrame:
-        out = model.predict(features)
-        if not isinstance(out, pd.DataFrame) or out.shape[1] < 2:
-            raise ModelError(
-                f"{ref.uri}: the pyfunc model returned {type(out).__name__}, not a DataFrame with one column per "
-                "class, so it gives no class scores; log it as sklearn/pytorch or return class probabilities"
-            )
-        out = out.copy()
-        out.columns = [str(c) for c in out.columns]
-        out.index = features.index
-        return out
+        where = features.attrs.get("source", "evaluation data")
+        out = model.predict(features if tensor is None else tensor_batch(features, tensor, where))
+        if isinstance(out, pd.DataFrame) and out.shape[1] >= 2:
+            out = out.copy()
+            out.columns = [str(c) for c in out.columns]
+            out.index = features.index
+            return out
+        if isinstance(out, np.ndarray) and out.ndim == 2 and out.shape[1] >= 2:
+            classes = _model_classes(ref, classes_hint, "a pyfunc model returning an array")
+            logits = _outputs_logits(ref, default=bool((out < 0).any()))
+            return _class_frame(ref, _softmax(out) if logits else out, classes, features.index)
+        raise ModelError(
+            f"{ref.uri}: the pyfunc model returned {type(out).__name__} {getattr(out, 'shape', '')}, so it gives no "
+            "class scores (a DataFrame with one column per class, or a (samples, classes) array); log it as "
+            "sklearn/pytorch or return class probabilities"
+        )
 
     return score
+
+
+def _softmax(scores: np.ndarray) -> np.ndarray:
+    shifted = np.exp(scores - scores.max(axis=1, keepdims=True))
+    return shifted / shifted.sum(axis=1, keepdims=True)
 
 
 def model_classes(model: LoadedModel, frame: pd.DataFrame, exclude: Sequence[str]) -> list[str]:
@@ -174,19 +216,25 @@ def model_classes(model: LoadedModel, frame: pd.DataFrame, exclude: Sequence[str
 
 
 def _refuse_non_finite(features: pd.DataFrame, model: LoadedModel) -> None:
-    """DataError naming the first numeric feature column holding NaN or an infinite value, and its
-    first such row (1-based data row); nothing if every numeric feature is finite."""
+    """DataError naming the first numeric feature column (or array column) holding NaN or an
+    infinite value, and its first such row (1-based data row); nothing if every feature is finite."""
+    arrays = array_column(features)
     for name in features.columns:
         column = features[name]
-        if not pd.api.types.is_numeric_dtype(column.dtype) or pd.api.types.is_bool_dtype(column.dtype):
+        if name == arrays:
+            bad = np.array([not np.isfinite(np.asarray(v, dtype=np.float64)).all() for v in column])
+            shown = "an array with NaN or infinite values"
+        elif pd.api.types.is_numeric_dtype(column.dtype) and not pd.api.types.is_bool_dtype(column.dtype):
+            bad = ~np.isfinite(column.to_numpy(dtype=np.float64, na_value=np.nan))
+            shown = ""
+        else:
             continue
-        bad = ~np.isfinite(column.to_numpy(dtype=np.float64, na_value=np.nan))
         if bad.any():
             first = int(np.argmax(bad))
             raise DataError(
                 f"{features.attrs.get('source', 'evaluation data')}: feature column '{name}', "
                 f"row {int(features.index[first]) + 1} holds "
-                f"{plain(column.iloc[first])} and {model.ref.uri} cannot score it; fill or drop such rows "
+                f"{shown or plain(column.iloc[first])} and {model.ref.uri} cannot score it; fill or drop such rows "
                 "(or gate a model that handles missing values)"
             )
 
@@ -200,7 +248,9 @@ def feature_frame(model: LoadedModel, frame: pd.DataFrame, exclude: Sequence[str
     """
     if model.features:
         return frame[model.features]
-    return frame.drop(columns=[c for c in exclude if c in frame.columns])
+    rest = frame.drop(columns=[c for c in exclude if c in frame.columns])
+    column = array_column(rest)
+    return rest[[column]] if column is not None else rest
 
 
 def non_features(label_column: str, id_column: str | None, slices: Sequence[str] = ()) -> tuple[str, ...]:

@@ -130,6 +130,9 @@ def verdict_table(report: dict) -> str:
             "",
         ]
         lines.append(table([_rule_row(r) for r in ens["rules"]], ["metric", "value", "rule", "outcome", "note"]))
+        cost = cost_line(report)
+        if cost:
+            lines.append(f"\n{cost}")
         if ens.get("registered_version"):
             lines.append(
                 f"\nRegistered the ensemble as v{ens['registered_version']} "
@@ -148,6 +151,39 @@ def verdict_table(report: dict) -> str:
     if report.get("run_id"):
         lines.append(f"\nMLflow run: {report['run_id']}")
     return "\n".join(lines)
+
+
+def cost_line(report: dict) -> str:
+    """What the remediation costs to serve beside what it buys, in one line ("" without an ensemble
+    or a measured cost).
+
+    >>> report = {"metrics": {"ctoi": 0.1, "con": 0.88}, "cost": {"latency_ms_per_1000": 10.0, "size_mb": 0.03},
+    ...     "ensemble": {"members": 4, "metrics": {"ctoi": 0.02, "con": 0.95}, "cost": {"latency_ms_per_1000": 38.0,
+    ...     "latency_ratio": 3.8, "size_mb": 0.12, "size_ratio": 4.0}}}
+    >>> print(cost_line(report))
+    Serving cost: the ensemble of 4 members predicts in 38 ms per 1,000 samples (3.8x the candidate's 10 ms) ...
+    >>> cost_line(report).endswith("(4.0x), for CtoI 0.1000 -> 0.0200 and CON 0.8800 -> 0.9500.")
+    True
+    """
+    ens = report.get("ensemble")
+    if not ens or ens.get("cost", {}).get("latency_ratio") is None:
+        return ""
+    single, ensemble = report["metrics"], ens["metrics"]
+    cost, single_cost = ens["cost"], report.get("cost") or {}
+    size = ""
+    if cost.get("size_mb") is not None:
+        ratio = f" ({cost['size_ratio']:.1f}x)" if cost.get("size_ratio") is not None else ""
+        size = f" and takes {cost['size_mb']:.3g} MB on disk{ratio}"
+    gains = [
+        f"{label} {fmt(single[key])} -> {fmt(ensemble[key])}"
+        for key, label in (("ctoi", "CtoI"), ("con", "CON"))
+        if single.get(key) is not None and ensemble.get(key) is not None
+    ]
+    return (
+        f"Serving cost: the ensemble of {ens['members']} members predicts in {cost['latency_ms_per_1000']:.3g} ms "
+        f"per 1,000 samples ({cost['latency_ratio']:.1f}x the candidate's {single_cost['latency_ms_per_1000']:.3g} ms)"
+        f"{size}" + (f", for {' and '.join(gains)}." if gains else ".")
+    )
 
 
 def _rule_row(r: dict) -> list:
@@ -288,6 +324,8 @@ def verdict_markdown(report: dict) -> str:
         for r in rules:
             metric, value, rule, outcome, _ = _rule_row(r)
             lines.append(f"| {metric} | {fmt(value)} | {rule} | {outcome} |")
+    if cost_line(report):
+        lines += ["", cost_line(report)]
     if report.get("slices"):
         lines += ["", f"### Slices, worst first ({len(report['slices'])} in all: `gate/slices.json` in the run)", ""]
         lines += _slices_markdown(report)
