@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import sys
 import traceback
 from collections.abc import Callable
@@ -42,13 +43,26 @@ def _engine_options(spark_help: str) -> Callable[[click.Command], click.Command]
     return decorate
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
-@click.option("--verbose", is_flag=True, help="Print the traceback of an error too.")
-@click.version_option(package_name="consistency-gate")
-def cli(verbose: bool) -> None:
-    """Gate retrained classifiers on their consistency with the previous generation."""
+def _set_verbose(ctx: click.Context, param: click.Parameter, value: bool) -> None:
+    """``--verbose`` before or after the command name: print an error's traceback too."""
     global _verbose
-    _verbose = verbose
+    _verbose = _verbose or value
+
+
+def _verbose_option() -> click.Option:
+    return click.Option(
+        ["--verbose"],
+        is_flag=True,
+        expose_value=False,
+        callback=_set_verbose,
+        help="Print the traceback of an error too.",
+    )
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="consistency-gate")
+def cli() -> None:
+    """Gate retrained classifiers on their consistency with the previous generation."""
 
 
 @cli.command()
@@ -481,8 +495,19 @@ def _named_files(items: tuple[str, ...], option: str) -> dict[str, str]:
     return named
 
 
+for _command in (cli, *cli.commands.values()):  # `consistency-gate --verbose check` and `check ... --verbose`
+    _command.params.append(_verbose_option())
+
+
+# third-party noise the tool's own output replaces: MLflow's INFO lines and artifact progress bars
+QUIET_ENVIRONMENT = {"MLFLOW_LOGGING_LEVEL": "WARNING", "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false"}
+
+
 def main(argv: list[str] | None = None) -> None:
-    """Entry point: run the CLI and turn GateErrors into one line and their exit code."""
+    """Entry point: run the CLI and turn GateErrors into one line and their exit code. MLflow's
+    INFO lines and progress bars are off unless the environment sets them (``QUIET_ENVIRONMENT``)."""
+    for name, value in QUIET_ENVIRONMENT.items():
+        os.environ.setdefault(name, value)
     try:
         code = cli.main(args=argv, standalone_mode=False)
     except GateError as exc:

@@ -67,7 +67,7 @@ def prepare(workdir: Path, seed: int = 0) -> tuple[str, Path, Path]:
     from sklearn.pipeline import make_pipeline
     from sklearn.preprocessing import StandardScaler
 
-    from consistency_gate.mlops import tracking
+    from consistency_gate.mlops import registry, tracking
 
     workdir.mkdir(parents=True, exist_ok=True)
     for stale in ("mlflow.db", "mlartifacts", "eval.csv", "train.csv", "gate.yaml", "report.json"):
@@ -95,13 +95,13 @@ def prepare(workdir: Path, seed: int = 0) -> tuple[str, Path, Path]:
         rows = rng.choice(len(x_pool), size=len(x_pool) // 2, replace=False)
         model.fit(x_pool.iloc[rows], y_pool.iloc[rows])
         with mlflow.start_run(run_name=f"generation {number}"):
-            mlflow.sklearn.log_model(
+            info = mlflow.sklearn.log_model(
                 model,
                 name="model",
-                registered_model_name=MODEL_NAME,
                 signature=infer_signature(x_eval, model.predict_proba(x_eval)),
                 pip_requirements=[f"scikit-learn=={sklearn.__version__}"],  # skips slow inference
             )
+        registry.register_version(info.model_uri, MODEL_NAME)
     MlflowClient().set_registered_model_alias(MODEL_NAME, "champion", "1")
     eval_path = workdir / "eval.csv"
     x_eval.assign(label=y_eval.to_numpy(), id=[f"eval-{i:04d}" for i in range(len(x_eval))]).to_csv(

@@ -248,19 +248,16 @@ def test_bad_input_exits_3_with_one_line(case, tmp_path):
     assert "Traceback" not in proc.stderr
 
 
-def test_missing_file_and_verbose_traceback(tmp_path):
-    proc = run_cli(
-        "--verbose",
-        "compare",
-        "--labels",
-        tmp_path / "nope.csv",
-        "--previous",
-        tmp_path / "a.csv",
-        "--candidate",
-        tmp_path / "b.csv",
-    )
+@pytest.mark.parametrize("where", ["before", "after"])
+def test_missing_file_and_verbose_traceback(tmp_path, where):
+    """``--verbose`` works before the command name and after its options."""
+    files = ("--labels", tmp_path / "nope.csv", "--previous", tmp_path / "a.csv", "--candidate", tmp_path / "b.csv")
+    args = ("--verbose", "compare", *files) if where == "before" else ("compare", *files, "--verbose")
+    proc = run_cli(*args)
     assert proc.returncode == 3
     assert "nope.csv: file not found" in proc.stderr and "Traceback" in proc.stderr
+    quiet = run_cli("compare", *files)
+    assert quiet.returncode == 3 and "Traceback" not in quiet.stderr
 
 
 def test_usage_error_exits_2(tmp_path):

@@ -251,3 +251,18 @@ def test_gates_started_together_share_one_experiment(tmp_path):
     for thread in threads:
         thread.join()
     assert not errors and len(ids) == 8 and len(set(ids)) == 1
+
+
+def test_a_dataframe_gates_like_its_file(store):
+    frame = pd.read_csv(store["data"])
+    before = frame.copy()
+    from_frame = run_gate(MODEL, frame, candidate="3", config=LENIENT, tracking_uri=store["uri"], id_column="id")
+    from_file = run_gate(MODEL, store["data"], candidate="3", config=LENIENT, tracking_uri=store["uri"], id_column="id")
+    assert from_frame.verdict == from_file.verdict and from_frame.metrics == from_file.metrics
+    pd.testing.assert_frame_equal(frame, before)  # the caller's frame is left as it was
+    run = _client(store).get_run(from_frame.run_id)
+    assert run.data.params["data"] == "DataFrame"
+    with pytest.raises(DataError, match="DataFrame: column 'species' not found"):
+        run_gate(MODEL, frame, candidate="3", config=LENIENT, tracking_uri=store["uri"], label_column="species")
+    with pytest.raises(UsageError, match="engine='spark' reads the evaluation data from a file"):
+        run_gate(MODEL, frame, candidate="3", config=LENIENT, tracking_uri=store["uri"], engine="spark")

@@ -211,6 +211,17 @@ def test_remediation_with_the_users_recipe_registers_an_ensemble_that_serves_els
         cwd=recipe_dir,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stdout + proc.stderr
+    # the tool's own output only, and why the ensemble trains before it does (issue 17)
+    assert "The candidate failed: training a dynsnap-cyc ensemble of 4 members" in proc.stderr
+    for noise in (
+        " INFO ",
+        "Successfully registered",
+        "Created version",
+        "CloudPickle",
+        "FutureWarning",
+        "Downloading",
+    ):
+        assert noise not in proc.stderr + proc.stdout, noise
     result = json.loads(report.read_text())
     assert result["rules"][0]["held"] is False  # the single candidate failed
     ensemble = result["ensemble"]

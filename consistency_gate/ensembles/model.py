@@ -166,6 +166,7 @@ def log_ensemble(ensemble: TorchEnsemble, name: str = "ensemble") -> ModelInfo:
     'models:/m-...'
     """
     import tempfile
+    import warnings
 
     import mlflow
     from mlflow.models import infer_signature
@@ -181,12 +182,14 @@ def log_ensemble(ensemble: TorchEnsemble, name: str = "ensemble") -> ModelInfo:
             example,
             pd.DataFrame(np.full((2, len(ensemble.classes)), 1 / len(ensemble.classes)), columns=ensemble.classes),
         )
-        return mlflow.pyfunc.log_model(
-            name=name,
-            python_model=EnsemblePyfunc(),
-            artifacts={"ensemble": str(folder)},
-            signature=signature,
-            metadata=ensemble.metadata,
-            code_paths=code_paths(ensemble.recipe) or None,
-            pip_requirements=[f"torch=={torch.__version__.split('+')[0]}", "consistency-gate"],
-        )
+        with warnings.catch_warnings():  # it has a signature; MLflow would still ask for an input example
+            warnings.filterwarnings("ignore", message=".*input example was not provided", category=UserWarning)
+            return mlflow.pyfunc.log_model(
+                name=name,
+                python_model=str(Path(__file__).with_name("pyfunc_code.py")),  # models from code: nothing pickled
+                artifacts={"ensemble": str(folder)},
+                signature=signature,
+                metadata=ensemble.metadata,
+                code_paths=code_paths(ensemble.recipe) or None,
+                pip_requirements=[f"torch=={torch.__version__.split('+')[0]}", "consistency-gate"],
+            )

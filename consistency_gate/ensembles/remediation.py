@@ -253,7 +253,7 @@ def register_ensemble(
     from mlflow import MlflowClient
 
     from consistency_gate.ensembles.model import log_ensemble
-    from consistency_gate.mlops.registry import TAG_KIND
+    from consistency_gate.mlops.registry import TAG_KIND, register_version
 
     if tracking_uri:
         mlflow.set_tracking_uri(tracking_uri)
@@ -263,7 +263,7 @@ def register_ensemble(
         mlflow.start_run(run_name=run_name or f"ensemble for {model_name}")
     try:
         info = log_ensemble(ensemble)
-        version = str(mlflow.register_model(info.model_uri, model_name).version)
+        version = register_version(info.model_uri, model_name)
         MlflowClient().set_model_version_tag(model_name, version, TAG_KIND, "ensemble")
     finally:
         if started:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -42,7 +43,7 @@ from consistency_gate.io import predictions as io
 from consistency_gate.io.tensors import array_column, tensor_batch
 from consistency_gate.mlops import registry, scoring, store, tracking
 from consistency_gate.mlops.cost import ServingCost, model_size_mb, predict_latency
-from consistency_gate.report.tables import verdict_markdown
+from consistency_gate.report.tables import verdict_markdown, verdict_table
 
 if TYPE_CHECKING:
     import mlflow
@@ -50,6 +51,7 @@ if TYPE_CHECKING:
     from mlflow.data.dataset import Dataset
 
 DEFAULT_BASELINE = "@champion"
+IN_MEMORY = "DataFrame"  # how errors, params and the logged dataset name evaluation data given in memory
 # with --engine spark the driver validates (great-expectations) and diagnoses this many first rows
 SPARK_SAMPLE_ROWS = 10_000
 # how long a failing gate keeps trying to mark its runs FAILED on a tracking server that went away
@@ -111,7 +113,7 @@ def _data_slices(cfg: rules.GateConfig) -> tuple[str, ...]:
 
 def run_gate(
     model: str,
-    data: str | Path,
+    data: str | Path | pd.DataFrame,
     *,
     candidate: str | None = None,
     baseline: str | None = None,
@@ -130,6 +132,7 @@ def run_gate(
     ``candidate`` is a version number or ``@alias`` (default: the latest version);
     ``baseline`` an ``@alias`` or version (default ``@champion``; if that alias is not set
     yet, the candidate is a first generation and only single-model rules are checked).
+    ``data`` is a file (CSV, Parquet, ``.npz``) or a pandas DataFrame with the same columns.
     ``engine="spark"`` predicts and counts on Apache Spark (``mlflow.pyfunc.spark_udf``), for
     evaluation sets past one machine; the driver then reads only the first ``SPARK_SAMPLE_ROWS``
     rows, to validate them and for the two-generation diagnosis.
@@ -152,8 +155,14 @@ def run_gate(
         cand_ref, base_ref = _versions(client, model, candidate, baseline)
     if base_ref is not None and base_ref.version == cand_ref.version:
         return _same_version(cand_ref, base_ref, report_path)
-    sample = SPARK_SAMPLE_ROWS if engine == "spark" else None
-    frame = io.read_evaluation_data(Path(data), label_column, id_column, max_rows=sample, slices=_data_slices(cfg))
+    if isinstance(data, pd.DataFrame):
+        if engine == "spark":
+            raise UsageError("engine='spark' reads the evaluation data from a file (Parquet or CSV); give its path")
+        frame = io.evaluation_frame(data, label_column, id_column, _data_slices(cfg), IN_MEMORY)
+        data = IN_MEMORY
+    else:
+        sample = SPARK_SAMPLE_ROWS if engine == "spark" else None
+        frame = io.read_evaluation_data(Path(data), label_column, id_column, max_rows=sample, slices=_data_slices(cfg))
 
     run = _start_run(cand_ref, uri)
     gate = _GateRun(
@@ -366,6 +375,14 @@ def _gate_in_run(gate: _GateRun) -> GateResult:
         registry.tag_version(gate.client, cand_ref, single.verdict, _kind(cand_ref), gate.run_id)
     promoted_version = cand_ref.version if single.verdict == "passed" else None
     if single.verdict == "failed" and cfg.remediation is not None:
+        if not gate.quiet:  # why an ensemble trains now, before it does
+            settings = cfg.remediation.settings
+            print(
+                f"{verdict_table({**result.to_dict(), 'run_id': None})}\n\nThe candidate failed: training a "
+                f"{settings.method} ensemble of {settings.m} members to gate in its place ...",
+                file=sys.stderr,
+                flush=True,
+            )
         with gate.timed("remediation"):
             result.ensemble = _remediate(gate, comparer, models[-1], list(frames[-1].columns))
         result.verdict = result.ensemble["verdict"]
@@ -499,7 +516,7 @@ def _remediate(gate: _GateRun, comparer: _Comparer, cand_model: scoring.LoadedMo
         }
         decision.log(report, model_info.model_id, gate.dataset)
         if decision.verdict == "passed":
-            version = str(mlflow.register_model(model_info.model_uri, cand_ref.name).version)
+            version = registry.register_version(model_info.model_uri, cand_ref.name)
             ensemble_ref = registry.ModelRef(cand_ref.name, version)
             registry.tag_version(
                 gate.client, ensemble_ref, "passed", "ensemble", gate.run_id, replaces=cand_ref.version

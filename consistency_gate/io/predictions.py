@@ -353,22 +353,9 @@ def read_evaluation_data(
     """
     if path.is_file() and _format(path) == "npz":
         frame = read_npz(path, label_column, id_column)
-        columns = list(frame.columns)
-    else:
-        frame = None
-        columns = file_columns(path)
-    require_columns(path, columns, [label_column] + ([id_column] if id_column else []))
-    missing = [c for c in slices if c not in columns]
-    if missing:
-        shown = ", ".join(map(str, columns[:12])) + (" ..." if len(columns) > 12 else "")
-        raise DataError(
-            f"{path}: slicing column '{missing[0]}' not found (the config's slices name it); the file has: "
-            f"{shown}; add the column, or take it out of slices"
-        )
-    if frame is not None:
-        if frame.empty:
-            raise DataError(f"{path}: the archive holds no samples; nothing to evaluate")
-        return _named(frame.head(max_rows) if max_rows else frame, path)
+        return evaluation_frame(frame.head(max_rows) if max_rows else frame, label_column, id_column, slices, path)
+    columns = file_columns(path)
+    _require_evaluation_columns(path, columns, label_column, id_column, slices)
     text = (label_column,) + ((id_column,) if id_column else ()) + tuple(slices)
     chunks = iter_frames(path, columns, chunk_rows=max_rows or DEFAULT_CHUNK_ROWS, text_columns=text)
     frames = [next(chunks, None)] if max_rows else list(chunks)
@@ -378,6 +365,43 @@ def read_evaluation_data(
     return _named(pd.concat(frames), path)
 
 
-def _named(frame: pd.DataFrame, path: Path) -> pd.DataFrame:
+def evaluation_frame(
+    frame: pd.DataFrame,
+    label_column: str,
+    id_column: str | None,
+    slices: Sequence[str] = (),
+    source: str | Path = "DataFrame",
+) -> pd.DataFrame:
+    """An evaluation set already in memory, checked and typed as :func:`read_evaluation_data`
+    reads a file: label, id and slicing columns present and as text, at least one row, rows
+    numbered from 0 (errors name ``source`` and the 1-based row).
+
+    >>> frame = evaluation_frame(pd.DataFrame({"x": [0.5, 0.1], "label": [3, 7]}, index=[10, 11]), "label", None)
+    >>> frame["label"].tolist(), frame.index.tolist()
+    (['3', '7'], [0, 1])
+    """
+    _require_evaluation_columns(Path(source), list(frame.columns), label_column, id_column, slices)
+    if frame.empty:
+        raise DataError(f"{source}: the evaluation data has no rows; nothing to evaluate")
+    frame = frame.reset_index(drop=True)
+    for name in dict.fromkeys((label_column, *([id_column] if id_column else []), *slices)):
+        frame[name] = as_text(frame[name])
+    return _named(frame, source)
+
+
+def _require_evaluation_columns(
+    path: Path, columns: list[str], label_column: str, id_column: str | None, slices: Sequence[str]
+) -> None:
+    require_columns(path, columns, [label_column] + ([id_column] if id_column else []))
+    missing = [c for c in slices if c not in columns]
+    if missing:
+        shown = ", ".join(map(str, columns[:12])) + (" ..." if len(columns) > 12 else "")
+        raise DataError(
+            f"{path}: slicing column '{missing[0]}' not found (the config's slices name it); the file has: "
+            f"{shown}; add the column, or take it out of slices"
+        )
+
+
+def _named(frame: pd.DataFrame, path: str | Path) -> pd.DataFrame:
     frame.attrs["source"] = str(path)  # error messages name the file
     return frame

@@ -59,8 +59,12 @@ def validate_evaluation_data(
     >>> report.success, report.summary()  # doctest: +SKIP
     (True, '')
     """
-    import great_expectations as gx
-    import great_expectations.expectations as gxe
+    import warnings
+
+    with warnings.catch_warnings():  # GX imports pyspark when installed, which warns about pandas 3
+        warnings.filterwarnings("ignore", message="PySpark does not yet fully support", category=FutureWarning)
+        import great_expectations as gx
+        import great_expectations.expectations as gxe
 
     arrays = arrays or {}
     sizes = {f"{name}.size": name for name in arrays if name in frame.columns}

@@ -97,6 +97,25 @@ def logged_model_id(mv: ModelVersion) -> str | None:
     return source.removeprefix("models:/") if source.startswith("models:/m-") else None
 
 
+def register_version(model_uri: str, name: str) -> str:
+    """Register a logged model as a new version of ``name`` (created if new); returns the version.
+    MLflow's own lines ("Successfully registered model ...") are not printed: the caller says
+    what happened.
+
+    >>> register_version(model_info.model_uri, "digits-cnn")  # doctest: +SKIP
+    '3'
+    """
+    import mlflow
+    from mlflow.utils.logging_utils import MLFLOW_LOGGING_STREAM
+
+    was = MLFLOW_LOGGING_STREAM.enabled
+    MLFLOW_LOGGING_STREAM.enabled = False
+    try:
+        return str(mlflow.register_model(model_uri, name).version)
+    finally:
+        MLFLOW_LOGGING_STREAM.enabled = was
+
+
 def tag_version(
     client: MlflowClient, ref: ModelRef, verdict: str, kind: str, run_id: str, replaces: str | None = None
 ) -> None:
