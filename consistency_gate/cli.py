@@ -317,6 +317,14 @@ def _require_only(needed: dict[str, object], refused: dict[str, object], engine:
         )
 
 
+@cli.command("report-schema")
+def report_schema() -> None:
+    """Print the JSON Schema of the --report / --format json report (its schema_version is in every report)."""
+    from consistency_gate.report.schema import report_schema as schema
+
+    click.echo(json.dumps(schema(), indent=2))
+
+
 @cli.command()
 @click.option("--default", "show_default", is_flag=True, help="Print the packaged default config.")
 @click.option(

@@ -14,6 +14,30 @@ if getattr(__main__, "__spec__", None) is None and not hasattr(__main__, "__file
     __main__.__file__ = "<pytest-xdist worker>"
 
 
+def assert_valid_report(report: dict) -> dict:
+    """Fail unless ``report`` validates against the report schema shipped in the package."""
+    import jsonschema
+
+    from consistency_gate.report.schema import report_schema
+
+    jsonschema.Draft202012Validator(report_schema()).validate(json.loads(json.dumps(report, default=str)))
+    return report
+
+
+def read_report(path: Path) -> dict:
+    """A ``--report`` file, validated against the shipped schema."""
+    return assert_valid_report(json.loads(Path(path).read_text()))
+
+
+@pytest.fixture(autouse=True)
+def _reports_match_the_schema(monkeypatch):
+    """Every report a test makes in-process (``GateResult.to_dict``) is validated against the schema."""
+    from consistency_gate.gate.result import GateResult
+
+    to_dict = GateResult.to_dict
+    monkeypatch.setattr(GateResult, "to_dict", lambda self: assert_valid_report(to_dict(self)))
+
+
 def run_cli(*args: str, cwd: Path | None = None, env: dict | None = None, timeout: float = 300):
     """Run ``consistency-gate`` as a subprocess; returns the CompletedProcess."""
     return subprocess.run(

@@ -2,13 +2,12 @@
 exit codes as the gate of registered models, and the same run on a real SQLite store when a tracking URI
 is given."""
 
-import json
 import os
 
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import run_cli
+from conftest import read_report, run_cli
 from mlflow import MlflowClient
 
 from consistency_gate.engines.local import compare_files
@@ -59,7 +58,7 @@ def _env_without_tracking():
 def test_files_gate_like_models_without_a_registry(files, tmp_path):
     report = tmp_path / "report.json"
     proc = run_cli(*_args(files, "--report", report), cwd=tmp_path, env=_env_without_tracking())
-    saved = json.loads(report.read_text())
+    saved = read_report(report)
     expected = compare_files(
         files / "labels.csv", files / "gen1.csv", files / "gen2.parquet", id_column="id", ks=[1, 2]
     )
@@ -83,7 +82,7 @@ def test_files_gate_logs_the_same_run_with_a_tracking_uri(files, tmp_path):
     env = {**_env_without_tracking(), "MLFLOW_TRACKING_URI": uri}  # $MLFLOW_TRACKING_URI is a tracking URI too
     proc = run_cli(*_args(files, "--report", report, "--name", "nightly-clf", "--config", config), env=env)
     assert proc.returncode in (0, 1), proc.stderr
-    saved = json.loads(report.read_text())
+    saved = read_report(report)
     assert {s["value"] for s in saved["slices"]} == {"north", "south"}
     client = MlflowClient(tracking_uri=uri)
     run = client.get_run(saved["run_id"])

@@ -5,7 +5,7 @@ import json
 import mlflow
 import pandas as pd
 import pytest
-from conftest import run_cli
+from conftest import read_report, run_cli
 from mlflow import MlflowClient
 from registry_fixtures import MODEL, build_store, check_args
 
@@ -39,7 +39,7 @@ def test_passing_candidate_is_logged_tagged_and_reported(store, tmp_path):
     )
     assert result.verdict == "passed" and result.exit_code == 0
     assert result.baseline["version"] == "1" and result.candidate["version"] == "2"
-    saved = json.loads(report.read_text())
+    saved = read_report(report)
     assert set(saved) >= {"verdict", "rules", "metrics", "run_id", "candidate", "baseline", "registered_version"}
     assert saved["registered_version"] is None
     assert all(r["held"] for r in saved["rules"])
@@ -196,7 +196,7 @@ def test_cli_check_exit_codes_and_report(store, tmp_path):
     proc = run_cli(*check_args("3", store["data"], config, store["uri"], "--report", tmp_path / "r.json"))
     assert proc.returncode == 1, proc.stderr
     assert "FAILED" in proc.stdout
-    assert json.loads((tmp_path / "r.json").read_text())["verdict"] == "failed"
+    assert read_report(tmp_path / "r.json")["verdict"] == "failed"
     config.write_text("rules:\n  - {metric: nope, max: 0.0}\n")
     proc = run_cli(
         "check", "--model", MODEL, "--data", store["data"], "--config", config, "--tracking-uri", store["uri"]
@@ -266,3 +266,19 @@ def test_a_dataframe_gates_like_its_file(store):
         run_gate(MODEL, frame, candidate="3", config=LENIENT, tracking_uri=store["uri"], label_column="species")
     with pytest.raises(UsageError, match="engine='spark' reads the evaluation data from a file"):
         run_gate(MODEL, frame, candidate="3", config=LENIENT, tracking_uri=store["uri"], engine="spark")
+
+
+def test_report_schema_command_prints_the_shipped_schema():
+    import jsonschema
+
+    from consistency_gate.report.schema import SCHEMA_VERSION, report_schema
+
+    proc = run_cli("report-schema")
+    assert proc.returncode == 0, proc.stderr
+    schema = json.loads(proc.stdout)
+    assert schema == report_schema()
+    jsonschema.Draft202012Validator.check_schema(schema)
+    error = {"schema_version": SCHEMA_VERSION, "verdict": "error", "error": "x.csv: file not found", "run_id": None}
+    jsonschema.validate(error, schema)
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate({**error, "verdict": "passed"}, schema)  # neither a gate report nor an error report

@@ -7,7 +7,7 @@ import json
 
 import numpy as np
 import pytest
-from conftest import run_cli
+from conftest import read_report, run_cli
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from statsmodels.stats.contingency_tables import mcnemar
@@ -147,7 +147,7 @@ def test_gate_report_carries_the_configured_level_intervals_and_mcnemar(tmp_path
     result = run_gate(
         "iris-clf", store["data"], candidate="3", config=config, tracking_uri=store["uri"], report_path=report_path
     )
-    report = json.loads(report_path.read_text())
+    report = read_report(report_path)
     assert report["confidence"] == 0.9 and set(report["tests"]) == {"mcnemar_p"}
     non_null = {k for k, v in report["metrics"].items() if v is not None}
     assert non_null | {"acc_delta"} == set(report["intervals"])

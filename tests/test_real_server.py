@@ -2,12 +2,11 @@
 its runs end FAILED when the server is back within the gate's retry budget; otherwise the gate names
 the runs it left RUNNING and the next gate of the model closes them."""
 
-import json
 import os
 import time
 
 import pytest
-from conftest import run_cli, start_cli
+from conftest import read_report, run_cli, start_cli
 from mlflow import MlflowClient
 from mlflow_server import MlflowServer
 from registry_fixtures import MODEL, build_store, check_args
@@ -39,7 +38,7 @@ def test_gate_over_http_then_server_killed_mid_gate(server, tmp_path):
     assert time.time() - killed_at < 60
     last = stderr.strip().splitlines()[-1]
     assert last.startswith("error: ") and "runs left RUNNING" in last
-    report = json.loads((tmp_path / "report.json").read_text())
+    report = read_report(tmp_path / "report.json")
     assert report["verdict"] == "error" and report["left_running"] == [report["run_id"]]
     assert report["run_id"] in last
 
@@ -73,7 +72,7 @@ def test_runs_end_failed_when_the_server_comes_back_within_the_budget(server, tm
     assert gate.returncode == 5, stderr
     assert "left RUNNING" not in stderr
     local = MlflowClient(tracking_uri=server.db, registry_uri=server.db)
-    run_id = json.loads((tmp_path / "report.json").read_text())["run_id"]
+    run_id = read_report(tmp_path / "report.json")["run_id"]
     run = local.get_run(run_id)
     assert run.info.status == "FAILED"
     assert "consistency_gate.error" in run.data.tags

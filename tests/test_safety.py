@@ -11,7 +11,7 @@ import time
 import mlflow
 import pandas as pd
 import pytest
-from conftest import run_cli
+from conftest import read_report, run_cli
 from http_proxy import ForwardProxy
 from mlflow import MlflowClient
 from mlflow_server import MlflowServer
@@ -127,7 +127,7 @@ def test_a_lost_alias_response_does_not_hide_the_promotion(tmp_path):
         client = MlflowClient(tracking_uri=server.url, registry_uri=server.url)
         assert _champion(client) == "2"  # the registry moved the alias; the gate must say so
         assert proc.returncode == 0, proc.stderr
-        written = json.loads(report.read_text())
+        written = read_report(report)
         assert written["promoted"] is True and written["promotion"]["holds"] == "2"
         run = client.get_run(written["run_id"])
         assert run.data.tags["consistency_gate.promoted"] == "True" and run.info.status == "FINISHED"
@@ -299,7 +299,7 @@ def test_flip_table_csv_neutralises_formulas_and_json_keeps_raw_ids(store, tmp_p
     report = tmp_path / "report.json"
     proc = run_cli(*check_args("3", data, config, store["uri"], "--id-column", "id", "--report", report))
     assert proc.returncode in (0, 1), proc.stderr
-    run_id = json.loads(report.read_text())["run_id"]
+    run_id = read_report(report)["run_id"]
     mlflow.set_tracking_uri(store["uri"])
     csv_text = mlflow.artifacts.load_text(f"runs:/{run_id}/gate/flips.csv")
     ids = pd.read_csv(pd.io.common.StringIO(csv_text), dtype=str)["id"]

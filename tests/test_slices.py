@@ -8,7 +8,7 @@ import mlflow
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import run_cli
+from conftest import read_report, run_cli
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from mlflow import MlflowClient
@@ -168,7 +168,7 @@ def test_the_gate_judges_each_slice_and_logs_the_table(store, tmp_path):
         report,
     )
     assert proc.returncode == 1, proc.stderr  # the per-slice rule fails although the overall rule holds
-    saved = json.loads(report.read_text())
+    saved = read_report(report)
     slices = {f"{s['column']}={s['value']}": s for s in saved["slices"]}
     assert set(slices) == {f"true_class={c}" for c in expected.index} | {"region=north", "region=south"}
     for label, row in expected.iterrows():

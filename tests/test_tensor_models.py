@@ -11,7 +11,7 @@ import sys
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import run_cli
+from conftest import read_report, run_cli
 from digits_cnn import CLASSES, MODEL, build_tensor_store, digits_split, train
 
 from consistency_gate.errors import DataError, ModelError, UsageError
@@ -222,7 +222,7 @@ def test_remediation_with_the_users_recipe_registers_an_ensemble_that_serves_els
         "Downloading",
     ):
         assert noise not in proc.stderr + proc.stdout, noise
-    result = json.loads(report.read_text())
+    result = read_report(report)
     assert result["rules"][0]["held"] is False  # the single candidate failed
     ensemble = result["ensemble"]
     assert ensemble["verdict"] == "passed" and ensemble["members"] == 4

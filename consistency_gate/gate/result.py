@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 from consistency_gate.gate import rules
 from consistency_gate.mlops.registry import Promotion
+from consistency_gate.report.schema import SCHEMA_VERSION
 
 if TYPE_CHECKING:
     from consistency_gate.gate.decision import Decision
@@ -98,6 +99,7 @@ class GateResult:
     def to_dict(self) -> dict:
         """The JSON report (``--report``, ``--format json``, ``gate/report.json``)."""
         return {
+            "schema_version": SCHEMA_VERSION,
             "verdict": self.verdict,
             "candidate_verdict": self.candidate_verdict,
             "outcome": self.outcome,

@@ -43,6 +43,7 @@ from consistency_gate.io import predictions as io
 from consistency_gate.io.tensors import array_column, tensor_batch
 from consistency_gate.mlops import registry, scoring, store, tracking
 from consistency_gate.mlops.cost import ServingCost, model_size_mb, predict_latency
+from consistency_gate.report.schema import SCHEMA_VERSION
 from consistency_gate.report.tables import verdict_markdown, verdict_table
 
 if TYPE_CHECKING:
@@ -230,7 +231,8 @@ def _failed(exc: BaseException, gate: _GateRun, uri: str, report_path: str | Pat
             f"{', '.join(left)}: the next gate of '{gate.cand_ref.name}' marks them FAILED"
         )
     if report_path and isinstance(error, GateError):
-        report = {"verdict": "error", "error": redact_credentials(str(error)), "run_id": gate.run_id}
+        report = {"schema_version": SCHEMA_VERSION, "verdict": "error", "error": redact_credentials(str(error))}
+        report["run_id"] = gate.run_id
         Path(report_path).write_text(json.dumps({**report, "left_running": left}, indent=2))
     return error
 

@@ -1,0 +1,20 @@
+"""The JSON report's schema: ``report.schema.json``, shipped in the package.
+
+``consistency-gate report-schema`` prints it; every report carries ``schema_version``, which
+changes when a key is removed or changes meaning (added keys keep the version).
+
+>>> report_schema()["oneOf"][0]["properties"]["schema_version"]["const"] == SCHEMA_VERSION
+True
+"""
+
+from __future__ import annotations
+
+import json
+from importlib import resources
+
+SCHEMA_VERSION = "1"
+
+
+def report_schema() -> dict:
+    """The JSON Schema (draft 2020-12) of the gate's report and of its error report."""
+    return json.loads(resources.files("consistency_gate.report").joinpath("report.schema.json").read_text())
