@@ -84,6 +84,20 @@ def test_a_ragged_array_column_names_the_row():
         tensor_batch(frame, TensorInput((-1, 1, 8, 8), "float32"), "eval.parquet")
 
 
+def test_nested_and_fixed_size_parquet_lists_read_as_tensors(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    x = np.random.default_rng(0).random((3, 1, 2, 2)).astype(np.float32)
+    spec = TensorInput((-1, 1, 2, 2), "float32")
+    pq.write_table(pa.table({"x": pa.array([a.tolist() for a in x])}), tmp_path / "nested.parquet")
+    flat = pa.FixedSizeListArray.from_arrays(pa.array(x.reshape(-1)), 4)
+    pq.write_table(pa.table({"x": flat}), tmp_path / "fixed.parquet")
+    for name in ("nested.parquet", "fixed.parquet"):
+        batch = tensor_batch(pd.read_parquet(tmp_path / name), spec, name)
+        assert batch.shape == (3, 1, 2, 2) and np.allclose(batch, x), name
+
+
 def test_npz_without_labels_is_refused(tmp_path):
     path = tmp_path / "eval.npz"
     np.savez(path, x=np.zeros((3, 4)))

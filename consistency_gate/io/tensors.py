@@ -103,7 +103,7 @@ def tensor_batch(features: pd.DataFrame, spec: TensorInput | None, where: str) -
 
 def _stack(values: pd.Series, where: str, column: str, spec: TensorInput | None) -> np.ndarray:
     """The arrays of one column stacked into (rows, *sample shape); a ragged row is named."""
-    arrays = [np.asarray(v) for v in values]
+    arrays = [_dense(v) for v in values]
     first = arrays[0].shape if arrays else ()
     for row, array in zip(values.index, arrays, strict=True):
         if array.shape != first:
@@ -117,6 +117,18 @@ def _stack(values: pd.Series, where: str, column: str, spec: TensorInput | None)
                 f"{where}: column '{column}', row {int(row) + 1} holds {array.dtype} values; the model takes numbers"
             )
     return np.stack(arrays) if arrays else np.zeros((0,), dtype=np.float32)
+
+
+def _dense(value: object) -> np.ndarray:
+    """One cell as a numeric array: a nested Parquet list reads as arrays of arrays (object dtype);
+    a ragged one stays object dtype and is refused by the caller."""
+    array = np.asarray(value)
+    if array.dtype != object or array.ndim == 0 or not len(array):
+        return array
+    parts = [_dense(v) for v in array]
+    if len({p.shape for p in parts}) != 1 or any(p.dtype == object for p in parts):
+        return array
+    return np.stack(parts)
 
 
 def _numeric(features: pd.DataFrame, where: str) -> np.ndarray:
