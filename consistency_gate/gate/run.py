@@ -362,7 +362,7 @@ def _gate_in_run(gate: _GateRun) -> GateResult:
     with gate.timed("predict"):  # on Spark: the sample only (classes, diagnosis); the job predicts the rest
         frames = [scoring.predict(m, frame, gate.non_features) for m in models]
     with gate.timed("cost"):
-        gate.cost = _serving_cost(gate, lambda f: scoring.predict(models[-1], f, gate.non_features), cand_ref.uri)
+        gate.cost = _serving_cost(lambda f: scoring.predict(models[-1], f, gate.non_features), frame, cand_ref.uri)
     base_scores = frames[0] if base_ref else None
     comparer = _Comparer(gate, models[0] if base_ref else None, base_scores)
     with gate.timed("metrics"):
@@ -416,14 +416,14 @@ def _takes_shaped_tensors(model: scoring.LoadedModel, gate: _GateRun) -> bool:
 
 
 def _serving_cost(
-    gate: _GateRun, predict: Callable[[pd.DataFrame], object], model_uri: str, members: int = 1
+    predict: Callable[[pd.DataFrame], object], frame: pd.DataFrame, model_uri: str, members: int = 1
 ) -> ServingCost:
-    """A model's serving cost on the gate's evaluation data (its size None where the store will not list it)."""
+    """A model's serving cost predicting ``frame`` (its size None where the store will not list it)."""
     try:
         size = model_size_mb(model_uri)
     except Exception:  # noqa: BLE001 - the size is reported, never needed: a store that cannot list gives none
         size = None
-    return ServingCost(predict_latency(predict, gate.frame), size, members)
+    return ServingCost(predict_latency(predict, frame), size, members)
 
 
 def _log_params(gate: _GateRun) -> None:
@@ -495,10 +495,7 @@ def _remediate(gate: _GateRun, comparer: _Comparer, cand_model: scoring.LoadedMo
         features = frame.drop(columns=[c for c in gate.non_features if c in frame.columns])
         scores = ensemble.predict_frame(features)
         spark_model = SparkModel(model_info.model_uri, "pyfunc", list(scores.columns), list(ensemble.features or []))
-        cost = _serving_cost(
-            gate, lambda f: ensemble.predict_frame(f.drop(columns=gate.non_features, errors="ignore")),
-            model_info.model_uri, len(build.members),
-        )  # fmt: skip
+        cost = _serving_cost(ensemble.predict_frame, features, model_info.model_uri, len(build.members))
         decision = comparer.decide(scores, spark_model, cost.metrics(gate.cost))
         report = {
             "verdict": decision.verdict,

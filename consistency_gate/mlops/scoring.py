@@ -174,6 +174,7 @@ def _model_classes(ref: ModelRef, hint: list[str] | None, what: str) -> list[str
 
 def _pyfunc_scorer(ref: ModelRef, classes_hint: list[str] | None, tensor: TensorInput | None) -> Scorer:
     import mlflow.pyfunc
+    from scipy.special import softmax
 
     model = mlflow.pyfunc.load_model(ref.uri)
 
@@ -188,7 +189,7 @@ def _pyfunc_scorer(ref: ModelRef, classes_hint: list[str] | None, tensor: Tensor
         if isinstance(out, np.ndarray) and out.ndim == 2 and out.shape[1] >= 2:
             classes = _model_classes(ref, classes_hint, "a pyfunc model returning an array")
             logits = _outputs_logits(ref, default=bool((out < 0).any()))
-            return _class_frame(ref, _softmax(out) if logits else out, classes, features.index)
+            return _class_frame(ref, softmax(out, axis=1) if logits else out, classes, features.index)
         raise ModelError(
             f"{ref.uri}: the pyfunc model returned {type(out).__name__} {getattr(out, 'shape', '')}, so it gives no "
             "class scores (a DataFrame with one column per class, or a (samples, classes) array); log it as "
@@ -196,11 +197,6 @@ def _pyfunc_scorer(ref: ModelRef, classes_hint: list[str] | None, tensor: Tensor
         )
 
     return score
-
-
-def _softmax(scores: np.ndarray) -> np.ndarray:
-    shifted = np.exp(scores - scores.max(axis=1, keepdims=True))
-    return shifted / shifted.sum(axis=1, keepdims=True)
 
 
 def model_classes(model: LoadedModel, frame: pd.DataFrame, exclude: Sequence[str]) -> list[str]:

@@ -324,8 +324,9 @@ def verdict_markdown(report: dict) -> str:
         for r in rules:
             metric, value, rule, outcome, _ = _rule_row(r)
             lines.append(f"| {metric} | {fmt(value)} | {rule} | {outcome} |")
-    if cost_line(report):
-        lines += ["", cost_line(report)]
+    cost = cost_line(report)
+    if cost:
+        lines += ["", cost]
     if report.get("slices"):
         lines += ["", f"### Slices, worst first ({len(report['slices'])} in all: `gate/slices.json` in the run)", ""]
         lines += _slices_markdown(report)
