@@ -68,6 +68,10 @@ def test_passing_candidate_is_logged_tagged_and_reported(store, tmp_path):
     model_id = client.get_model_version(MODEL, "2").source.removeprefix("models:/")
     linked = {m.key: m for m in client.get_logged_model(model_id).metrics if m.run_id == result.run_id}
     assert linked["con"].value == pytest.approx(result.metrics["con"]) and linked["con"].dataset_name == "eval.csv"
+    # the logged rule table: the rule first and whole, a min_delta rule named by what it compares
+    rule_table = json.loads(open(client.download_artifacts(result.run_id, "gate/rules.json", str(tmp_path))).read())
+    assert rule_table["columns"] == ["rule", "value", "outcome", "note"]
+    assert [row[0] for row in rule_table["data"]] == ["con >= 0.9", "acc change >= -0.05"]
     plots = {a.path for a in client.list_artifacts(result.run_id, "gate/plots")}
     assert plots == {f"gate/plots/{p}.png" for p in ("flips_per_class", "correctness_matrix", "topk_curve")}
     flips = pd.read_csv(client.download_artifacts(result.run_id, "gate/flips.csv", str(tmp_path)))

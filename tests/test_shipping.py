@@ -83,7 +83,7 @@ def test_gitlab_job_commands(tmp_path):
             assert _bash(line, env).returncode == 0
     gate = _bash("\n".join(ci["consistency-gate"]["script"]), env, cwd=tmp_path)
     assert gate.returncode == 0, gate.stdout + gate.stderr
-    assert "| metric | value | rule | outcome |" in (tmp_path / "gate-summary.md").read_text()
+    assert "| rule | value | outcome |" in (tmp_path / "gate-summary.md").read_text()
 
 
 def test_python_pipeline_step_runs_end_to_end(tmp_path):

@@ -15,6 +15,7 @@ import pandas as pd
 from consistency_gate.core.evaluation import ComparisonResult
 from consistency_gate.gate import rules
 from consistency_gate.mlops import tracking
+from consistency_gate.report.tables import rule_records
 
 if TYPE_CHECKING:
     from mlflow.data.dataset import Dataset
@@ -99,8 +100,7 @@ class Decision:
         (``model_id``) measured on ``dataset``, when known."""
         tracking.log_metrics({**self.metrics, **self.cost}, model_id=model_id, dataset=dataset)
         tracking.log_intervals(self.intervals, self.tests)
-        rows = [{**r.to_dict(), "rule": r.rule.describe()} for r in self.rules]
-        tracking.log_rules([{k: v for k, v in row.items() if k != "slices"} for row in rows])  # slices: own table
+        tracking.log_rules(rule_records([r.to_dict() for r in self.rules]))  # raw values: gate/report.json
         if self.slices is not None:
             tracking.log_slices(self.slices)
         tracking.log_samples(self.samples)

@@ -45,8 +45,9 @@ PAIR_METRICS = (
 LEARNER_METRICS = ("acc_previous", "acc_candidate")
 # serving cost of what is gated relative to the candidate (mlops/cost.py): min/max on the estimate
 COST_METRICS = ("latency_ratio", "size_ratio")
-# each kind of threshold and how it reads: value >= t, value <= t, candidate - previous >= t
-OPERATORS = {"min": ">=", "max": "<=", "min_delta": "delta >="}
+# each kind of threshold and how it reads: value >= t, value <= t, (candidate - previous) >= t; a
+# min_delta rule names what it compares "<metric> change" (Rule.quantity), never the metric itself
+OPERATORS = {"min": ">=", "max": "<=", "min_delta": ">="}
 KINDS = tuple(OPERATORS)
 # what a rule compares with its threshold: the point estimate, or a bound of the metric's interval
 DECIDE = ("estimate", "upper", "lower")
@@ -108,8 +109,19 @@ class Rule:
         )
 
     @property
+    def quantity(self) -> str:
+        """What the rule compares with its threshold: the metric, or for min_delta its change from
+        the previous generation to the candidate (``acc change``), so the row never reads like the
+        accuracy itself.
+
+        >>> Rule("acc", "min_delta", -0.01).quantity, Rule("acc", "min", 0.9).quantity
+        ('acc change', 'acc')
+        """
+        return f"{self.metric} change" if self.kind == "min_delta" else self.metric
+
+    @property
     def condition(self) -> str:
-        """The threshold as it reads: ``>= 0.9``, ``<= 0.02``, ``delta >= -0.01`` (candidate - previous),
+        """The threshold as it reads: ``>= 0.9``, ``<= 0.02``, ``>= -0.01`` (of the change, for min_delta),
         with the bound compared when it is not the estimate: ``<= 0.02 (upper bound)``, and the
         slices a per-slice rule judges: ``<= 0.05 in every slice of n >= 50``."""
         bound = "" if self.decide == "estimate" else f" ({self.decide} bound)"
@@ -122,8 +134,8 @@ class Rule:
         return "acc_delta" if self.kind == "min_delta" else candidate_key(self.metric)
 
     def describe(self) -> str:
-        """The rule as it reads: ``con >= 0.95``."""
-        return f"{self.metric} {self.condition}"
+        """The rule as it reads: ``con >= 0.95``, ``acc change >= -0.01``."""
+        return f"{self.quantity} {self.condition}"
 
     def holds(self, value: float) -> bool:
         """Whether a measured value (a delta for min_delta) meets the threshold; a tolerance of 1e-12
@@ -172,6 +184,7 @@ class RuleResult:
             extra = {"per_slice": True, "min_slice_size": self.rule.min_slice_size, "slices": list(self.slices)}
         return {
             "metric": self.rule.metric,
+            "quantity": self.rule.quantity,
             "kind": self.rule.kind,
             "threshold": self.rule.threshold,
             "decide": self.rule.decide,
@@ -198,7 +211,7 @@ def load_config(path: str | Path | None) -> GateConfig:
     """The gate configuration from a YAML file, or the packaged default when ``path`` is None.
 
     >>> [r.describe() for r in load_config(None).rules][:2]
-    ['acc delta >= -0.01', 'ctoi <= 0.02']
+    ['acc change >= -0.01', 'ctoi <= 0.02']
     """
     if path is None:
         return parse_config(default_config_text(), DEFAULT_SOURCE)

@@ -178,7 +178,7 @@ def log_slices(slices: list[dict]) -> None:
 def log_rules(rule_rows: list[dict]) -> None:
     """Log the rule table (``gate/rules.json``, shown as a table in the MLflow UI).
 
-    >>> log_rules([{"rule": "ctoi <= 0.02", "value": 0.01, "held": True}])  # doctest: +SKIP
+    >>> log_rules(rule_records(report["rules"]))  # doctest: +SKIP
     """
     import mlflow
 

@@ -107,20 +107,20 @@ def verdict_table(report: dict) -> str:
     >>> print(verdict_table(report))
     Gate clf v2 against v1 (@champion) on 600 samples: FAILED
     <BLANKLINE>
-    metric  value                    rule     outcome  note
-    ------  -----------------------  -------  -------  ----
-    ctoi    0.0250 [0.0150, 0.0410]  <= 0.02  FAILED
+    rule          value                    outcome  note
+    ------------  -----------------------  -------  ----
+    ctoi <= 0.02  0.0250 [0.0150, 0.0410]  FAILED
     <BLANKLINE>
     MLflow run: abc123
     """
-    rows = [_rule_row(r) for r in report["rules"]]
+    rows = [rule_row(r) for r in report["rules"]]
     cand, base = report["candidate"], report["baseline"]
     if not rows and report["null_reasons"].get("*"):  # nothing to decide
         return f"Gate {cand['name']} {generation_name(cand)}: nothing to decide: {report['null_reasons']['*']}."
     against = generation_name(base) if base else "no baseline: first generation"
     single = "FAILED" if any(r["held"] is False for r in report["rules"]) else "PASSED"
     head = f"Gate {cand['name']} {generation_name(cand)} against {against} on {report['n']} samples: {single}"
-    lines = [head, "", table(rows, ["metric", "value", "rule", "outcome", "note"])]
+    lines = [head, "", table(rows, RULE_HEADER)]
     ens = report.get("ensemble")
     if ens:
         lines += [
@@ -129,7 +129,7 @@ def verdict_table(report: dict) -> str:
             f"(kappa {ens['kappa']:.1f}): {ens['verdict'].upper()}",
             "",
         ]
-        lines.append(table([_rule_row(r) for r in ens["rules"]], ["metric", "value", "rule", "outcome", "note"]))
+        lines.append(table([rule_row(r) for r in ens["rules"]], RULE_HEADER))
         cost = cost_line(report)
         if cost:
             lines.append(f"\n{cost}")
@@ -186,14 +186,35 @@ def cost_line(report: dict) -> str:
     )
 
 
-def _rule_row(r: dict) -> list:
-    """metric, value (with its interval when known), condition, outcome, note."""
+RULE_HEADER = ["rule", "value", "outcome", "note"]
+
+
+def rule_row(r: dict) -> list:
+    """A rule's row as every table shows it: the rule as it reads (``acc change >= -0.01`` for a
+    min_delta rule, ``ctoi (worst slice) <= 0.05``), the value with its interval, the outcome, the note.
+
+    >>> rule_row({"metric": "acc", "quantity": "acc change", "condition": ">= -0.01", "value": -0.02,
+    ...     "interval": None, "held": False, "note": ""})
+    ['acc change >= -0.01', '-0.0200', 'FAILED', '']
+    """
     outcome = "skipped" if r["held"] is None else ("held" if r["held"] else "FAILED")
     value = fmt(r["value"])
     if r.get("interval") and r["value"] is not None:
         value += f" [{fmt(r['interval'][0])}, {fmt(r['interval'][1])}]"
-    metric = r["metric"] + (" (worst slice)" if r.get("per_slice") and r["value"] is not None else "")
-    return [metric, value, r["condition"], outcome, r.get("note", "")]
+    quantity = r.get("quantity", r["metric"]) + (
+        " (worst slice)" if r.get("per_slice") and r["value"] is not None else ""
+    )
+    return [f"{quantity} {r['condition']}", value, outcome, r.get("note", "")]
+
+
+def rule_records(rules: Sequence[dict]) -> list[dict]:
+    """The rule table as records (the table logged to the run): :data:`RULE_HEADER` columns, the
+    rule first, so it stays readable at the MLflow UI's default column width.
+
+    >>> rule_records([{"metric": "ctoi", "condition": "<= 0.02", "value": 0.01, "held": True}])
+    [{'rule': 'ctoi <= 0.02', 'value': '0.0100', 'outcome': 'held', 'note': ''}]
+    """
+    return [dict(zip(RULE_HEADER, rule_row(r), strict=True)) for r in rules]
 
 
 def diagnose_text(report: dict) -> str:
@@ -292,9 +313,9 @@ def verdict_markdown(report: dict) -> str:
     <BLANKLINE>
     ### Candidate
     <BLANKLINE>
-    | metric | value | rule | outcome |
-    | --- | --- | --- | --- |
-    | ctoi | 0.0250 [0.0150, 0.0410] | <= 0.02 | FAILED |
+    | rule | value | outcome |
+    | --- | --- | --- |
+    | ctoi <= 0.02 | 0.0250 [0.0150, 0.0410] | FAILED |
     <BLANKLINE>
     MLflow run: `abc123`
     """
@@ -320,10 +341,10 @@ def verdict_markdown(report: dict) -> str:
             )
         )
     for title, rules in sections:
-        lines += ["", f"### {title}", "", "| metric | value | rule | outcome |", "| --- | --- | --- | --- |"]
+        lines += ["", f"### {title}", "", "| rule | value | outcome |", "| --- | --- | --- |"]
         for r in rules:
-            metric, value, rule, outcome, _ = _rule_row(r)
-            lines.append(f"| {metric} | {fmt(value)} | {rule} | {outcome} |")
+            rule, value, outcome, _ = rule_row(r)
+            lines.append(f"| {rule} | {value} | {outcome} |")
     cost = cost_line(report)
     if cost:
         lines += ["", cost]
