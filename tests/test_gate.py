@@ -1,6 +1,7 @@
 """The gate on a real SQLite MLflow store with real registered sklearn and torch models."""
 
 import json
+from pathlib import Path
 
 import mlflow
 import pandas as pd
@@ -69,7 +70,8 @@ def test_passing_candidate_is_logged_tagged_and_reported(store, tmp_path):
     linked = {m.key: m for m in client.get_logged_model(model_id).metrics if m.run_id == result.run_id}
     assert linked["con"].value == pytest.approx(result.metrics["con"]) and linked["con"].dataset_name == "eval.csv"
     # the logged rule table: the rule first and whole, a min_delta rule named by what it compares
-    rule_table = json.loads(open(client.download_artifacts(result.run_id, "gate/rules.json", str(tmp_path))).read())
+    rules_file = client.download_artifacts(result.run_id, "gate/rules.json", str(tmp_path))
+    rule_table = json.loads(Path(rules_file).read_text())
     assert rule_table["columns"] == ["rule", "value", "outcome", "note"]
     assert [row[0] for row in rule_table["data"]] == ["con >= 0.9", "acc change >= -0.05"]
     plots = {a.path for a in client.list_artifacts(result.run_id, "gate/plots")}

@@ -3,6 +3,7 @@ its runs end FAILED when the server is back within the gate's retry budget; othe
 the runs it left RUNNING and the next gate of the model closes them."""
 
 import os
+import re
 import time
 
 import pytest
@@ -24,9 +25,20 @@ def test_gate_over_http_then_server_killed_mid_gate(server, tmp_path):
     config = tmp_path / "gate.yaml"
     config.write_text("rules:\n  - {metric: con, min: 0.5}\n")
 
-    first = run_cli(*check_args("2", store["data"], config, server.url, "--id-column", "id"))
+    summary = tmp_path / "summary.md"
+    first = run_cli(
+        *check_args("2", store["data"], config, server.url, "--id-column", "id", "--format", "markdown"),
+        "--summary",
+        summary,
+    )
     assert first.returncode == 0, first.stderr
     http = MlflowClient(tracking_uri=server.url, registry_uri=server.url)
+    # over http(s) the Markdown verdict links the run and the model versions in the MLflow UI
+    assert first.stdout.strip() == summary.read_text().strip()
+    experiment, run_id = re.search(rf"\({server.url}/#/experiments/(\w+)/runs/(\w+)\)", first.stdout).groups()
+    assert http.get_run(run_id).info.experiment_id == experiment
+    assert f"Candidate [{MODEL} v2]({server.url}/#/models/{MODEL}/versions/2)." in first.stdout
+    assert f"Compared with [v1 (@champion)]({server.url}/#/models/{MODEL}/versions/1)" in first.stdout
     assert http.get_model_version(MODEL, "2").tags["consistency_gate.verdict"] == "passed"
 
     # second gate, which would pass and promote v3, loses its server once its run has logged its params,

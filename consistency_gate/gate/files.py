@@ -149,6 +149,7 @@ def _log_run(
             }
         )
         tracking.log_json([{"metric": r.metric, r.kind: r.threshold} for r in cfg.rules], "gate/config.json")
+        result.links = tracking.ui_links(uri, experiment, run.info.run_id)
         report = result.to_dict()
         decision.log(report)
         tag_run(report)

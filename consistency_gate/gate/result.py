@@ -48,6 +48,7 @@ class GateResult:
     slices: list[dict] | None = None  # each slice's metrics and intervals, when the config names slices
     cost: dict = field(default_factory=dict)  # the candidate's serving cost (mlops/cost.py)
     timings: dict[str, float] = field(default_factory=dict)
+    links: dict[str, str] = field(default_factory=dict)  # MLflow UI links (http(s) tracking URIs only)
 
     @classmethod
     def of(cls, decision: Decision, candidate: dict, baseline: dict | None, run_id: str | None = None) -> GateResult:
@@ -121,4 +122,5 @@ class GateResult:
             **({"slices": self.slices} if self.slices is not None else {}),
             "cost": self.cost,
             "null_reasons": self.null_reasons,
+            "links": self.links,
         }

@@ -89,6 +89,8 @@ class _GateRun:
     started: list[str] = field(default_factory=list)  # the runs it opened: the gate run, a remediation run
     dataset: Dataset | None = None  # the evaluation data as logged to the run (metrics are linked to it)
     cost: ServingCost | None = None  # the candidate's serving cost
+    uri: str = ""  # the tracking URI
+    experiment_id: str = ""  # the gate run's experiment
 
     @property
     def run_id(self) -> str:
@@ -169,6 +171,7 @@ def run_gate(
     gate = _GateRun(
         client, cfg, cand_ref, base_ref, frame, Path(data), label_column, id_column, promote, quiet, engine,
         partitions, timings, started=[run.info.run_id],
+        uri=uri, experiment_id=run.info.experiment_id,
     )  # fmt: skip
     try:
         mlflow.set_tags(tracking.owner_tags())
@@ -397,6 +400,14 @@ def _gate_in_run(gate: _GateRun) -> GateResult:
             promotion = registry.promote(gate.client, cand_ref.name, alias, promoted_version, expected, gate.run_id)
             result.promoted = promotion.promoted
             result.promotion = promotion.to_dict()
+        versions = {"candidate": cand_ref.version, "baseline": base_ref.version if base_ref else None}
+        result.links = tracking.ui_links(
+            gate.uri,
+            gate.experiment_id,
+            gate.run_id,
+            cand_ref.name,
+            {**versions, "registered": result.registered_version},
+        )
         report = result.to_dict()
         tracking.log_json(report, "gate/report.json")
         tag_run(report)

@@ -110,6 +110,30 @@ def log_evaluation_data(frame: pd.DataFrame, path: Path, label_column: str, rows
     return dataset
 
 
+def ui_links(tracking_uri: str, experiment_id: str, run_id: str, model: str = "", versions: dict | None = None) -> dict:
+    """Links into the MLflow UI for a report: the run and each named model version (``versions``:
+    ``{role: version}``, None skipped); empty unless the tracking URI is http(s), the one kind of
+    store a browser opens. Credentials in the URI are left out.
+
+    >>> links = ui_links("https://bob:pw@mlflow.example.com/", "7", "abc", "clf", {"candidate": "3", "baseline": None})
+    >>> links["run"], links["candidate"]
+    ('https://mlflow.example.com/#/experiments/7/runs/abc', 'https://mlflow.example.com/#/models/clf/versions/3')
+    >>> ui_links("sqlite:///mlflow.db", "7", "abc")
+    {}
+    """
+    from urllib.parse import quote, urlsplit
+
+    parts = urlsplit(tracking_uri)
+    if parts.scheme not in ("http", "https"):
+        return {}
+    base = f"{parts.scheme}://{parts.netloc.rpartition('@')[2]}{parts.path.rstrip('/')}"
+    links = {"run": f"{base}/#/experiments/{experiment_id}/runs/{run_id}"}
+    for role, version in (versions or {}).items():
+        if version is not None:
+            links[role] = f"{base}/#/models/{quote(model, safe='')}/versions/{version}"
+    return links
+
+
 def describe_run(markdown: str) -> None:
     """Set the active run's description (shown on its page in the MLflow UI).
 

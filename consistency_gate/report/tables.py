@@ -149,7 +149,8 @@ def verdict_table(report: dict) -> str:
     elif promotion:
         lines.append(f"\nNot promoted: {promotion['reason']}.")
     if report.get("run_id"):
-        lines.append(f"\nMLflow run: {report['run_id']}")
+        url = (report.get("links") or {}).get("run")
+        lines.append(f"\nMLflow run: {report['run_id']}" + (f" ({url})" if url else ""))
     return "\n".join(lines)
 
 
@@ -325,9 +326,11 @@ def verdict_markdown(report: dict) -> str:
         return f"{title}\n\n{report['null_reasons']['*']}: nothing was gated, tagged or promoted.\n"
     icon = "✅" if report["verdict"] == "passed" else "❌"
     lines = [f"## {icon} consistency-gate: {cand['name']} {generation_name(cand)} {report['verdict'].upper()}", ""]
-    base = report.get("baseline")
+    base, links = report.get("baseline"), report.get("links") or {}
+    if links.get("candidate"):
+        lines.append(f"Candidate {_linked(cand['name'] + ' ' + generation_name(cand), links['candidate'])}.")
     lines.append(
-        f"Compared with {generation_name(base)} on {report['n']} samples."
+        f"Compared with {_linked(generation_name(base), links.get('baseline'))} on {report['n']} samples."
         if base
         else f"First generation (no baseline yet), {report['n']} samples."
     )
@@ -352,14 +355,20 @@ def verdict_markdown(report: dict) -> str:
         lines += ["", f"### Slices, worst first ({len(report['slices'])} in all: `gate/slices.json` in the run)", ""]
         lines += _slices_markdown(report)
     if report.get("registered_version"):
-        lines += ["", f"Registered ensemble as version {report['registered_version']}."]
+        registered = _linked(f"version {report['registered_version']}", links.get("registered"))
+        lines += ["", f"Registered ensemble as {registered}."]
     promotion = report.get("promotion")
     if promotion:
         said = f"@{promotion['alias']} now points to v{promotion['holds']}" if report["promoted"] else "not promoted"
         lines += ["", f"Promotion: {said}" + ("" if report["promoted"] else f": {promotion['reason']}")]
     if report.get("run_id"):
-        lines += ["", f"MLflow run: `{report['run_id']}`"]
+        lines += ["", f"MLflow run: {_linked('`' + report['run_id'] + '`', links.get('run'))}"]
     return "\n".join(lines) + "\n"
+
+
+def _linked(text: str, url: str | None) -> str:
+    """``text`` as a Markdown link to ``url``, or as it is without one."""
+    return f"[{text}]({url})" if url else text
 
 
 SLICES_SHOWN = 10  # the worst slices a verdict shows (all of them are in the report and the run)
