@@ -38,11 +38,12 @@ class ModelRef:
     run_id: str | None = None
     tags: dict[str, str] = field(default_factory=dict)
     model_id: str | None = None  # the MLflow 3 logged model behind the version (its page shows linked metrics)
+    source: str | None = None  # a model that is not a registered version: its URI (``models:/m-...``)
 
     @property
     def uri(self) -> str:
-        """``models:/NAME/VERSION``."""
-        return f"models:/{self.name}/{self.version}"
+        """``models:/NAME/VERSION`` (or the unregistered model's ``source`` URI)."""
+        return self.source or f"models:/{self.name}/{self.version}"
 
     def to_dict(self) -> dict:
         """As in the JSON report."""
@@ -81,6 +82,40 @@ def resolve_version(client: MlflowClient, name: str, spec: str | None) -> ModelR
         what = f"alias '@{spec[1:]}' is not set" if spec and spec.startswith("@") else f"version '{spec}' not found"
         _reraise(exc, f"model '{name}': {what}; list versions with the MLflow UI or `mlflow models`")
     return ModelRef(name, str(mv.version), alias, mv.run_id, dict(mv.tags or {}), logged_model_id(mv))
+
+
+def ref_from_uri(client: MlflowClient, uri: str) -> ModelRef:
+    """The model a ``models:/NAME/VERSION`` or ``models:/NAME@alias`` URI names, with its tags; any
+    other URI (a logged model ``models:/m-...``, ``runs:/...``) as an unregistered model. ModelError
+    if a registered name, version or alias is absent.
+
+    >>> ref_from_uri(client, "models:/fraud-clf@champion").version  # doctest: +SKIP
+    '3'
+    """
+    name, at, alias = uri.removeprefix("models:/").partition("@")
+    if uri.startswith("models:/") and at and name:
+        return resolve_version(client, name, "@" + alias)
+    name, slash, version = uri.removeprefix("models:/").rpartition("/")
+    if uri.startswith("models:/") and slash and name and version.isdigit():
+        return resolve_version(client, name, version)
+    return ModelRef(uri, "", source=uri)
+
+
+def logged_model_ref(client: MlflowClient, model_id: str) -> ModelRef:
+    """The registered version of an MLflow 3 logged model (with its version tags), or the logged
+    model itself (with its own tags) when no version was registered from it.
+
+    >>> logged_model_ref(client, "m-1f2e3d").uri  # doctest: +SKIP
+    'models:/fraud-clf/4'
+    """
+    logged = client.get_logged_model(model_id)
+    if logged.source_run_id:
+        for mv in client.search_model_versions(f"run_id = '{logged.source_run_id}'"):
+            if logged_model_id(mv) == model_id:
+                return ModelRef(mv.name, str(mv.version), None, mv.run_id, dict(mv.tags or {}), model_id)
+    return ModelRef(
+        logged.name, "", None, logged.source_run_id, dict(logged.tags or {}), model_id, f"models:/{model_id}"
+    )
 
 
 def logged_model_id(mv: ModelVersion) -> str | None:
