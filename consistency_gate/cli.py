@@ -211,7 +211,14 @@ def generations(labels: Path, generations: tuple[str, ...], label_column: str, i
     help="Write the verdict as JSON to this file.",
 )
 @click.option("--promote", is_flag=True, help="On pass only, move the baseline alias to the candidate.")
-@click.option("--format", "fmt", type=click.Choice(["table", "json", "markdown"]), default="table", show_default=True)
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["table", "json", "markdown", "html"]),
+    default="table",
+    show_default=True,
+    help="html: the report page (also logged as gate/report.html), e.g. > report.html",
+)
 @click.option(
     "--summary",
     "summary_path",
@@ -264,6 +271,7 @@ def check(
                 config=config_path,
                 tracking_uri=tracking_uri,
                 report_path=report_path,
+                html=fmt == "html",
             )
         else:
             from consistency_gate.gate.run import run_gate
@@ -292,6 +300,10 @@ def check(
         _echo_json(report)
     elif fmt == "markdown":
         click.echo(verdict_markdown(report))
+    elif fmt == "html" and result.html:
+        click.echo(result.html)
+    elif fmt == "html":  # nothing was decided, so there is no page: say why instead
+        click.echo(verdict_table(report))
     else:
         click.echo(verdict_table(report))
     if result.promotion and not result.promoted:

@@ -3,6 +3,7 @@ exit codes as the gate of registered models, and the same run on a real SQLite s
 is given."""
 
 import os
+from html.parser import HTMLParser
 
 import numpy as np
 import pandas as pd
@@ -74,6 +75,51 @@ def test_files_gate_like_models_without_a_registry(files, tmp_path):
     assert not (tmp_path / "mlflow.db").exists() and not (tmp_path / "mlruns").exists()  # nothing logged
 
 
+class _Tables(HTMLParser):
+    """Every <table> of a page as rows of cell texts (header row first)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.tables: list[list[list[str]]] = []
+        self.images = 0
+
+    def handle_starttag(self, tag, attrs):
+        if tag == "table":
+            self.tables.append([])
+        elif tag == "tr":
+            self.tables[-1].append([])
+        elif tag in ("td", "th"):
+            self.tables[-1][-1].append("")
+        elif tag == "img" and dict(attrs)["src"].startswith("data:image/png;base64,"):
+            self.images += 1
+
+    def handle_data(self, data):
+        if self.tables and self.tables[-1] and self.tables[-1][-1]:
+            self.tables[-1][-1][-1] += data.strip()
+
+
+def test_files_gate_html_report_holds_real_tables(files, tmp_path):
+    report = tmp_path / "report.json"
+    proc = run_cli(*_args(files, "--report", report, "--format", "html"), cwd=tmp_path, env=_env_without_tracking())
+    assert proc.returncode in (0, 1), proc.stderr
+    saved = read_report(report)
+    page = _Tables()
+    page.feed(proc.stdout)
+    assert proc.stdout.startswith("<!doctype html>") and page.images == 3
+    rules, metrics, classes, *_ = page.tables
+    assert rules[0] == ["rule", "value", "outcome", "note"]
+    outcome = {True: "held", False: "FAILED", None: "skipped"}
+    assert [(row[0], row[2]) for row in rules[1:]] == [
+        (f"{r['quantity']} {r['condition']}", outcome[r["held"]]) for r in saved["rules"]
+    ]
+    shown = {row[0]: float(row[1]) for row in metrics[1:] if row[1] != "null"}
+    assert shown == pytest.approx({k: v for k, v in saved["metrics"].items() if v is not None}, abs=5e-5)
+    # the classes with the most negative flips: CtoI counts that add up to the report's share
+    assert classes[0] == ["class", "samples", "CtoI", "ItoC", "CtoI share of class"]
+    ctoi = [int(row[2]) for row in classes[1:]]
+    assert ctoi == sorted(ctoi, reverse=True) and sum(ctoi) == round(saved["metrics"]["ctoi"] * saved["n"])
+
+
 def test_files_gate_logs_the_same_run_with_a_tracking_uri(files, tmp_path):
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     config = tmp_path / "sliced.yaml"
@@ -96,6 +142,7 @@ def test_files_gate_logs_the_same_run_with_a_tracking_uri(files, tmp_path):
     assert run.data.metrics["interval/ctoi_high"] == pytest.approx(saved["intervals"]["ctoi"][1])
     artifacts = {a.path for a in client.list_artifacts(run.info.run_id, "gate")}
     assert {"gate/rules.json", "gate/slices.json", "gate/flips.json", "gate/flips.csv", "gate/report.json"} <= artifacts
+    assert "gate/report.html" in artifacts
     flips = pd.read_csv(client.download_artifacts(run.info.run_id, "gate/flips.csv", str(tmp_path)))
     assert len(flips) == 400 and flips["id"].iloc[0] == "s0"
     assert (flips["flip"] == "CtoI").mean() == pytest.approx(saved["metrics"]["ctoi"])

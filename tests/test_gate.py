@@ -74,6 +74,10 @@ def test_passing_candidate_is_logged_tagged_and_reported(store, tmp_path):
     rule_table = json.loads(Path(rules_file).read_text())
     assert rule_table["columns"] == ["rule", "value", "outcome", "note"]
     assert [row[0] for row in rule_table["data"]] == ["con >= 0.9", "acc change >= -0.05"]
+    # the HTML report: the same rules, the plots inline, the two generations' diagnosis
+    page = Path(client.download_artifacts(result.run_id, "gate/report.html", str(tmp_path))).read_text()
+    assert page == result.html and page.count("<img") == 3 and "Why the two generations differ" in page
+    assert "<td>acc change &gt;= -0.05</td>" in page and '<td class="held">held</td>' in page
     plots = {a.path for a in client.list_artifacts(result.run_id, "gate/plots")}
     assert plots == {f"gate/plots/{p}.png" for p in ("flips_per_class", "correctness_matrix", "topk_curve")}
     flips = pd.read_csv(client.download_artifacts(result.run_id, "gate/flips.csv", str(tmp_path)))

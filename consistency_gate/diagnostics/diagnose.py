@@ -373,12 +373,8 @@ def render_html(report: dict, names: list[str], probs: np.ndarray, y: np.ndarray
     >>> render_html(report, ["a", "b"], probs, np.array([0, 1, 1]), ["x", "y"]).startswith("<!doctype html>")
     True
     """
-    import io as _io
-
-    import matplotlib.pyplot as plt
-
     from consistency_gate.report import plots
-    from consistency_gate.report.tables import diagnose_html
+    from consistency_gate.report.html import diagnose_html
 
     first = report["pairs"][f"{names[0]}|{names[1]}"]
     figs = {
@@ -393,12 +389,7 @@ def render_html(report: dict, names: list[str], probs: np.ndarray, y: np.ndarray
     }
     if report.get("selection"):
         figs["diversity vs accuracy"] = plots.diversity_scatter(report["selection"]["scatter"], "gd")
-    pngs = {}
-    for name, fig in figs.items():
-        buffer = _io.BytesIO()
-        fig.savefig(buffer, format="png", dpi=90)
-        plt.close(fig)
-        pngs[name] = buffer.getvalue()
+    pngs = {name: plots.png_bytes(fig, dpi=90) for name, fig in figs.items()}
     return diagnose_html(report, pngs)
 
 

@@ -6,6 +6,7 @@ prediction files (:mod:`consistency_gate.gate.files`).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -15,7 +16,7 @@ import pandas as pd
 from consistency_gate.core.evaluation import ComparisonResult
 from consistency_gate.gate import rules
 from consistency_gate.mlops import tracking
-from consistency_gate.report.tables import rule_records
+from consistency_gate.report.tables import flips_by_class, rule_records
 
 if TYPE_CHECKING:
     from mlflow.data.dataset import Dataset
@@ -104,8 +105,22 @@ class Decision:
         if self.slices is not None:
             tracking.log_slices(self.slices)
         tracking.log_samples(self.samples)
-        tracking.log_plots(self.samples, self.comparison.counts.flip_counts, self.comparison.metrics, self.ks)
+        tracking.log_pngs(self.pngs, "gate/plots")
         tracking.log_json(report, "gate/report.json")
+
+    @functools.cached_property
+    def pngs(self) -> dict[str, bytes]:
+        """The decision's plots as PNG files (flips per class, the 2x2 table, the top-k curve)."""
+        from consistency_gate.report import plots
+
+        return plots.gate_pngs(self.samples, self.comparison.counts.flip_counts, self.comparison.metrics, self.ks)
+
+    def html(self, report: dict, diagnosis: dict | None = None) -> str:
+        """The HTML report of this decision (``report`` the final JSON report, ``diagnosis`` the
+        two-generation ``diagnose`` report when the scores were there to make it)."""
+        from consistency_gate.report.html import gate_html
+
+        return gate_html(report, self.pngs, flips_by_class(self.samples), diagnosis)
 
 
 def reported_metrics(metrics: dict, ks: tuple[int, ...], first_generation: bool) -> dict:

@@ -47,11 +47,13 @@ def run_file_gate(
     config: str | Path | rules.GateConfig | None = None,
     tracking_uri: str | None = None,
     report_path: str | Path | None = None,
+    html: bool = False,
 ) -> GateResult:
     """Gate the candidate's prediction file against the previous generation's (files as
     ``compare`` reads them); see the module docstring.
 
     ``tracking_uri`` None means ``$MLFLOW_TRACKING_URI``, and no run at all when that is unset.
+    The HTML report (``result.html``) is made when a run logs it, or when ``html`` asks for it.
     A config with a ``remediation:`` block, or a rule on serving cost, is refused (exit 2):
     both need models, and prediction files have none.
 
@@ -89,6 +91,8 @@ def run_file_gate(
     )
     if client is not None:
         _log_run(result, decision, cfg, name, uri, client, Path(labels))
+    elif html:
+        result.html = decision.html(result.to_dict())
     if report_path:
         Path(report_path).write_text(json.dumps(result.to_dict(), indent=2, default=str))
     return result
@@ -152,6 +156,8 @@ def _log_run(
         result.links = tracking.ui_links(uri, experiment, run.info.run_id)
         report = result.to_dict()
         decision.log(report)
+        result.html = decision.html(report)
+        tracking.log_html(result.html, "gate/report.html")
         tag_run(report)
         tracking.describe_run(verdict_markdown(report))
         mlflow.end_run("FINISHED")

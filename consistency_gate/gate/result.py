@@ -49,6 +49,7 @@ class GateResult:
     cost: dict = field(default_factory=dict)  # the candidate's serving cost (mlops/cost.py)
     timings: dict[str, float] = field(default_factory=dict)
     links: dict[str, str] = field(default_factory=dict)  # MLflow UI links (http(s) tracking URIs only)
+    html: str | None = field(default=None, repr=False)  # the HTML report (gate/report.html), once made
 
     @classmethod
     def of(cls, decision: Decision, candidate: dict, baseline: dict | None, run_id: str | None = None) -> GateResult:

@@ -375,8 +375,7 @@ def _gate_in_run(gate: _GateRun) -> GateResult:
     result = GateResult.of(single, cand_ref.to_dict(), baseline, gate.run_id)
     with gate.timed("logging"):
         single.log(result.to_dict(), cand_ref.model_id, gate.dataset)
-        if base_scores is not None:
-            _log_diagnosis(base_scores, frames[-1], frame[gate.label_column])
+        diagnosis = None if base_scores is None else _log_diagnosis(base_scores, frames[-1], frame[gate.label_column])
         registry.tag_version(gate.client, cand_ref, single.verdict, _kind(cand_ref), gate.run_id)
     promoted_version = cand_ref.version if single.verdict == "passed" else None
     if single.verdict == "failed" and cfg.remediation is not None:
@@ -410,6 +409,8 @@ def _gate_in_run(gate: _GateRun) -> GateResult:
         )
         report = result.to_dict()
         tracking.log_json(report, "gate/report.json")
+        result.html = single.html(report, diagnosis)
+        tracking.log_html(result.html, "gate/report.html")
         tag_run(report)
         tracking.describe_run(verdict_markdown(report))
     result.timings = dict(gate.timings)
@@ -461,8 +462,8 @@ def _log_params(gate: _GateRun) -> None:
     tracking.log_json([{"metric": r.metric, r.kind: r.threshold} for r in cfg.rules], "gate/config.json")
 
 
-def _log_diagnosis(base_scores: pd.DataFrame, cand_scores: pd.DataFrame, labels: pd.Series) -> None:
-    """The two-generation `diagnose` report, so a reviewer sees why the candidate flipped."""
+def _log_diagnosis(base_scores: pd.DataFrame, cand_scores: pd.DataFrame, labels: pd.Series) -> dict:
+    """Log the two-generation `diagnose` report, so a reviewer sees why the candidate flipped; returns it."""
     from consistency_gate.diagnostics.diagnose import diagnose, frames_to_arrays
 
     names, probs, y, classes = frames_to_arrays(
@@ -473,6 +474,7 @@ def _log_diagnosis(base_scores: pd.DataFrame, cand_scores: pd.DataFrame, labels:
     import mlflow
 
     mlflow.log_text("\n".join(f"- {line}" for line in report["explanation"]), "gate/diagnose.md")
+    return report
 
 
 def _kind(ref: registry.ModelRef) -> str:

@@ -12,8 +12,6 @@ from typing import TYPE_CHECKING
 
 import pandas as pd
 
-from consistency_gate.report import plots
-
 if TYPE_CHECKING:
     from mlflow import MlflowClient
     from mlflow.data.dataset import Dataset
@@ -155,6 +153,16 @@ def log_json(payload: object, artifact_file: str) -> None:
     mlflow.log_text(json.dumps(payload, indent=2, default=str), artifact_file)
 
 
+def log_html(page: str, artifact_file: str) -> None:
+    """Log an HTML page as an artifact of the active run (the MLflow UI shows it in place).
+
+    >>> log_html(result.html, "gate/report.html")  # doctest: +SKIP
+    """
+    import mlflow
+
+    mlflow.log_text(page, artifact_file)
+
+
 def log_intervals(intervals: dict[str, list[float]], tests: dict[str, float]) -> None:
     """Log each metric's interval bounds and the paired test as run metrics: ``interval/ctoi_low``,
     ``interval/ctoi_high``, ``test/mcnemar_p`` (the MLflow UI groups them by prefix).
@@ -244,24 +252,17 @@ def _neutralised(value: object) -> object:
     return "'" + value if isinstance(value, str) and value.startswith(_FORMULA_START) else value
 
 
-def log_plots(samples: pd.DataFrame, flip_counts: tuple[int, int, int, int], metrics: dict, ks: list[int]) -> None:
-    """Log the gate's plots (flips per class, the 2x2 table, the top-k curve) in one upload.
+def log_pngs(pngs: dict[str, bytes], artifact_path: str) -> None:
+    """Log PNG images (``{file name: bytes}``) under ``artifact_path`` in one upload.
 
-    >>> log_plots(samples, counts.flip_counts, metrics, ks=[1, 5])  # doctest: +SKIP
+    >>> log_pngs(gate_pngs(samples, counts.flip_counts, metrics, ks=[1, 5]), "gate/plots")  # doctest: +SKIP
     """
-    import matplotlib.pyplot as plt
     import mlflow
 
-    figures = {
-        "flips_per_class.png": plots.flips_per_class(samples),
-        "correctness_matrix.png": plots.correctness_matrix(*flip_counts),
-        "topk_curve.png": plots.topk_curve(metrics, ks),
-    }
-    with tempfile.TemporaryDirectory() as tmp:  # one upload for the three files
-        for name, fig in figures.items():
-            fig.savefig(Path(tmp) / name)
-            plt.close(fig)
-        mlflow.log_artifacts(tmp, artifact_path="gate/plots")
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, png in pngs.items():
+            (Path(tmp) / name).write_bytes(png)
+        mlflow.log_artifacts(tmp, artifact_path=artifact_path)
 
 
 TAG_HOST = "consistency_gate.host"

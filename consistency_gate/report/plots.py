@@ -138,3 +138,33 @@ def diversity_scatter(scatter: dict, metric: str) -> Figure:
     ax.set_title("Diversity vs accuracy of candidate teams")
     fig.tight_layout()
     return fig
+
+
+def gate_pngs(samples: pd.DataFrame, flip_counts: tuple[int, int, int, int], metrics: dict, ks: list[int]) -> dict:
+    """The gate's plots as PNG bytes by file name: flips per class, the 2x2 table, the top-k curve
+    (logged under ``gate/plots`` and shown in ``gate/report.html``).
+
+    >>> samples = pd.DataFrame({"label": ["a", "b"], "flip": ["CtoI", "CtoC"]})
+    >>> sorted(gate_pngs(samples, (1, 1, 0, 0), {"ccon@1": 0.5}, [1]))
+    ['correctness_matrix.png', 'flips_per_class.png', 'topk_curve.png']
+    """
+    figures = {
+        "flips_per_class.png": flips_per_class(samples),
+        "correctness_matrix.png": correctness_matrix(*flip_counts),
+        "topk_curve.png": topk_curve(metrics, ks),
+    }
+    return {name: png_bytes(fig) for name, fig in figures.items()}
+
+
+def png_bytes(fig: Figure, dpi: int = 100) -> bytes:
+    """A figure as PNG bytes; the figure is closed.
+
+    >>> png_bytes(correctness_matrix(1, 0, 0, 1))[:4]
+    b'\x89PNG'
+    """
+    import io
+
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=dpi)
+    plt.close(fig)
+    return buffer.getvalue()

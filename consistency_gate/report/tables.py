@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 
 def finite_or_null(payload: object, reasons: dict[str, str] | None = None, path: str = "") -> object:
@@ -81,7 +85,7 @@ def comparison_table(result: dict) -> str:
     )
     out = head + "\n\n" + table(rows, ["metric", "value", "note"])
     if result.get("slices"):
-        rows = [_slice_row(result, s) for s in worst_slices(result)[:SLICES_SHOWN]]
+        rows = slice_rows(result)
         out += f"\n\nSlices, worst first ({len(result['slices'])} in all):\n" + table(rows, SLICE_HEADER[:-1])
     return out
 
@@ -139,7 +143,7 @@ def verdict_table(report: dict) -> str:
                 "(tags consistency_gate.kind=ensemble, consistency_gate.verdict=passed)."
             )
     if report.get("slices"):
-        rows = [_slice_row(report, s) for s in worst_slices(report)[:SLICES_SHOWN]]
+        rows = slice_rows(report)
         lines += ["", f"Slices, worst first ({len(report['slices'])} in all):", table(rows, SLICE_HEADER)]
     if ens:
         lines.append(f"\nFinal verdict: {report['verdict'].upper()}")
@@ -218,41 +222,36 @@ def rule_records(rules: Sequence[dict]) -> list[dict]:
     return [dict(zip(RULE_HEADER, rule_row(r), strict=True)) for r in rules]
 
 
-def diagnose_text(report: dict) -> str:
-    """The ``diagnose --format table`` output.
+def diagnose_sections(report: dict) -> list[tuple[str, list[str], list[list]]]:
+    """The ``diagnose`` report's tables as (title, header, rows): the text, the HTML page and the
+    gate's HTML report show the same tables.
 
-    >>> from consistency_gate.diagnostics.diagnose import diagnose
-    >>> import numpy as np
-    >>> probs = np.array([[[0.9, 0.1], [0.8, 0.2], [0.3, 0.7]], [[0.6, 0.4], [0.3, 0.7], [0.4, 0.6]]])
-    >>> report = diagnose(["a", "b"], probs, np.array([0, 1, 1]), ["x", "y"])
-    >>> diagnose_text(report).splitlines()[0]
-    'n = 3 samples, 2 classes'
+    >>> sections = diagnose_sections({"members": {"a": {"acc": 0.9}}, "pairs": {}, "ensemble_acc": {},
+    ...     "oracle_upper_bound": 0.95, "diversity": {}, "diversity_null_reasons": {}, "decomposition": {}})
+    >>> [title for title, _, _ in sections]
+    ['Members', 'Pairs', 'Ensembles', 'Diversity', 'Decomposition']
     """
-    members = table([[k, v["acc"]] for k, v in report["members"].items()], ["member", "acc"])
-    pairs = table(
-        [
-            [k, v["con"], v["acc_con"], v["ctoi"], v["itoc"], v["pearson"], *v["table"].values()]
-            for k, v in report["pairs"].items()
-        ],
-        ["pair", "con", "acc_con", "ctoi", "itoc", "pearson", "both right", "only 1st", "only 2nd", "both wrong"],
-    )
-    ens = table(
-        [[k, v] for k, v in report["ensemble_acc"].items()] + [["oracle bound", report["oracle_upper_bound"]]],
-        ["ensemble rule", "acc"],
-    )
-    div = table(
-        [[k, v, report["diversity_null_reasons"].get(k, "")] for k, v in report["diversity"].items()],
-        ["diversity", "value", "note"],
-    )
-    dec = table([[k, v] for k, v in report["decomposition"].items()], ["decomposition", "value"])
-    parts = [
-        f"n = {report['n']} samples, {report['classes']} classes",
-        members,
-        pairs,
-        ens,
-        div,
-        dec,
-        "Findings:\n" + "\n".join(f"- {line}" for line in report["explanation"]),
+    sections = [
+        ("Members", ["member", "acc"], [[k, v["acc"]] for k, v in report["members"].items()]),
+        (
+            "Pairs",
+            ["pair", "con", "acc_con", "ctoi", "itoc", "pearson", "both right", "only 1st", "only 2nd", "both wrong"],
+            [
+                [k, v["con"], v["acc_con"], v["ctoi"], v["itoc"], v["pearson"], *v["table"].values()]
+                for k, v in report["pairs"].items()
+            ],
+        ),
+        (
+            "Ensembles",
+            ["ensemble rule", "acc"],
+            [[k, v] for k, v in report["ensemble_acc"].items()] + [["oracle bound", report["oracle_upper_bound"]]],
+        ),
+        (
+            "Diversity",
+            ["diversity", "value", "note"],
+            [[k, v, report["diversity_null_reasons"].get(k, "")] for k, v in report["diversity"].items()],
+        ),
+        ("Decomposition", ["decomposition", "value"], [[k, v] for k, v in report["decomposition"].items()]),
     ]
     if report.get("selection"):
         rows = [
@@ -267,38 +266,25 @@ def diagnose_text(report: dict) -> str:
             ]
             for r in report["selection"]["rows"]
         ]
-        parts.append(
-            table(rows, ["method", "#EnsSet", "#GEnsSet", "acc min", "acc max", "# > best single", "share > best"])
-        )
-    return "\n\n".join(parts)
+        header = ["method", "#EnsSet", "#GEnsSet", "acc min", "acc max", "# > best single", "share > best"]
+        sections.append(("Team selection", header, rows))
+    return sections
 
 
-def diagnose_html(report: dict, figures: dict[str, bytes]) -> str:
-    """One self-contained HTML page: the findings, the tables, and the plots as embedded PNGs.
+def diagnose_text(report: dict) -> str:
+    """The ``diagnose --format table`` output.
 
     >>> from consistency_gate.diagnostics.diagnose import diagnose
     >>> import numpy as np
     >>> probs = np.array([[[0.9, 0.1], [0.8, 0.2], [0.3, 0.7]], [[0.6, 0.4], [0.3, 0.7], [0.4, 0.6]]])
     >>> report = diagnose(["a", "b"], probs, np.array([0, 1, 1]), ["x", "y"])
-    >>> diagnose_html(report, {}).startswith("<!doctype html>")
-    True
+    >>> diagnose_text(report).splitlines()[0]
+    'n = 3 samples, 2 classes'
     """
-    import base64
-    import html
-
-    images = "".join(
-        f'<figure><img src="data:image/png;base64,{base64.b64encode(png).decode()}" alt="{html.escape(name)}">'
-        f"<figcaption>{html.escape(name)}</figcaption></figure>"
-        for name, png in figures.items()
-    )
-    findings = "".join(f"<li>{html.escape(line)}</li>" for line in report["explanation"])
-    return (
-        "<!doctype html><html><head><meta charset='utf-8'><title>consistency-gate diagnose</title>"
-        "<style>body{font-family:sans-serif;max-width:1100px;margin:2em auto}pre{background:#f6f6f6;padding:1em}"
-        "figure{display:inline-block;margin:0.5em}img{max-width:520px}</style></head><body>"
-        f"<h1>Why the ensemble helps or not</h1><h2>Findings</h2><ul>{findings}</ul>{images}"
-        f"<h2>Numbers</h2><pre>{html.escape(diagnose_text(report))}</pre></body></html>"
-    )
+    tables = [table(rows, header) for _, header, rows in diagnose_sections(report)]
+    findings = "Findings:\n" + "\n".join(f"- {line}" for line in report["explanation"])
+    parts = [f"n = {report['n']} samples, {report['classes']} classes", *tables[:5], findings, *tables[5:]]
+    return "\n\n".join(parts)
 
 
 def verdict_markdown(report: dict) -> str:
@@ -413,6 +399,34 @@ def _slice_outcomes(report: dict) -> dict[str, dict[str, bool | None]]:
     return outcomes
 
 
+def slice_rows(report: dict) -> list[list]:
+    """The :data:`SLICES_SHOWN` worst slices' rows (:data:`SLICE_HEADER`), as every verdict shows them."""
+    return [_slice_row(report, s) for s in worst_slices(report)[:SLICES_SHOWN]]
+
+
+def flips_by_class(samples: pd.DataFrame, top: int = 10) -> list[list]:
+    """The classes with the most negative flips: class, samples, CtoI, ItoC, CtoI share of the class
+    (:data:`CLASS_FLIP_HEADER`), most CtoI first, from a flip table (``label`` and ``flip`` columns).
+
+    >>> import pandas as pd
+    >>> flips_by_class(pd.DataFrame({"label": ["a", "a", "b", "b"], "flip": ["CtoI", "CtoC", "ItoC", "CtoC"]}))
+    [['a', 2, 1, 0, 0.5], ['b', 2, 0, 1, 0.0]]
+    """
+    import pandas
+
+    labels = samples["label"].astype(str)
+    counts = pandas.crosstab(labels, samples["flip"]).reindex(columns=["CtoI", "ItoC"], fill_value=0)
+    sizes = labels.value_counts()
+    order = sorted(counts.index, key=lambda c: (-counts.at[c, "CtoI"], -counts.at[c, "CtoI"] / sizes[c], c))
+    return [
+        [c, int(sizes[c]), int(counts.at[c, "CtoI"]), int(counts.at[c, "ItoC"]), float(counts.at[c, "CtoI"] / sizes[c])]
+        for c in order[:top]
+    ]
+
+
+CLASS_FLIP_HEADER = ["class", "samples", "CtoI", "ItoC", "CtoI share of class"]
+
+
 def _slice_row(report: dict, s: dict) -> list:
     """slice, n, CtoI and CON with their intervals, the candidate's accuracy, the per-slice rules' outcomes."""
 
@@ -434,6 +448,6 @@ def _slice_row(report: dict, s: dict) -> list:
 
 def _slices_markdown(report: dict) -> list[str]:
     lines = ["| " + " | ".join(SLICE_HEADER) + " |", "|" + " --- |" * len(SLICE_HEADER)]
-    for s in worst_slices(report)[:SLICES_SHOWN]:
-        lines.append("| " + " | ".join(fmt(c) for c in _slice_row(report, s)) + " |")
+    for row in slice_rows(report):
+        lines.append("| " + " | ".join(fmt(c) for c in row) + " |")
     return lines

@@ -1,0 +1,126 @@
+"""HTML pages rendered from the Jinja2 templates in ``report/templates``: the gate's report
+(``check --format html``, ``gate/report.html`` in the run) and ``diagnose --format html``. Both share
+the layout, the table macro and the diagnosis section; the tables' rows are the text tables' own
+(:mod:`consistency_gate.report.tables`), so every format shows the same numbers.
+"""
+
+from __future__ import annotations
+
+import base64
+
+from consistency_gate.report.tables import (
+    CLASS_FLIP_HEADER,
+    RULE_HEADER,
+    SLICE_HEADER,
+    cost_line,
+    diagnose_sections,
+    fmt,
+    generation_name,
+    rule_row,
+    slice_rows,
+)
+
+
+def gate_html(
+    report: dict, pngs: dict[str, bytes], classes: list[list] | None = None, diagnosis: dict | None = None
+) -> str:
+    """The gate's report as one self-contained HTML page: verdict, rules (and the remediation's),
+    metrics with intervals, the classes with the most negative flips (``classes``, rows of
+    :func:`~consistency_gate.report.tables.flips_by_class`), slices, the plots (``pngs``) and the
+    two-generation ``diagnosis``.
+
+    >>> report = {"candidate": {"name": "clf", "version": "2"}, "baseline": {"version": "1", "alias": "champion"},
+    ...     "n": 600, "verdict": "failed", "outcome": "failed", "null_reasons": {}, "run_id": "abc", "confidence": 0.95,
+    ...     "metrics": {"ctoi": 0.025}, "intervals": {"ctoi": [0.015, 0.041]}, "rules": [{"metric": "ctoi",
+    ...     "condition": "<= 0.02", "value": 0.025, "interval": [0.015, 0.041], "held": False, "note": ""}]}
+    >>> page = gate_html(report, {})
+    >>> "<td class=\\"FAILED\\">FAILED</td>" in page, "<title>consistency-gate: clf v2 against v1 (@champion)" in page
+    (True, True)
+    """
+    cand, base = report["candidate"], report.get("baseline")
+    against = f"against {generation_name(base)}" if base else "(first generation)"
+    ens = report.get("ensemble")
+    promotion = report.get("promotion")
+    if promotion:
+        promotion = (
+            f"Promoted: @{promotion['alias']} now points to v{promotion['holds']} (read back)."
+            if report.get("promoted")
+            else f"Not promoted: {promotion['reason']}."
+        )
+    intervals, reasons = report.get("intervals", {}), report.get("null_reasons", {})
+    metrics = [
+        [key, value, _interval(intervals.get(key)), reasons.get(key, "")] for key, value in report["metrics"].items()
+    ]
+    return _render(
+        "gate.html.j2",
+        report=report,
+        links=report.get("links") or {},
+        headline=f"{cand['name']} {generation_name(cand)} {against}",
+        compared=f"Evaluated on {report['n']:,} samples."
+        + (f" MLflow run {report['run_id']}." if report.get("run_id") else ""),
+        nothing=reasons.get("*") if not report["rules"] else None,
+        rule_header=RULE_HEADER,
+        rules=[rule_row(r) for r in report["rules"]],
+        ensemble=ens
+        and {
+            "title": f"{ens['method']} ensemble of {ens['members']} members",
+            "verdict": ens["verdict"],
+            "rules": [rule_row(r) for r in ens["rules"]],
+            "cost": cost_line(report),
+            "registered": ens.get("registered_version"),
+        },
+        promotion=promotion,
+        metrics=metrics,
+        class_header=CLASS_FLIP_HEADER,
+        classes=classes or [],
+        slice_header=SLICE_HEADER,
+        slices=slice_rows(report) if report.get("slices") else [],
+        images=_images(pngs),
+        diagnosis=diagnosis,
+        diagnosis_sections=diagnose_sections(diagnosis) if diagnosis else [],
+    )
+
+
+def diagnose_html(report: dict, pngs: dict[str, bytes]) -> str:
+    """The ``diagnose --format html`` page: the plots, findings and tables of a diagnose report.
+
+    >>> from consistency_gate.diagnostics.diagnose import diagnose
+    >>> import numpy as np
+    >>> probs = np.array([[[0.9, 0.1], [0.8, 0.2], [0.3, 0.7]], [[0.6, 0.4], [0.3, 0.7], [0.4, 0.6]]])
+    >>> page = diagnose_html(diagnose(["a", "b"], probs, np.array([0, 1, 1]), ["x", "y"]), {})
+    >>> page.startswith("<!doctype html>"), "<th>member</th>" in page
+    (True, True)
+    """
+    return _render(
+        "diagnose.html.j2",
+        diagnosis=report,
+        diagnosis_sections=diagnose_sections(report),
+        images=_images(pngs),
+        links={},
+    )
+
+
+def _interval(pair: list[float] | None) -> str:
+    return f"[{fmt(pair[0])}, {fmt(pair[1])}]" if pair else ""
+
+
+def _images(pngs: dict[str, bytes]) -> list[tuple[str, str]]:
+    """(caption, data URI) per PNG: the page needs no other file."""
+    return [
+        (name.removesuffix(".png").replace("_", " "), "data:image/png;base64," + base64.b64encode(png).decode())
+        for name, png in pngs.items()
+    ]
+
+
+def _render(template: str, **context: object) -> str:
+    from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
+
+    env = Environment(
+        loader=PackageLoader("consistency_gate.report", "templates"),
+        autoescape=select_autoescape(["html", "j2"]),
+        undefined=StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    env.filters["cell"] = fmt
+    return env.get_template(template).render(**context)
