@@ -65,6 +65,8 @@ def test_failing_candidate_is_repaired_registered_and_promoted(store):
     assert result.ensemble["verdict"] == "passed" and result.verdict == "passed" and result.exit_code == 0
     new = result.registered_version
     assert new is not None and int(new) == max(before) + 1
+    assert result.passed_version == new  # what a deploy job ships: the ensemble, not the failed candidate
+    assert "Registered the ensemble as" in result.html and f"v{new}" in result.html
     tags = client.get_model_version(MODEL, new).tags
     assert tags["consistency_gate.kind"] == "ensemble" and tags["consistency_gate.verdict"] == "passed"
     assert client.get_model_version(MODEL, "3").tags["consistency_gate.verdict"] == "failed"

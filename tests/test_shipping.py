@@ -1,10 +1,12 @@
 """Pipelines, Docker files and the Markdown summary: the CI recipes run here end to end."""
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -57,19 +59,22 @@ def _steps(workflow: dict) -> dict[str, str]:
 def test_github_workflow_commands_gate_and_block(tmp_path):
     steps = _steps(yaml.safe_load((ROOT / "pipelines/github/consistency-gate.yml").read_text()))
     summary = tmp_path / "summary.md"
-    env = {"GATE_WORKDIR": str(tmp_path / "work"), "GITHUB_STEP_SUMMARY": str(summary)}
-    env.pop("MLFLOW_TRACKING_URI", None)
+    outputs = tmp_path / "github-output"
+    env = {"GATE_WORKDIR": str(tmp_path / "work"), "GITHUB_STEP_SUMMARY": str(summary), "GITHUB_OUTPUT": str(outputs)}
+    env["MLFLOW_TRACKING_URI"] = ""  # what ${{ secrets.MLFLOW_TRACKING_URI }} gives when the secret is unset
     train = _bash(steps["Retrain and register a new generation"], env)
     assert train.returncode == 0, train.stderr
     gate = _bash(steps["Consistency gate"], env, cwd=tmp_path)  # v1 is @champion: nothing to decide
     assert gate.returncode == 0, gate.stdout + gate.stderr
     assert "nothing to decide" in summary.read_text() and (tmp_path / "gate-report.json").exists()
+    assert outputs.read_text() == "version=\n"  # nothing new passed: the deploy job is skipped
     train = _bash(steps["Retrain and register a new generation"], env)
     assert train.returncode == 0, train.stderr
     gate = _bash(steps["Consistency gate"], env, cwd=tmp_path)  # v2 against v1
     assert gate.returncode == 0, gate.stdout + gate.stderr
-    assert "consistency gate passed" in gate.stdout
+    assert "consistency gate passed: version 2" in gate.stdout
     assert "PASSED" in summary.read_text() and (tmp_path / "gate-report.json").exists()
+    assert outputs.read_text().splitlines()[-1] == "version=2"  # the deploy job's input
     (tmp_path / "work" / "eval.csv").unlink()
     bad = _bash(steps["Consistency gate"], env, cwd=tmp_path)
     assert bad.returncode == 3 and "invalid evaluation data" in bad.stdout
@@ -84,6 +89,26 @@ def test_gitlab_job_commands(tmp_path):
     gate = _bash("\n".join(ci["consistency-gate"]["script"]), env, cwd=tmp_path)
     assert gate.returncode == 0, gate.stdout + gate.stderr
     assert "| rule | value | outcome |" in (tmp_path / "gate-summary.md").read_text()
+    assert (tmp_path / "gate.env").read_text() == "GATE_VERSION=2\n"
+    deploy = _bash("\n".join(ci["deploy"]["script"]), {"GATE_VERSION": "2"})
+    assert deploy.stdout.strip() == "deploy models:/digits-classifier/2 here"
+
+
+def test_pipeline_recipes_lint_and_say_what_ci_needs():
+    github = ROOT / "pipelines/github/consistency-gate.yml"
+    gitlab = yaml.safe_load((ROOT / "pipelines/gitlab/.gitlab-ci.yml").read_text())
+    workflow = yaml.safe_load(github.read_text())
+    assert workflow["jobs"]["retrain-and-gate"]["outputs"]["version"] == "${{ steps.gate.outputs.version }}"
+    assert workflow["jobs"]["deploy"]["needs"] == "retrain-and-gate"
+    assert gitlab["consistency-gate"]["artifacts"]["reports"]["dotenv"] == "gate.env"
+    for text in (github.read_text(), (ROOT / "pipelines/gitlab/.gitlab-ci.yml").read_text()):
+        assert "torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu" in text  # the CPU build
+        assert "must be shared" in text  # a SQLite file on a fresh runner only ever sees a first generation
+    actionlint = shutil.which("actionlint")
+    if actionlint is None:
+        pytest.skip("actionlint is not installed (the dev extra installs it on Linux x86-64)")
+    proc = subprocess.run([actionlint, str(github)], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
 def test_python_pipeline_step_runs_end_to_end(tmp_path):

@@ -98,6 +98,18 @@ class GateResult:
             return "passed"
         return "remediated" if self.registered_version is not None else "failed"
 
+    @property
+    def passed_version(self) -> str | None:
+        """The registered version that passed, for a deploy step: the candidate, or the ensemble
+        registered in its place; None when nothing passed (or files were gated, without versions).
+
+        >>> GateResult("passed", [], {}, None, {"name": "clf", "version": "2"}, None).passed_version
+        '2'
+        """
+        if self.verdict != "passed":
+            return None
+        return self.registered_version if self.registered_version is not None else self.candidate.get("version")
+
     def to_dict(self) -> dict:
         """The JSON report (``--report``, ``--format json``, ``gate/report.json``)."""
         return {
@@ -105,6 +117,7 @@ class GateResult:
             "verdict": self.verdict,
             "candidate_verdict": self.candidate_verdict,
             "outcome": self.outcome,
+            "passed_version": self.passed_version,
             "rules": [r.to_dict() for r in self.rules],
             "metrics": self.metrics,
             "run_id": self.run_id,
