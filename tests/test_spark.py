@@ -143,6 +143,11 @@ def test_check_on_spark_equals_in_process(store, tmp_path):
     client = MlflowClient(tracking_uri=store["uri"])
     run = client.get_run(spark.run_id)
     assert run.data.params["engine"] == "spark" and run.info.status == "FINISHED"
+    # the evaluation data as a Spark dataset: its source is the file the Spark job read, whole
+    (logged,) = run.inputs.dataset_inputs
+    assert logged.dataset.source_type == "spark" and logged.dataset.name == data.name
+    assert json.loads(logged.dataset.source) == {"path": str(data)}
+    assert json.loads(logged.dataset.profile)["approx_count"] == 150
     flips = pd.read_csv(client.download_artifacts(spark.run_id, "gate/flips.csv", str(tmp_path)))
     expected = local.metrics["ctoi"] * 150 + local.metrics["itoc"] * 150
     assert len(flips) == round(expected) and set(flips["flip"]) <= {"CtoI", "ItoC"}

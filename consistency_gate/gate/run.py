@@ -360,8 +360,13 @@ def _gate_in_run(gate: _GateRun) -> GateResult:
     with gate.timed("validation"):
         _validate(gate, models)
     with gate.timed("logging"):
-        rows_of = "" if gate.engine == "local" else f" (first {len(frame):,} rows)"
-        gate.dataset = tracking.log_evaluation_data(frame, gate.data_path, gate.label_column, rows_of)
+        if gate.engine == "spark":  # the whole file, as the Spark job reads it
+            from consistency_gate.engines.spark import read_table, spark_session
+
+            table = read_table(spark_session(gate.partitions), gate.data_path)
+            gate.dataset = tracking.log_spark_evaluation_data(table, gate.data_path, gate.label_column)
+        else:
+            gate.dataset = tracking.log_evaluation_data(frame, gate.data_path, gate.label_column)
     with gate.timed("predict"):  # on Spark: the sample only (classes, diagnosis); the job predicts the rest
         frames = [scoring.predict(m, frame, gate.non_features) for m in models]
     with gate.timed("cost"):

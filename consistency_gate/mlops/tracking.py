@@ -15,6 +15,7 @@ import pandas as pd
 if TYPE_CHECKING:
     from mlflow import MlflowClient
     from mlflow.data.dataset import Dataset
+    from pyspark.sql import DataFrame as SparkDataFrame
 
 EXPERIMENT_PREFIX = "consistency-gate"
 
@@ -89,10 +90,9 @@ def log_metrics(
     mlflow.log_metrics(values, model_id=model_id, dataset=dataset if model_id else None)
 
 
-def log_evaluation_data(frame: pd.DataFrame, path: Path, label_column: str, rows_of: str = "") -> Dataset:
+def log_evaluation_data(frame: pd.DataFrame, path: Path, label_column: str) -> Dataset:
     """Log the evaluation data as the active run's input (context ``evaluation``): name, digest,
-    source and schema show under "Datasets" on the run page. ``rows_of`` says when ``frame`` is
-    only the first rows of a larger file (``--engine spark``). Returns the dataset, to link metrics to.
+    source and schema show under "Datasets" on the run page. Returns the dataset, to link metrics to.
 
     >>> with mlflow.start_run():  # doctest: +SKIP
     ...     dataset = log_evaluation_data(frame, Path("eval.parquet"), "label")
@@ -103,7 +103,21 @@ def log_evaluation_data(frame: pd.DataFrame, path: Path, label_column: str, rows
 
     with warnings.catch_warnings():  # MLflow warns that a local path could be two kinds of source
         warnings.simplefilter("ignore")
-        dataset = mlflow.data.from_pandas(frame, source=str(path), targets=label_column, name=path.name + rows_of)
+        dataset = mlflow.data.from_pandas(frame, source=str(path), targets=label_column, name=path.name)
+    mlflow.log_input(dataset, context="evaluation")
+    return dataset
+
+
+def log_spark_evaluation_data(table: SparkDataFrame, path: Path, label_column: str) -> Dataset:
+    """:func:`log_evaluation_data` for ``--engine spark``: the whole file as a Spark dataset (source
+    type ``spark``, its path, schema and digest), as the Spark job reads it.
+
+    >>> with mlflow.start_run():  # doctest: +SKIP
+    ...     dataset = log_spark_evaluation_data(read_table(spark, path), path, "label")
+    """
+    import mlflow
+
+    dataset = mlflow.data.from_spark(table, path=str(path), targets=label_column, name=path.name)
     mlflow.log_input(dataset, context="evaluation")
     return dataset
 
