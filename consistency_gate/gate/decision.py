@@ -16,7 +16,7 @@ import pandas as pd
 from consistency_gate.core.evaluation import ComparisonResult
 from consistency_gate.gate import rules
 from consistency_gate.mlops import tracking
-from consistency_gate.report.tables import flips_by_class, rule_records
+from consistency_gate.report.tables import flips_by_class
 
 if TYPE_CHECKING:
     from mlflow.data.dataset import Dataset
@@ -101,7 +101,7 @@ class Decision:
         (``model_id``) measured on ``dataset``, when known."""
         tracking.log_metrics({**self.metrics, **self.cost}, model_id=model_id, dataset=dataset)
         tracking.log_intervals(self.intervals, self.tests)
-        tracking.log_rules(rule_records([r.to_dict() for r in self.rules]))  # raw values: gate/report.json
+        tracking.log_rules([r.record() for r in self.rules])
         if self.slices is not None:
             tracking.log_slices(self.slices)
         tracking.log_samples(self.samples)

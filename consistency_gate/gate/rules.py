@@ -176,8 +176,32 @@ class RuleResult:
     compared: float | None = None
     slices: tuple[dict, ...] = ()  # a per-slice rule: each slice's outcome (value, interval, held)
 
+    def record(self) -> dict:
+        """The rule's row in the rule table logged to the run (``gate/rules.json``): short columns,
+        the rule and its outcome first, so the MLflow UI shows them whole at its default width;
+        numbers to 4 decimals (``gate/report.json`` keeps them whole).
+
+        >>> result = RuleResult(Rule("ctoi", "max", 0.02, decide="upper"), 0.01, False, "", [0.004, 0.03], 0.03)
+        >>> record = result.record()
+        >>> record["rule"], record["outcome"], record["high"], record["judged on"]
+        ('ctoi <= 0.02', 'FAILED', 0.03, 'upper bound')
+        """
+        low, high = (_rounded(v) for v in (self.interval or (None, None)))
+        judged = "estimate" if self.rule.decide == "estimate" else f"{self.rule.decide} bound"
+        if self.rule.per_slice:
+            judged += f", worst slice of n >= {self.rule.min_slice_size}"
+        return {
+            "rule": f"{self.rule.quantity} {OPERATORS[self.rule.kind]} {self.rule.threshold:g}",
+            "outcome": "skipped" if self.held is None else ("held" if self.held else "FAILED"),
+            "value": _rounded(self.value),
+            "low": low,
+            "high": high,
+            "judged on": judged,
+            "note": self.note,
+        }
+
     def to_dict(self) -> dict:
-        """As in the JSON report and the logged rule table (a per-slice rule adds ``slices``: each
+        """As in the JSON report (a per-slice rule adds ``slices``: each
         slice's outcome; ``value``, ``interval`` and ``compared`` are then the worst judged slice's)."""
         extra = {}
         if self.rule.per_slice:
@@ -441,6 +465,10 @@ def candidate_key(metric: str) -> str:
     if metric.startswith("cacc@"):
         return "cacc_candidate@" + metric.split("@")[1]
     return metric
+
+
+def _rounded(value: float | None) -> float | None:
+    return None if value is None else round(value, 4)
 
 
 def evaluate_rules(

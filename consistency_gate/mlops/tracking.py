@@ -224,7 +224,7 @@ def log_slices(slices: list[dict]) -> None:
 def log_rules(rule_rows: list[dict]) -> None:
     """Log the rule table (``gate/rules.json``, shown as a table in the MLflow UI).
 
-    >>> log_rules(rule_records(report["rules"]))  # doctest: +SKIP
+    >>> log_rules([r.record() for r in decision.rules])  # doctest: +SKIP
     """
     import mlflow
 

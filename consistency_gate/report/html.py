@@ -18,6 +18,7 @@ from consistency_gate.report.tables import (
     generation_name,
     rule_row,
     slice_rows,
+    verdict_headline,
 )
 
 
@@ -34,7 +35,7 @@ def gate_html(
     ...     "metrics": {"ctoi": 0.025}, "intervals": {"ctoi": [0.015, 0.041]}, "rules": [{"metric": "ctoi",
     ...     "condition": "<= 0.02", "value": 0.025, "interval": [0.015, 0.041], "held": False, "note": ""}]}
     >>> page = gate_html(report, {})
-    >>> "<td class=\\"FAILED\\">FAILED</td>" in page, "<title>consistency-gate: clf v2 against v1 (@champion)" in page
+    >>> "<td class=\\"FAILED\\">FAILED</td>" in page, "<title>consistency-gate: clf v2 FAILED</title>" in page
     (True, True)
     """
     cand, base = report["candidate"], report.get("baseline")
@@ -55,8 +56,8 @@ def gate_html(
         "gate.html.j2",
         report=report,
         links=report.get("links") or {},
-        headline=f"{cand['name']} {generation_name(cand)} {against}",
-        compared=f"Evaluated on {report['n']:,} samples."
+        headline=verdict_headline(report) if report["rules"] else f"{cand['name']} {generation_name(cand)}",
+        compared=f"{cand['name']} {generation_name(cand)} {against} on {report['n']:,} samples."
         + (f" MLflow run {report['run_id']}." if report.get("run_id") else ""),
         nothing=reasons.get("*") if not report["rules"] else None,
         rule_header=RULE_HEADER,

@@ -102,6 +102,22 @@ def generation_name(ref: dict) -> str:
     return f"v{ref['version']}" + (f" (@{ref['alias']})" if ref.get("alias") else "")
 
 
+def verdict_headline(report: dict) -> str:
+    """What the gate decided, in a line that never reads as if a failed candidate passed.
+
+    >>> cand = {"name": "clf", "version": "2"}
+    >>> verdict_headline({"candidate": cand, "verdict": "passed", "outcome": "passed"})
+    'clf v2 PASSED'
+    >>> verdict_headline({"candidate": cand, "verdict": "passed", "outcome": "remediated", "registered_version": "3"})
+    'clf v2 FAILED; the ensemble v3 PASSED in its place'
+    """
+    cand = report["candidate"]
+    name = f"{cand['name']} {generation_name(cand)}"
+    if report.get("outcome") == "remediated":
+        return f"{name} FAILED; the ensemble v{report['registered_version']} PASSED in its place"
+    return f"{name} {report['verdict'].upper()}"
+
+
 def verdict_table(report: dict) -> str:
     """The gate's verdict: one line per rule with its measured value, threshold and outcome.
 
@@ -212,16 +228,6 @@ def rule_row(r: dict) -> list:
     return [f"{quantity} {r['condition']}", value, outcome, r.get("note", "")]
 
 
-def rule_records(rules: Sequence[dict]) -> list[dict]:
-    """The rule table as records (the table logged to the run): :data:`RULE_HEADER` columns, the
-    rule first, so it stays readable at the MLflow UI's default column width.
-
-    >>> rule_records([{"metric": "ctoi", "condition": "<= 0.02", "value": 0.01, "held": True}])
-    [{'rule': 'ctoi <= 0.02', 'value': '0.0100', 'outcome': 'held', 'note': ''}]
-    """
-    return [dict(zip(RULE_HEADER, rule_row(r), strict=True)) for r in rules]
-
-
 def diagnose_sections(report: dict) -> list[tuple[str, list[str], list[list]]]:
     """The ``diagnose`` report's tables as (title, header, rows): the text, the HTML page and the
     gate's HTML report show the same tables.
@@ -311,7 +317,7 @@ def verdict_markdown(report: dict) -> str:
         title = f"## ➖ consistency-gate: {cand['name']} {generation_name(cand)}: nothing to decide"
         return f"{title}\n\n{report['null_reasons']['*']}: nothing was gated, tagged or promoted.\n"
     icon = "✅" if report["verdict"] == "passed" else "❌"
-    lines = [f"## {icon} consistency-gate: {cand['name']} {generation_name(cand)} {report['verdict'].upper()}", ""]
+    lines = [f"## {icon} consistency-gate: {verdict_headline(report)}", ""]
     base, links = report.get("baseline"), report.get("links") or {}
     if links.get("candidate"):
         lines.append(f"Candidate {_linked(cand['name'] + ' ' + generation_name(cand), links['candidate'])}.")
