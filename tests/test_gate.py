@@ -4,6 +4,7 @@ import json
 from pathlib import Path
 
 import mlflow
+import numpy as np
 import pandas as pd
 import pytest
 from conftest import read_report, run_cli
@@ -148,6 +149,11 @@ def test_data_errors(store, tmp_path):
         "nolabel.csv": (frame.drop(columns=["label"]), "column 'label' not found"),
         "nofeature.csv": (frame.drop(columns=["petal_width"]), "petal_width"),
         "empty.csv": (frame.iloc[:0], "no rows"),
+        # a text cell makes the column text: a data error (exit 3), not the model's (GX's type check fails)
+        "badtype.csv": (
+            frame.assign(sepal_length=["long"] + list(frame["sepal_length"][1:])),
+            "feature column 'sepal_length' is not numeric",
+        ),
         "badlabel.csv": (frame.assign(label=["tulip"] + list(frame["label"][1:])), "tulip"),
     }
     for name, (data, text) in cases.items():
@@ -292,3 +298,19 @@ def test_report_schema_command_prints_the_shipped_schema():
     jsonschema.validate(error, schema)
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate({**error, "verdict": "passed"}, schema)  # neither a gate report nor an error report
+
+
+def test_the_validation_suite_stays_small_however_wide_the_data():
+    """GX runs each expectation separately: a wide set gets one table-level column check and type
+    checks only where pandas' dtype does not fit, and the failures still come through GX."""
+    from consistency_gate.io.validation import validate_evaluation_data
+
+    columns = [f"f{i}" for i in range(300)]
+    frame = pd.DataFrame(np.random.default_rng(0).random((40, 300)), columns=columns).assign(label=["a", "b"] * 20)
+    types = dict.fromkeys(columns, "double")
+    report = validate_evaluation_data(frame, "label", types, ["a", "b"])
+    assert report.success and len(report.result["results"]) == 4
+    bad = validate_evaluation_data(frame.drop(columns="f3").assign(f7="x"), "label", types, ["a", "b"])
+    assert not bad.success and len(bad.failures) == 2
+    assert bad.failures[0] == "expect_table_columns_to_match_set(exact_match=False): missing ['f3']"
+    assert bad.failures[1].startswith("expect_column_values_to_be_in_type_list(column=f7): observed ")

@@ -32,6 +32,7 @@ from consistency_gate.engines.spark import SparkModel, gate_comparison
 from consistency_gate.errors import (
     DataError,
     GateError,
+    ModelError,
     TrackingError,
     UsageError,
     redact_credentials,
@@ -564,7 +565,9 @@ def _validate(gate: _GateRun, models: list[scoring.LoadedModel]) -> None:
     missing = [name for name in features if name not in frame.columns]
     known = None
     if not missing:
-        with contextlib.suppress(DataError):  # a first sample the models cannot take: GX reports it below
+        # a first sample the models cannot take (a text cell in a numeric column, a wrong shape): GX reports
+        # why below; a model that cannot predict at all fails again when it predicts the set
+        with contextlib.suppress(DataError, ModelError):
             known = sorted({str(c) for m in models for c in scoring.model_classes(m, frame, gate.non_features)})
     report = validate_evaluation_data(frame, label_column, features, known, arrays)
     tracking.log_json(report.result, "gate/data_validation.json")
