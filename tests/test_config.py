@@ -36,6 +36,7 @@ RULE = "rules:\n  - {metric: con, min: 0.9}\n"
         (RULE + "remediation:\n  data: t.csv\n  combination: median\n", "line 5: remediation.combination"),
         (RULE + "remediation:\n  data: t.csv\n  m: 0\n", "gate.yaml: remediation m must be an integer >= 1"),
         (RULE + "remediation:\n  m: 2\n", "gate.yaml: remediation: 'data' (the training data file) is required"),
+        (RULE + "remediation:\n  data: t.csv\n  threads: -1\n", "remediation threads must be an integer >= 0"),
         (RULE + "classes: []\n", "line 3: classes: List should have at least 1 item"),
     ],
 )
@@ -49,7 +50,7 @@ def test_config_mistakes_name_the_line_and_key(text, expected):
 def test_a_valid_config_keeps_its_values():
     config = parse_config(
         "ks: [5, 1]\nrules:\n  - {metric: ctoi, max: 0.02}\n  - {metric: acc, min_delta: -0.01}\n"
-        "remediation:\n  data: train.csv\n  combination: WAVG\n  N: 3\n  epochs: 6\n  enabled: true\n",
+        "remediation:\n  data: train.csv\n  combination: WAVG\n  N: 3\n  epochs: 6\n  enabled: true\n  threads: 2\n",
         "gate.yaml",
     )
     assert config.ks == (1, 5) and config.ks_given
@@ -58,4 +59,5 @@ def test_a_valid_config_keeps_its_values():
         ("acc", "min_delta", -0.01, 4),
     ]
     assert config.remediation.combination == "wavg" and config.remediation.settings.n_snapshots == 3
+    assert config.remediation.settings.threads == 2
     assert parse_config(RULE + "remediation:\n  enabled: false\n").remediation is None

@@ -36,6 +36,7 @@ class TrainSettings:
     val_fraction: float = 0.2
     seed: int = 0
     max_runs: int = 200
+    threads: int | None = None  # CPU threads for training: None picks (snapshot.training_threads), 0 torch's
 
     def __post_init__(self) -> None:
         if self.method not in METHODS:
@@ -45,6 +46,13 @@ class TrainSettings:
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 label = "N" if name == "n_snapshots" else name
                 raise UsageError(f"remediation {label} must be an integer >= 1, got {value!r}")
+        if self.threads is not None and (
+            isinstance(self.threads, bool) or not isinstance(self.threads, int) or self.threads < 0
+        ):
+            raise UsageError(
+                "remediation threads must be an integer >= 0 (0: torch's default) or null (picked), "
+                f"got {self.threads!r}"
+            )
         if self.beta is not None and not 0.0 <= float(self.beta) <= 1.0:
             raise UsageError(f"remediation beta must be in [0, 1] (or null for beta*), got {self.beta}")
         if not 0.0 < self.val_fraction < 1.0:
@@ -77,6 +85,7 @@ class RemediationBlock(BaseModel):
     val_fraction: Annotated[float, Field(strict=True)] = 0.2
     seed: StrictInt = 0
     max_runs: StrictInt = 200
+    threads: StrictInt | None = None
 
     @field_validator("combination", mode="before")
     @classmethod
@@ -126,4 +135,5 @@ def _settings(block: RemediationBlock) -> TrainSettings:
         val_fraction=block.val_fraction,
         seed=block.seed,
         max_runs=block.max_runs,
+        threads=block.threads,
     )

@@ -206,6 +206,7 @@ def build_ensemble(
     val_fraction: float = 0.2,
     seed: int = 0,
     max_runs: int = 200,
+    threads: int | None = None,
     combination: str = "avg",
     classes: list[str] | None = None,
     device: str | None = None,
@@ -213,7 +214,9 @@ def build_ensemble(
 ) -> TorchEnsemble:
     """DynSnap (or a baseline ``method``) on the user's own training code: ``recipe`` is a
     :class:`TrainingRecipe` or ``"module:function"`` (called with ``options``) returning one.
-    Trains on ``device`` (default CUDA when present) with progress bars; the ensemble's
+    Trains on ``device`` (default CUDA when present; on CPU with ``threads`` threads, by default one
+    for a small network, see :func:`~consistency_gate.ensembles.snapshot.training_threads`) with
+    progress bars; the ensemble's
     ``metadata`` holds the build (runs, kappa, members' validation accuracy).
 
     >>> from torch import nn
@@ -232,7 +235,7 @@ def build_ensemble(
         spec = recipe_spec(recipe)
     settings = TrainSettings(
         method=method, m=m, n_snapshots=N, epochs=epochs, beta=beta, lr=lr, batch_size=batch_size,
-        val_fraction=val_fraction, seed=seed, max_runs=max_runs,
+        val_fraction=val_fraction, seed=seed, max_runs=max_runs, threads=threads,
     )  # fmt: skip
     config = RemediationConfig(None, name or spec.name, dict(options or {}), combination=combination, settings=settings)
     ensemble, _ = fit_recipe(recipe, spec, config, classes, quiet=quiet, device=device)
@@ -293,6 +296,7 @@ def log_build(build: EnsembleBuild) -> None:
             "beta": "beta*" if s.beta is None else s.beta,
             "lr": s.lr,
             "seed": s.seed,
+            "threads": "picked" if s.threads is None else s.threads,
         }
     )
     mlflow.log_metrics(

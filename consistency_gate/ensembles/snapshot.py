@@ -26,6 +26,7 @@ make a build reproducible. The model, data, loss and optimiser come from a
 
 from __future__ import annotations
 
+import contextlib
 import math
 import sys
 import time
@@ -180,9 +181,48 @@ def train_members(
     >>> len(build.members) >= 2
     True
     """
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    with training_threads(settings.threads, recipe, device):
+        return _train_members(recipe, settings, quiet, device)
+
+
+# a network with fewer parameters trains on one CPU thread by default: its batches are too small for
+# torch's intra-op threads to pay, and on a busy machine they contend (benchmarks/training_threads.py)
+SMALL_MODEL_PARAMETERS = 1_000_000
+
+
+@contextlib.contextmanager
+def training_threads(threads: int | None, recipe: TrainingRecipe, device: str) -> Iterator[int]:
+    """Run the block with torch's CPU threads set for training, and restore them afterwards.
+
+    ``threads`` None picks: one thread for a network of fewer than :data:`SMALL_MODEL_PARAMETERS`
+    parameters, torch's default otherwise; 0 keeps torch's default; n uses n. On CUDA nothing changes.
+    Yields the thread count in force.
+
+    >>> from torch import nn
+    >>> from torch.utils.data import TensorDataset
+    >>> recipe = TrainingRecipe(lambda: nn.Linear(4, 2), TensorDataset(torch.zeros(4, 4), torch.zeros(4).long()))
+    >>> with training_threads(None, recipe, "cpu") as n:
+    ...     n, torch.get_num_threads()
+    (1, 1)
+    """
+    before = torch.get_num_threads()
+    if device != "cpu" or threads == 0:
+        yield before
+        return
+    if threads is None:
+        size = sum(p.numel() for p in recipe.model().parameters())
+        threads = 1 if size < SMALL_MODEL_PARAMETERS else before
+    torch.set_num_threads(threads)
+    try:
+        yield threads
+    finally:
+        torch.set_num_threads(before)
+
+
+def _train_members(recipe: TrainingRecipe, settings: TrainSettings, quiet: bool, device: str) -> EnsembleBuild:
     from tqdm.auto import tqdm
 
-    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     rng = np.random.default_rng(settings.seed)
     labels = recipe.labels()
     data = _Data(recipe, device)
