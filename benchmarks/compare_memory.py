@@ -1,0 +1,91 @@
+"""Peak memory of ``compare`` on files in id order: constant in the number of rows?
+
+    python benchmarks/compare_memory.py [--classes 100] [--rows 100000 1000000] [--formats parquet csv]
+
+Writes a labels file and two prediction files (``--classes`` probability columns, float32, rows in
+id order) per size and format into a temporary folder, then runs ``compare_files`` (all metrics,
+top-1 and top-5) on each in a fresh process and reads its peak resident memory
+(``ru_maxrss``). Prints each case's peak RSS and time, and per format the ratio of the largest
+size's peak to the smallest's: streaming in chunks keeps it near 1 (the target is at most 1.3 from
+100,000 to 1,000,000 rows). Parquet is read by row batches with pyarrow's ``pre_buffer`` off:
+with it on, pyarrow keeps each row group's read buffers and the peak grew 2.2x over the same range.
+"""
+
+from __future__ import annotations
+
+import argparse
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.csv as pacsv
+import pyarrow.parquet as pq
+
+MEASURE = """
+import resource, sys
+from consistency_gate.engines.local import compare_files
+compare_files(sys.argv[1], sys.argv[2], sys.argv[3], id_column="id", ks=[1, 5])
+print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+"""
+
+
+def write_files(folder: Path, rows: int, classes: int, fmt: str, seed: int = 0) -> list[Path]:
+    """labels, gen1, gen2 in id order, written in slices of 100,000 rows (the writer's memory stays small)."""
+    names = [f"c{i}" for i in range(classes)]
+    rng = np.random.default_rng(seed)
+    paths = [folder / f"{name}_{rows}.{fmt}" for name in ("labels", "gen1", "gen2")]
+    writers: list = [None, None, None]
+    for start in range(0, rows, 100_000):
+        ids = np.arange(start, min(rows, start + 100_000))
+        tables = [pa.table({"id": ids, "label": np.array(names)[rng.integers(0, classes, len(ids))]})]
+        for _ in range(2):
+            scores = rng.random((len(ids), classes), dtype=np.float32)
+            tables.append(pa.table({"id": ids, **{c: scores[:, i] for i, c in enumerate(names)}}))
+        for i, table in enumerate(tables):
+            if writers[i] is None:
+                writers[i] = (
+                    pq.ParquetWriter(paths[i], table.schema)
+                    if fmt == "parquet"
+                    else pacsv.CSVWriter(paths[i], table.schema)
+                )
+            writers[i].write_table(table)
+    for writer in writers:
+        writer.close()
+    return paths
+
+
+def peak_rss_mb(paths: list[Path]) -> tuple[float, float]:
+    """Peak resident memory (MB) and seconds of ``compare_files`` on the files, in a fresh process."""
+    start = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-c", MEASURE, *map(str, paths)], capture_output=True, text=True)
+    if proc.returncode != 0:
+        sys.exit(f"compare failed: {proc.stderr.strip().splitlines()[-1]}")
+    return int(proc.stdout.strip().splitlines()[-1]) / 1024, time.perf_counter() - start
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--classes", type=int, default=100)
+    parser.add_argument("--rows", type=int, nargs="+", default=[100_000, 1_000_000])
+    parser.add_argument("--formats", nargs="+", default=["parquet", "csv"], choices=["parquet", "csv"])
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="compare-memory-") as tmp:
+        print(f"compare_files, ids in order, {args.classes} classes, top-1 and top-5; peak RSS of a fresh process")
+        for fmt in args.formats:
+            peaks = []
+            for rows in args.rows:
+                paths = write_files(Path(tmp), rows, args.classes, fmt)
+                peak, seconds = peak_rss_mb(paths)
+                peaks.append(peak)
+                print(f"  {fmt:8s} {rows:>10,} rows  peak RSS {peak:8.0f} MB  {seconds:6.1f} s")
+                for path in paths:
+                    path.unlink()
+            print(f"  {fmt:8s} peak RSS ratio {args.rows[-1]:,} / {args.rows[0]:,} rows: {peaks[-1] / peaks[0]:.2f}")
+
+
+if __name__ == "__main__":
+    main()
