@@ -1,6 +1,6 @@
 """Start-up cost of the command line, as ratios against a bare ``python -c pass``.
 
-    python benchmarks/startup.py [--repeat 7] [--source DIR]
+    python benchmarks/startup.py [--repeat 7] [--source DIR] [--check]
 
 Times, alternating with the bare interpreter so that a noisy machine slows both alike:
 ``consistency-gate --help``, ``consistency-gate config --check FILE`` (a config with a
@@ -8,7 +8,9 @@ remediation block) and the import of the CLI module; prints each one's median an
 to the bare interpreter's median, and which heavy libraries the import pulls in
 (``python -X importtime``). ``--source DIR`` measures another checkout (e.g. an older
 commit in a git worktree) with ``PYTHONPATH=DIR``; ``config --check`` is skipped where
-that checkout has no such option.
+that checkout has no such option. ``--check`` also runs a cold ``consistency-gate check`` (no
+remediation) on the demo's store and splits its wall time into the imports of each library
+(``-X importtime``, self time summed per top-level package) and the rest (the gate's work).
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repeat", type=int, default=7)
     parser.add_argument("--source", type=Path, default=None, help="a checkout to measure instead of the installed one")
+    parser.add_argument("--check", action="store_true", help="also split a cold check into imports and work")
     args = parser.parse_args()
     env = dict(os.environ)
     if args.source:
@@ -74,6 +77,34 @@ def main() -> None:
         median = statistics.median(values)
         print(f"  {name:30s} median {median:6.3f} s   x{median / base:5.1f} of python -c pass")
     print(f"  heavy libraries imported by the CLI module: {_heavy_imports(env) or 'none'}")
+    if args.check:
+        _cold_check(env)
+
+
+def _cold_check(env: dict) -> None:
+    """A cold ``check`` of the demo's generation 2 (default rules, no remediation): wall time, and the
+    seconds spent importing each library."""
+    from consistency_gate.demo import MODEL_NAME, prepare
+
+    workdir = Path(tempfile.mkdtemp(prefix="startup-check-"))
+    uri, data, _ = prepare(workdir)
+    argv = [sys.executable, "-X", "importtime", "-m", "consistency_gate", "check", "--model", MODEL_NAME]
+    argv += ["--candidate", "2", "--data", str(data), "--id-column", "id", "--tracking-uri", uri, "--quiet"]
+    start = time.perf_counter()
+    proc = subprocess.run(argv, env=env, capture_output=True, text=True, check=False)
+    wall = time.perf_counter() - start
+    per_package: dict[str, float] = {}
+    for line in proc.stderr.splitlines():
+        if line.startswith("import time:") and line.count("|") == 2:
+            self_us, _, name = line.removeprefix("import time:").split("|")
+            if self_us.strip().isdigit():
+                top = name.strip().split(".")[0]
+                per_package[top] = per_package.get(top, 0.0) + int(self_us) / 1e6
+    imports = sum(per_package.values())
+    print(f"cold check (exit {proc.returncode}): {wall:.1f} s, of which imports {imports:.1f} s; the largest:")
+    for name, seconds in sorted(per_package.items(), key=lambda kv: -kv[1])[:8]:
+        print(f"  {name:24s} {seconds:5.2f} s")
+    print(f"  {'(the gate itself)':24s} {wall - imports:5.2f} s")
 
 
 if __name__ == "__main__":
