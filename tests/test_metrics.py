@@ -60,6 +60,42 @@ def test_top_k_kernel_equals_stable_sort(case):
     assert (rows.top_k(scores.astype(np.int64), k)[:, 0] == scores.argmax(axis=1)).all()
 
 
+@settings(max_examples=60, deadline=None)
+@given(st.integers(128, 700), st.integers(1, 12), st.integers(0, 2**32 - 1))
+def test_top_k_kernel_equals_stable_sort_on_wide_rows(p, k, seed):
+    """Rows wide enough for chunks of 32 (p >= 64k) or not: the same ranking as a stable sort."""
+    rng = np.random.default_rng(seed)
+    scores = rng.integers(0, 40, size=(8, p)).astype(np.float32)  # ties across chunk borders
+    scores[0] = 0.0
+    assert (rows.top_k(scores, k) == np.argsort(-scores, axis=1, kind="stable")[:, :k]).all()
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.integers(1, 6).flatmap(
+        lambda k: st.tuples(
+            arrays(np.int64, st.tuples(st.integers(0, 5), st.just(k)), elements=st.integers(0, 7)),
+            arrays(np.int64, st.tuples(st.integers(0, 5), st.just(k)), elements=st.integers(0, 7)),
+        )
+    )
+)
+def test_ranks_equal_their_set_definitions(case):
+    """first_shared_rank is the least k whose top-k sets meet; true_class_rank the least k whose
+    top-k set holds the class (k_max + 1 when none does)."""
+    top_a, top_b = case
+    n = min(len(top_a), len(top_b))
+    top_a, top_b = top_a[:n], top_b[:n]
+    k_max = top_a.shape[1]
+    shared = [
+        next((k for k in range(1, k_max + 1) if set(a[:k]) & set(b[:k])), k_max + 1)
+        for a, b in zip(top_a, top_b, strict=True)
+    ]
+    assert rows.first_shared_rank(top_a, top_b).tolist() == shared
+    y = top_b[:, 0] if n else np.zeros(0, dtype=np.int64)
+    truth = [next((k for k in range(1, k_max + 1) if t in a[:k]), k_max + 1) for t, a in zip(y, top_a, strict=True)]
+    assert rows.true_class_rank(y, top_a).tolist() == truth
+
+
 @settings(max_examples=100, deadline=None)
 @given(arrays(np.float64, st.tuples(st.integers(1, 5), st.integers(1, 70)), elements=st.floats(0, 1)))
 def test_row_moments_equal_numpy_sums(a):

@@ -49,7 +49,9 @@ class Outputs:
     def from_scores(cls, scores: np.ndarray, columns: np.ndarray | list[int], k_max: int) -> Outputs:
         """Outputs from an (n, p) score matrix whose column j holds class id ``columns[j]``."""
         columns = np.asarray(columns, dtype=np.int64)
-        top = columns[rows.top_k(scores, k_max)]
+        top = rows.top_k(scores, k_max)
+        if not np.array_equal(columns, np.arange(columns.size)):  # column j is not class j
+            top = columns[top]
         return cls(labels=top[:, 0], top=top, scores=scores, columns=columns)
 
     @classmethod
@@ -123,7 +125,8 @@ class ConsistencyCounts:
     def add_values(self, values: Mapping[str, np.ndarray], kinds: tuple[bool, bool]) -> ConsistencyCounts:
         """Add a batch's per-sample values (:meth:`sample_values`) of generations that gave scores or
         not (``kinds``); returns self."""
-        return self.add({key: v.sum() for key, v in values.items()}, len(values["ctoc"]), kinds)
+        totals = {key: np.count_nonzero(v) if v.dtype == bool else v.sum() for key, v in values.items()}
+        return self.add(totals, len(values["ctoc"]), kinds)
 
     def sample_values(self, y_true: np.ndarray, previous: Outputs, candidate: Outputs) -> dict[str, np.ndarray]:
         """Each additive state's per-sample values on one batch, keyed by state name (``name@k``

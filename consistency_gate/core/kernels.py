@@ -7,8 +7,12 @@ metrics cost about nine passes. These kernels read each row once:
 - :func:`top_k_rows`: the k best column indices of every row, best first. A vectorised
   pass takes the maximum of each chunk of 32 columns; the k-th largest of those maxima
   bounds the row's k-th best score from below, so only the chunks that reach it (about k)
-  are searched element by element. A row costs little more than its argmax. Ties keep
-  the lower index ahead, as :func:`numpy.argmax` does.
+  are searched: their scores that reach it are gathered (without a branch per score) and
+  ranked. Chunks are 32 columns wide, or 8 for rows under 2k chunks of 32 (100 classes and
+  k = 5), where 32 would leave fewer than k chunks and no bound. Ties keep the lower index
+  ahead, as :func:`numpy.argmax` does.
+- :func:`first_shared_ranks` and :func:`true_class_ranks`: each row's CCON-k and CACC-k rank from
+  its top-k lists, stopping at the first match (numpy would compare all k² pairs of every row).
 - :func:`pair_moments`: the five per-row sums behind Pearson and cosine (sum a, sum b,
   sum a², sum b², sum ab), accumulated in float64 in one scan of both rows.
 
@@ -26,7 +30,8 @@ from __future__ import annotations
 import numba
 import numpy as np
 
-_CHUNK = 32
+_CHUNK = 32  # columns per chunk, for rows of at least 2 * k chunks
+_SMALL_CHUNK = 8  # for narrower rows (e.g. 100 classes and k = 5), so that the bound still prunes
 _ROWS = 256  # rows per parallel task (buffers are allocated once per task)
 
 
@@ -51,15 +56,21 @@ def top_k_rows(scores: np.ndarray, k: int) -> np.ndarray:  # pragma: no cover - 
     [[1, 2], [0, 1]]
     """
     n, p = scores.shape
-    chunks = (p + _CHUNK - 1) // _CHUNK
+    width = _CHUNK if p >= 2 * k * _CHUNK else _SMALL_CHUNK
+    chunks = (p + width - 1) // width
     out = np.empty((n, k), dtype=np.int64)
     for block in numba.prange((n + _ROWS - 1) // _ROWS):
         maxima = np.empty(chunks, dtype=scores.dtype)
         vals = np.empty(k, dtype=scores.dtype)
         idx = np.empty(k, dtype=np.int64)
+        found_v = np.empty(p, dtype=scores.dtype)
+        found_j = np.empty(p, dtype=np.int64)
         for i in range(block * _ROWS, min(n, (block + 1) * _ROWS)):
             row = scores[i]
-            _chunk_maxima(row, maxima)
+            if width == _CHUNK:  # a constant width per call, so that LLVM vectorises the maxima
+                _chunk_maxima(row, maxima, _CHUNK)
+            else:
+                _chunk_maxima(row, maxima, _SMALL_CHUNK)
             # k chunks hold a score >= the k-th largest chunk maximum, so the row's k best are all
             # >= it: only chunks whose maximum reaches it can hold them
             bound = -np.inf
@@ -70,33 +81,35 @@ def top_k_rows(scores: np.ndarray, k: int) -> np.ndarray:  # pragma: no cover - 
                     elif maxima[c] > vals[k - 1]:
                         _insert(vals, idx, k - 1, maxima[c], c)
                 bound = vals[k - 1]
-            filled = 0
+            # gather the scores >= bound (in column order) without a branch per score, then rank them
+            found = 0
             for c in range(chunks):
                 if maxima[c] < bound:
                     continue
-                for j in range(c * _CHUNK, min(p, (c + 1) * _CHUNK)):
+                for j in range(c * width, min(p, (c + 1) * width)):
                     v = row[j]
-                    if v < bound:
-                        continue
-                    if filled < k:
-                        _insert(vals, idx, filled, v, j)
-                        filled += 1
-                    elif v > vals[k - 1]:  # strict: an equal later score never displaces an earlier one
-                        _insert(vals, idx, k - 1, v, j)
+                    found_v[found] = v
+                    found_j[found] = j
+                    found += v >= bound
+            for m in range(found):
+                if m < k:
+                    _insert(vals, idx, m, found_v[m], found_j[m])
+                elif found_v[m] > vals[k - 1]:  # strict: an equal later score never displaces an earlier one
+                    _insert(vals, idx, k - 1, found_v[m], found_j[m])
             for r in range(k):
                 out[i, r] = idx[r]
     return out
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
-def _chunk_maxima(row: np.ndarray, maxima: np.ndarray) -> None:  # pragma: no cover - compiled
+def _chunk_maxima(row: np.ndarray, maxima: np.ndarray, width: int) -> None:  # pragma: no cover - compiled
     p = row.size
     for c in range(maxima.size):
-        start = c * _CHUNK
-        if start + _CHUNK <= p:
-            block = row[start : start + _CHUNK]  # a constant-length loop, which LLVM vectorises
+        start = c * width
+        if start + width <= p:
+            block = row[start : start + width]  # a constant-length loop (inlined), which LLVM vectorises
             m = block[0]
-            for j in range(1, _CHUNK):
+            for j in range(1, width):
                 m = max(m, block[j])
         else:
             m = row[start]
@@ -132,6 +145,45 @@ def pair_moments(a: np.ndarray, b: np.ndarray) -> np.ndarray:  # pragma: no cove
     return out
 
 
+@numba.njit(cache=True, nogil=True, parallel=True)
+def first_shared_ranks(top_a: np.ndarray, top_b: np.ndarray) -> np.ndarray:  # pragma: no cover - compiled
+    """(n,) int64: the smallest k at which two (n, k_max) top lists share a class, k_max + 1 if never.
+
+    >>> first_shared_ranks(np.array([[0, 1, 2], [0, 1, 2]]), np.array([[2, 1, 0], [3, 4, 5]])).tolist()
+    [2, 4]
+    """
+    n, k_max = top_a.shape
+    out = np.full(n, k_max + 1, dtype=np.int64)
+    for i in numba.prange(n):
+        for r in range(k_max):  # rank r + 1 shares a class if a[r] is in b[:r + 1] or b[r] in a[:r + 1]
+            found = False
+            for s in range(r + 1):
+                if top_a[i, r] == top_b[i, s] or top_b[i, r] == top_a[i, s]:
+                    found = True
+                    break
+            if found:
+                out[i] = r + 1
+                break
+    return out
+
+
+@numba.njit(cache=True, nogil=True, parallel=True)
+def true_class_ranks(y_true: np.ndarray, top: np.ndarray) -> np.ndarray:  # pragma: no cover - compiled
+    """(n,) int64: the 1-based rank of ``y_true[i]`` in ``top[i]``, k_max + 1 if absent.
+
+    >>> true_class_ranks(np.array([2, 5]), np.array([[0, 2], [1, 3]])).tolist()
+    [2, 3]
+    """
+    n, k_max = top.shape
+    out = np.full(n, k_max + 1, dtype=np.int64)
+    for i in numba.prange(n):
+        for r in range(k_max):
+            if top[i, r] == y_true[i]:
+                out[i] = r + 1
+                break
+    return out
+
+
 def precompile() -> None:
     """Compile the kernels for float32 and float64 scores into numba's cache (``NUMBA_CACHE_DIR``),
     so that later processes load them instead of compiling; the Dockerfile runs it while building
@@ -143,3 +195,6 @@ def precompile() -> None:
         scores = np.ones((2, 3), dtype=dtype)
         top_k_rows(scores, 2)
         pair_moments(scores, scores)
+    top = np.zeros((2, 2), dtype=np.int64)
+    first_shared_ranks(top, top)
+    true_class_ranks(np.zeros(2, dtype=np.int64), top)

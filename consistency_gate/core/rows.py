@@ -51,6 +51,14 @@ def _float_matrix(scores: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(scores)
 
 
+def _int_matrix(top: np.ndarray) -> np.ndarray:
+    """A C-contiguous (n, k) int64 matrix of class indices."""
+    top = np.ascontiguousarray(top, dtype=np.int64)
+    if top.ndim != 2:
+        raise ValueError(f"expected an (n, k) matrix of class indices, got shape {top.shape}")
+    return top
+
+
 def flip_indicators(
     y_true: np.ndarray, pred_a: np.ndarray, pred_b: np.ndarray
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -73,10 +81,10 @@ def first_shared_rank(top_a: np.ndarray, top_b: np.ndarray) -> np.ndarray:
     >>> first_shared_rank(np.array([[0, 1, 2]]), np.array([[2, 1, 0]])).tolist()  # share 1 at rank 2
     [2]
     """
-    k_max = top_a.shape[1]
-    same = top_a[:, :, None] == top_b[:, None, :]
-    ranks = np.maximum.outer(np.arange(k_max), np.arange(k_max)) + 1
-    return np.where(same, ranks, k_max + 1).min(axis=(1, 2))
+    top_a, top_b = _int_matrix(top_a), _int_matrix(top_b)
+    if top_a.shape != top_b.shape:
+        raise ValueError(f"top lists differ in shape: {top_a.shape} and {top_b.shape}")
+    return kernels.first_shared_ranks(top_a, top_b)
 
 
 def true_class_rank(y_true: np.ndarray, top: np.ndarray) -> np.ndarray:
@@ -87,9 +95,11 @@ def true_class_rank(y_true: np.ndarray, top: np.ndarray) -> np.ndarray:
     >>> true_class_rank(np.array([2, 5]), np.array([[0, 2], [1, 3]])).tolist()
     [2, 3]
     """
-    k_max = top.shape[1]
-    hit = top == np.asarray(y_true)[:, None]
-    return np.where(hit.any(axis=1), hit.argmax(axis=1) + 1, k_max + 1)
+    top = _int_matrix(top)
+    y_true = np.ascontiguousarray(y_true, dtype=np.int64)
+    if y_true.shape != top.shape[:1]:
+        raise ValueError(f"expected one true class per row of the top lists ({top.shape[0]}), got {y_true.shape}")
+    return kernels.true_class_ranks(y_true, top)
 
 
 def row_moments(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, ...]:

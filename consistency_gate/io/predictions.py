@@ -200,7 +200,8 @@ def iter_frames(
         batches = (batch.to_pandas() for batch in parts)
     elif _format(path) == "parquet":
         batches = (
-            batch.to_pandas() for batch in pq.ParquetFile(path, pre_buffer=False).iter_batches(batch_size=chunk_rows, columns=columns)
+            batch.to_pandas()
+            for batch in pq.ParquetFile(path, pre_buffer=False).iter_batches(batch_size=chunk_rows, columns=columns)
         )
     else:
         dtypes = dict.fromkeys(text_columns, str)
