@@ -38,6 +38,13 @@ RULE = "rules:\n  - {metric: con, min: 0.9}\n"
         (RULE + "remediation:\n  m: 2\n", "gate.yaml: remediation: 'data' (the training data file) is required"),
         (RULE + "remediation:\n  data: t.csv\n  threads: -1\n", "remediation threads must be an integer >= 0"),
         (RULE + "classes: []\n", "line 3: classes: List should have at least 1 item"),
+        (
+            RULE + "remediation:\n  data: t.csv\n  distillation: {loss: js}\n",
+            "line 5: remediation.distillation.loss: Input should be 'kl' or 'lm'",
+        ),
+        (RULE + "remediation:\n  data: t.csv\n  distillation: {beta: -1.0}\n", "remediation.distillation.beta"),
+        (RULE + "remediation:\n  data: t.csv\n  distillation: {gamma: 2.0}\n", "unknown key 'gamma'"),
+        (RULE + "remediation:\n  data: t.csv\n  teacher_method: mcdropout\n", "teacher_method 'mcdropout' cannot"),
     ],
 )
 def test_config_mistakes_name_the_line_and_key(text, expected):

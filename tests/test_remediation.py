@@ -126,3 +126,32 @@ def test_bad_remediation_fails_before_training_and_registers_nothing(store, reci
 def test_invalid_remediation_options_are_usage_errors(store, line, text):
     with pytest.raises(UsageError, match=text):
         parse_config(f"rules: []\nremediation:\n  data: {store['train']}\n  {line}\n")
+
+
+@pytest.mark.parametrize("method", ["focal-distillation", "ensemble-distillation"])
+def test_a_single_distilled_model_repairs_the_candidate(store, method):
+    """One model in place of the failed candidate: focal distillation learns from the baseline
+    (the gate predicts the training data with it), ensemble distillation from a DynSnap ensemble."""
+    client, before = _versions(store)
+    block = REMEDIATION.format(recipe="mlp", train=store["train"], label="label")
+    block = block.replace("method: dynsnap-cyc", f"method: {method}")
+    if method == "focal-distillation":  # on 3 classes the paper's temperature 100 makes its term steep for lr 0.05
+        block = block.replace("lr: 0.05", "lr: 0.02")
+    config = parse_config("rules:\n  - {metric: con, min: 0.9}\n  - {metric: acc, min_delta: -0.05}\n" + block)
+    try:
+        result = _gate_v3(store, config)
+        assert result.ensemble["verdict"] == "passed" and result.exit_code == 0
+        assert result.ensemble["kind"] == "distilled" and result.ensemble["members"] == 1
+        assert result.ensemble["runs"] == (1 if method == "focal-distillation" else 3)  # 2 teacher runs + student
+        new = result.registered_version
+        assert int(new) == max(before) + 1 and result.passed_version == new
+        assert client.get_model_version(MODEL, new).tags["consistency_gate.kind"] == "distilled"
+        assert f"Registered the {method} model as" in result.html
+        assert f"the {method} model v{new} PASSED in its place" in result.html
+        assert mlflow.models.get_model_info(f"models:/{MODEL}/{new}").metadata["method"] == method
+        # gated again against v1, the registered model gives the numbers the gate judged it on
+        client.set_registered_model_alias(MODEL, "champion", "1")
+        again = run_gate(MODEL, store["data"], candidate=new, config=config, tracking_uri=store["uri"], id_column="id")
+        assert again.metrics["con"] == pytest.approx(result.ensemble["metrics"]["con"])
+    finally:
+        client.set_registered_model_alias(MODEL, "champion", "1")

@@ -10,7 +10,8 @@ True
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import math
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -19,7 +20,51 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, Strict
 from consistency_gate.ensembles.combine import RULES
 from consistency_gate.errors import UsageError
 
-METHODS = ("dynsnap-cyc", "dynsnap-step", "snapshot", "extbagging", "mcdropout", "singlebase")
+ENSEMBLE_METHODS = ("dynsnap-cyc", "dynsnap-step", "snapshot", "extbagging")  # m members
+DISTILLATION_METHODS = ("focal-distillation", "ensemble-distillation")  # one model, from a teacher
+METHODS = (*ENSEMBLE_METHODS, "mcdropout", "singlebase", *DISTILLATION_METHODS)
+SINGLE_RUN_METHODS = ("mcdropout", "singlebase", *DISTILLATION_METHODS)  # one run, its best-on-validation model
+DISTILLATION_LOSSES = ("kl", "lm")
+
+
+@dataclass(frozen=True)
+class Distillation:
+    """The distillation term of ``focal-distillation`` and ``ensemble-distillation`` (see
+    :mod:`consistency_gate.ensembles.distillation`): ``loss`` kl (FD-KL) or lm (FD-LM), the focal
+    weights ``alpha`` (every sample) and ``beta`` (added where the teacher is right), the
+    ``temperature`` of FD-KL and the term's ``weight`` against the cross-entropy.
+
+    >>> Distillation(beta=-1.0)
+    Traceback (most recent call last):
+    ...
+    consistency_gate.errors.UsageError: remediation distillation beta must be a finite number >= 0, got -1.0
+    """
+
+    loss: str = "kl"
+    alpha: float = 1.0
+    beta: float = 5.0
+    temperature: float = 100.0
+    weight: float = 1.0
+
+    def __post_init__(self) -> None:
+        if self.loss not in DISTILLATION_LOSSES:
+            raise UsageError(f"remediation distillation loss '{self.loss}' is unknown; use kl (FD-KL) or lm (FD-LM)")
+        for name in ("alpha", "beta", "weight"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
+                raise UsageError(f"remediation distillation {name} must be a finite number >= 0, got {value!r}")
+        t = self.temperature
+        if isinstance(t, bool) or not isinstance(t, int | float) or not math.isfinite(t) or t <= 0:
+            raise UsageError(f"remediation distillation temperature must be a finite number > 0, got {t!r}")
+
+
+# each distillation method's term where the config leaves it out: toward the previous generation PCT's
+# focal distillation (alpha 1, beta 5, temperature 100); toward an ensemble plain knowledge distillation
+# (beta 0) at Hinton's usual temperature 4
+DEFAULT_DISTILLATION = {
+    "focal-distillation": Distillation(),
+    "ensemble-distillation": Distillation(beta=0.0, temperature=4.0),
+}
 
 
 @dataclass(frozen=True)
@@ -37,6 +82,8 @@ class TrainSettings:
     seed: int = 0
     max_runs: int = 200
     threads: int | None = None  # CPU threads for training: None picks (snapshot.training_threads), 0 torch's
+    distillation: Distillation | None = None  # the distillation methods' term; None: DEFAULT_DISTILLATION
+    teacher_method: str = "dynsnap-cyc"  # ensemble-distillation: the ensemble the student learns from
 
     def __post_init__(self) -> None:
         if self.method not in METHODS:
@@ -53,6 +100,11 @@ class TrainSettings:
                 "remediation threads must be an integer >= 0 (0: torch's default) or null (picked), "
                 f"got {self.threads!r}"
             )
+        if self.teacher_method not in ENSEMBLE_METHODS:
+            raise UsageError(
+                f"remediation teacher_method '{self.teacher_method}' cannot teach a student; use one of "
+                f"{', '.join(ENSEMBLE_METHODS)}"
+            )
         if self.beta is not None and not 0.0 <= float(self.beta) <= 1.0:
             raise UsageError(f"remediation beta must be in [0, 1] (or null for beta*), got {self.beta}")
         if not 0.0 < self.val_fraction < 1.0:
@@ -61,6 +113,27 @@ class TrainSettings:
             raise UsageError(
                 f"remediation N={self.n_snapshots} snapshots need at least as many epochs (epochs={self.epochs})"
             )
+
+    @property
+    def distillation_term(self) -> Distillation:
+        """The distillation term a distillation method trains with (the method's default where unset).
+
+        >>> TrainSettings(method="ensemble-distillation").distillation_term.temperature
+        4.0
+        """
+        return self.distillation or DEFAULT_DISTILLATION.get(self.method, Distillation())
+
+
+class DistillationBlock(BaseModel):
+    """The ``distillation:`` sub-block of ``remediation:``; a key left out keeps the method's default."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    loss: Literal[DISTILLATION_LOSSES] | None = None
+    alpha: Annotated[float, Field(strict=True, ge=0)] | None = None
+    beta: Annotated[float, Field(strict=True, ge=0)] | None = None
+    temperature: Annotated[float, Field(strict=True, gt=0)] | None = None
+    weight: Annotated[float, Field(strict=True, ge=0)] | None = None
 
 
 class RemediationBlock(BaseModel):
@@ -86,6 +159,8 @@ class RemediationBlock(BaseModel):
     seed: StrictInt = 0
     max_runs: StrictInt = 200
     threads: StrictInt | None = None
+    distillation: DistillationBlock | None = None
+    teacher_method: StrictStr = "dynsnap-cyc"
 
     @field_validator("combination", mode="before")
     @classmethod
@@ -136,4 +211,14 @@ def _settings(block: RemediationBlock) -> TrainSettings:
         seed=block.seed,
         max_runs=block.max_runs,
         threads=block.threads,
+        distillation=_distillation(block),
+        teacher_method=block.teacher_method,
     )
+
+
+def _distillation(block: RemediationBlock) -> Distillation | None:
+    """The block's distillation term: the method's default with the keys the config sets."""
+    if block.distillation is None:
+        return None
+    default = DEFAULT_DISTILLATION.get(block.method, Distillation())
+    return replace(default, **block.distillation.model_dump(exclude_none=True))

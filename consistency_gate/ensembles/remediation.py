@@ -9,23 +9,31 @@ The config's ``remediation:`` block names the recipe, the training data and the 
       data: train.csv            # CSV or Parquet with the feature columns and the label column
                                  # (not needed by a recipe function returning a TrainingRecipe)
       label_column: label
-      method: dynsnap-cyc        # dynsnap-step, snapshot, extbagging, mcdropout, singlebase
+      method: dynsnap-cyc        # dynsnap-step, snapshot, extbagging, mcdropout, singlebase,
+                                 # focal-distillation, ensemble-distillation (one model each)
       m: 20
       N: 10
       epochs: 40
       beta: null                 # null: beta* per run
       combination: avg           # mv, wmv, avg, wavg
       seed: 0
+      distillation: {loss: kl, alpha: 1, beta: 5, temperature: 100, weight: 1}  # the distillation methods
+      teacher_method: dynsnap-cyc  # ensemble-distillation: the ensemble its student learns from
 
-Everything is checked before any training starts (exit 2 for the config, 3 for the data).
+``focal-distillation`` learns from the previous generation: the gate predicts the training samples
+with the baseline version (the ``teacher`` below). Everything is checked before any training starts
+(exit 2 for the config, 3 for the data).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import pandas as pd
 
-from consistency_gate.ensembles.config import RemediationConfig, TrainSettings
+from consistency_gate.ensembles.config import Distillation, RemediationConfig, TrainSettings
+from consistency_gate.ensembles.distillation import logits_of
 from consistency_gate.ensembles.model import TorchEnsemble
 from consistency_gate.ensembles.recipes import (
     RecipeSpec,
@@ -37,8 +45,11 @@ from consistency_gate.ensembles.recipes import (
     recipe_spec,
 )
 from consistency_gate.ensembles.snapshot import EnsembleBuild, train_members
-from consistency_gate.errors import DataError, UsageError
+from consistency_gate.errors import DataError, GateError, ModelError, UsageError
 from consistency_gate.io.predictions import file_columns, iter_frames, require_columns
+
+# the previous generation as a teacher: class scores (one column per class label) for a frame of samples
+Teacher = Callable[[pd.DataFrame], pd.DataFrame]
 
 
 def train_ensemble(
@@ -48,8 +59,13 @@ def train_ensemble(
     quiet: bool = False,
     classes: list[str] | None = None,
     input_shape: tuple[int, ...] | None = None,
+    teacher: Teacher | None = None,
 ) -> tuple[TorchEnsemble, EnsembleBuild]:
     """Check the recipe, read its training data and build the ensemble.
+
+    ``teacher`` (needed by ``focal-distillation``, ignored by the other methods) scores the training
+    samples with the previous generation: the feature columns of the ``data`` file, or for a
+    :class:`TrainingRecipe` a frame with one column ``input`` holding each sample as an array.
 
     ``features`` are the columns the models take (None: every column but the label and ``exclude``).
     A recipe function returning a :class:`TrainingRecipe` brings its own data; its class indices
@@ -63,7 +79,13 @@ def train_ensemble(
     """
     if is_training_recipe(config.recipe):
         recipe, spec = load_training_recipe(config.recipe, config.recipe_options)
-        return fit_recipe(recipe, spec, config, classes, input_shape, quiet)
+        logits = None
+        if _needs_teacher(config, teacher):
+            samples = pd.DataFrame(
+                {"input": [np.asarray(recipe.train_dataset[i][0]) for i in range(len(recipe.labels()))]}
+            )
+            logits = teacher_logits(teacher, samples, recipe.classes or classes or [], f"recipe '{config.recipe}'")
+        return fit_recipe(recipe, spec, config, classes, input_shape, quiet, teacher=logits)
     path = config.data
     if path is None:
         raise UsageError(f"remediation: recipe '{config.recipe}' builds a network for the 'data' file; give data")
@@ -85,7 +107,50 @@ def train_ensemble(
         raise DataError(f"{path}: feature column '{bad}' is not numeric") from None
     if not np.isfinite(x).all():
         raise DataError(f"{path}: the features hold NaN or infinite values")
-    return fit_ensemble(x, labels.to_numpy(), features, config, quiet=quiet)
+    logits = None
+    if _needs_teacher(config, teacher):
+        names = sorted(set(labels.astype(str).tolist()))  # fit_ensemble's class order
+        logits = teacher_logits(teacher, frame[features], names, str(path))
+    return fit_ensemble(x, labels.to_numpy(), features, config, quiet=quiet, teacher=logits)
+
+
+def _needs_teacher(config: RemediationConfig, teacher: Teacher | None) -> bool:
+    if config.settings.method != "focal-distillation":
+        return False
+    if teacher is None:
+        raise UsageError(
+            "remediation method focal-distillation learns from the previous generation, and there is none "
+            "(a first generation, or no baseline): use a DynSnap method"
+        )
+    return True
+
+
+def teacher_logits(teacher: Teacher, samples: pd.DataFrame, classes: list[str], where: str) -> np.ndarray:
+    """The previous generation's logits on the training ``samples``, one column per name in ``classes``
+    (a class the teacher does not know gets probability 0; one it knows beyond them is dropped).
+
+    >>> probs = lambda frame: pd.DataFrame({"b": [0.9], "a": [0.1]})
+    >>> teacher_logits(probs, pd.DataFrame({"x": [1.0]}), ["a", "b"], "train.csv").astype(float).round(3).tolist()
+    [[-2.303, -0.105]]
+    """
+    try:
+        scores = teacher(samples)
+    except GateError as exc:
+        raise type(exc)(
+            f"focal-distillation: predicting the training samples ({where}) with the baseline: {exc}"
+        ) from None
+    except Exception as exc:  # noqa: BLE001 - any failure of the user's model is reported as the model's
+        raise ModelError(
+            f"focal-distillation: the baseline could not score the training samples ({where}): "
+            f"{type(exc).__name__}: {exc}"
+        ) from None
+    scores.columns = [str(c) for c in scores.columns]
+    if not set(scores.columns) & set(classes):
+        raise ModelError(
+            f"focal-distillation: the baseline's classes {list(scores.columns)[:5]} share none with the training "
+            f"classes {classes[:5]} ({where})"
+        )
+    return logits_of(scores.reindex(columns=classes, fill_value=0.0).to_numpy(dtype=np.float64))
 
 
 def fit_ensemble(
@@ -95,11 +160,13 @@ def fit_ensemble(
     config: RemediationConfig,
     quiet: bool = False,
     device: str | None = None,
+    teacher: np.ndarray | None = None,
 ) -> tuple[TorchEnsemble, EnsembleBuild]:
     """Check the recipe, standardise the features and build the ensemble from arrays (on ``device``,
     default CUDA when present).
 
-    ``labels`` are class labels (any type; stored as text, sorted, as the class names).
+    ``labels`` are class labels (any type; stored as text, sorted, as the class names); ``teacher``
+    the previous generation's logits on the rows of ``x`` over those classes (focal-distillation).
 
     >>> ensemble, build = fit_ensemble(x_train, y_train, ["amount", "age"], config)  # doctest: +SKIP
     """
@@ -110,7 +177,8 @@ def fit_ensemble(
     check_recipe(spec)
     mean, std = x.mean(axis=0), x.std(axis=0)
     std[std == 0] = 1.0
-    build = train_members(array_recipe(spec, (x - mean) / std, y), config.settings, quiet=quiet, device=device)
+    recipe = array_recipe(spec, (x - mean) / std, y)
+    build = train_members(recipe, config.settings, quiet=quiet, device=device, teacher=teacher)
     ensemble = _assemble(build, spec, config, classes, features=features, mean=mean, std=std)
     return ensemble, build
 
@@ -123,10 +191,12 @@ def fit_recipe(
     input_shape: tuple[int, ...] | None = None,
     quiet: bool = False,
     device: str | None = None,
+    teacher: np.ndarray | None = None,
 ) -> tuple[TorchEnsemble, EnsembleBuild]:
     """Build the ensemble from the user's :class:`TrainingRecipe` on ``device`` (default CUDA when
     present); its members take one tensor per sample, as the recipe's samples are shaped (which must
-    be ``input_shape`` when given).
+    be ``input_shape`` when given). ``teacher``: the previous generation's logits on the recipe's
+    samples (focal-distillation).
 
     >>> recipe, spec = load_training_recipe("my_recipes:digits")  # doctest: +SKIP
     >>> ensemble, build = fit_recipe(recipe, spec, config, classes=[str(d) for d in range(10)])  # doctest: +SKIP
@@ -147,7 +217,7 @@ def fit_recipe(
             f"classes {names[:5]}..., found {int(labels.min())}..{int(labels.max())}"
         )
     check_recipe(RecipeSpec(spec.name, spec.options, n_classes=len(names), kind=spec.kind), recipe.example())
-    build = train_members(recipe, config.settings, quiet=quiet, device=device)
+    build = train_members(recipe, config.settings, quiet=quiet, device=device, teacher=teacher)
     return _assemble(build, spec, config, [str(c) for c in names], input_shape=shape), build
 
 
@@ -207,6 +277,9 @@ def build_ensemble(
     seed: int = 0,
     max_runs: int = 200,
     threads: int | None = None,
+    distillation: Distillation | None = None,
+    teacher_method: str = "dynsnap-cyc",
+    teacher: np.ndarray | None = None,
     combination: str = "avg",
     classes: list[str] | None = None,
     device: str | None = None,
@@ -217,7 +290,11 @@ def build_ensemble(
     Trains on ``device`` (default CUDA when present; on CPU with ``threads`` threads, by default one
     for a small network, see :func:`~consistency_gate.ensembles.snapshot.training_threads`) with
     progress bars; the ensemble's
-    ``metadata`` holds the build (runs, kappa, members' validation accuracy).
+    ``metadata`` holds the build (runs, kappa, members' validation accuracy). The distillation
+    methods train one model: ``focal-distillation`` toward ``teacher``, the previous generation's
+    (n, p) logits on the recipe's samples (:func:`~consistency_gate.ensembles.distillation.logits_of`
+    turns probabilities into logits), ``ensemble-distillation`` toward a ``teacher_method``
+    ensemble; ``distillation`` overrides the method's default term.
 
     >>> from torch import nn
     >>> from torch.utils.data import TensorDataset
@@ -235,10 +312,11 @@ def build_ensemble(
         spec = recipe_spec(recipe)
     settings = TrainSettings(
         method=method, m=m, n_snapshots=N, epochs=epochs, beta=beta, lr=lr, batch_size=batch_size,
-        val_fraction=val_fraction, seed=seed, max_runs=max_runs, threads=threads,
+        val_fraction=val_fraction, seed=seed, max_runs=max_runs, threads=threads, distillation=distillation,
+        teacher_method=teacher_method,
     )  # fmt: skip
     config = RemediationConfig(None, name or spec.name, dict(options or {}), combination=combination, settings=settings)
-    ensemble, _ = fit_recipe(recipe, spec, config, classes, quiet=quiet, device=device)
+    ensemble, _ = fit_recipe(recipe, spec, config, classes, quiet=quiet, device=device, teacher=teacher)
     return ensemble
 
 

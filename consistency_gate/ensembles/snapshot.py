@@ -9,7 +9,12 @@ Methods (paper 003, Sec. 4 and its baselines):
 - ``snapshot``: DynSnap-cyc with beta = 1 (tau = min: nothing pruned).
 - ``extbagging``: m independent runs, each its final model.
 - ``mcdropout``: one run, m stochastic forward passes with dropout active.
-- ``singlebase``: one run, its final model.
+- ``singlebase``: one run, its best-on-validation model.
+- ``focal-distillation``: one run, its best-on-validation model, trained with cross-entropy plus
+  focal distillation toward the previous generation's outputs on the training samples (the
+  ``teacher``; :mod:`~consistency_gate.ensembles.distillation`).
+- ``ensemble-distillation``: an ensemble of ``teacher_method`` first, then one student trained
+  toward the ensemble's averaged outputs; kappa counts both.
 
 Each run resamples the train/validation split (stratified by class, as 003 Appendix J does),
 re-initialises the model and reshuffles. Runs repeat until the ensemble holds m members. Seeds
@@ -31,14 +36,15 @@ import math
 import sys
 import time
 from collections.abc import Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import torch
 from torch import nn
-from torch.utils.data import DataLoader, Subset, TensorDataset
+from torch.utils.data import DataLoader, TensorDataset
 
-from consistency_gate.ensembles.config import TrainSettings
+from consistency_gate.ensembles.config import SINGLE_RUN_METHODS, TrainSettings
+from consistency_gate.ensembles.distillation import focal_distillation_loss, logits_of
 from consistency_gate.ensembles.recipes import TrainingRecipe
 from consistency_gate.errors import UsageError
 
@@ -169,8 +175,13 @@ def train_members(
     settings: TrainSettings,
     quiet: bool = False,
     device: str | None = None,
+    teacher: np.ndarray | None = None,
 ) -> EnsembleBuild:
     """Train an ensemble of ``settings.m`` members with ``settings.method`` (see module docstring).
+
+    ``teacher`` (``focal-distillation`` only, and required there): the previous generation's (n, p)
+    logits on the recipe's n training samples, in their order, over the recipe's p classes
+    (:func:`~consistency_gate.ensembles.distillation.logits_of` makes logits of probabilities).
 
     >>> from consistency_gate.ensembles.recipes import RecipeSpec, array_recipe
     >>> rng = np.random.default_rng(0)
@@ -182,8 +193,56 @@ def train_members(
     True
     """
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    n = len(recipe.labels())
+    if settings.method == "focal-distillation":
+        if teacher is None:
+            raise UsageError(
+                "focal-distillation learns from the previous generation's outputs on the training samples; "
+                "none were given (the gate predicts them with the baseline version)"
+            )
+        teacher = np.asarray(teacher, dtype=np.float32)
+        if teacher.ndim != 2 or teacher.shape[0] != n or not np.isfinite(teacher).all():
+            raise UsageError(
+                f"focal-distillation: the teacher's outputs must be finite (n, p) logits for the {n} training "
+                f"samples, got shape {teacher.shape}"
+            )
+    elif teacher is not None:
+        raise UsageError(f"{settings.method} takes no teacher outputs (only focal-distillation does)")
     with training_threads(settings.threads, recipe, device):
-        return _train_members(recipe, settings, quiet, device)
+        if settings.method != "ensemble-distillation":
+            return _train_members(recipe, settings, quiet, device, teacher)
+        ensemble = _train_members(recipe, replace(settings, method=settings.teacher_method), quiet, device)
+        probs = ensemble_probabilities(recipe, ensemble.members, device)
+        student = _train_members(recipe, settings, quiet, device, logits_of(probs))
+        return replace(
+            student,
+            runs=ensemble.runs + [replace(r, run=len(ensemble.runs) + r.run) for r in student.runs],
+            seconds=ensemble.seconds + student.seconds,
+            epochs_trained=ensemble.epochs_trained + student.epochs_trained,
+        )
+
+
+def ensemble_probabilities(recipe: TrainingRecipe, members: Sequence[Member], device: str) -> np.ndarray:
+    """(n, p) float32: the members' softmax outputs on the recipe's n training samples, averaged.
+
+    >>> from consistency_gate.ensembles.recipes import RecipeSpec, array_recipe
+    >>> x = np.zeros((3, 4), dtype=np.float32)
+    >>> recipe = array_recipe(RecipeSpec("mlp", {"hidden": [8]}, 4, 2), x, np.array([0, 1, 0]))
+    >>> member = Member(recipe.model().state_dict(), 1.0, 0, 1)
+    >>> ensemble_probabilities(recipe, [member, member], "cpu").sum(axis=1).round(4).tolist()
+    [1.0, 1.0, 1.0]
+    """
+    data = _Data(recipe, device)
+    order = np.arange(len(recipe.labels()))
+    total: np.ndarray | None = None
+    model = recipe.model().to(device)
+    model.eval()
+    for member in members:
+        model.load_state_dict(member.state)
+        with torch.no_grad():
+            probs = torch.cat([torch.softmax(model(x), dim=1) for x, _, _ in data.batches(order, 1024)])
+        total = probs.cpu().numpy() if total is None else total + probs.cpu().numpy()
+    return (total / len(members)).astype(np.float32)
 
 
 # a network with fewer parameters trains on one CPU thread by default: its batches are too small for
@@ -220,13 +279,15 @@ def training_threads(threads: int | None, recipe: TrainingRecipe, device: str) -
         torch.set_num_threads(before)
 
 
-def _train_members(recipe: TrainingRecipe, settings: TrainSettings, quiet: bool, device: str) -> EnsembleBuild:
+def _train_members(
+    recipe: TrainingRecipe, settings: TrainSettings, quiet: bool, device: str, teacher: np.ndarray | None = None
+) -> EnsembleBuild:
     from tqdm.auto import tqdm
 
     rng = np.random.default_rng(settings.seed)
     labels = recipe.labels()
-    data = _Data(recipe, device)
-    target = 1 if settings.method in ("mcdropout", "singlebase") else settings.m
+    data = _Data(recipe, device, teacher)
+    target = 1 if settings.method in SINGLE_RUN_METHODS else settings.m
     members: list[Member] = []
     runs: list[RunLog] = []
     started = time.perf_counter()
@@ -267,10 +328,12 @@ def _train_members(recipe: TrainingRecipe, settings: TrainSettings, quiet: bool,
 
 class _Data:
     """The recipe's dataset in batches on ``device``: tensors sliced directly for a TensorDataset
-    (no per-sample calls), a DataLoader over a Subset otherwise."""
+    (no per-sample calls), a DataLoader over given index batches otherwise; with the teacher's
+    logits of each batch's samples when there is a teacher."""
 
-    def __init__(self, recipe: TrainingRecipe, device: str) -> None:
+    def __init__(self, recipe: TrainingRecipe, device: str, teacher: np.ndarray | None = None) -> None:
         self.recipe, self.device = recipe, device
+        self.teacher = None if teacher is None else torch.as_tensor(teacher, dtype=torch.float32).to(device)
         dataset = recipe.train_dataset
         self.tensors = None
         if isinstance(dataset, TensorDataset) and recipe.collate_fn is None:
@@ -278,27 +341,27 @@ class _Data:
 
     def batches(
         self, indices: np.ndarray, batch_size: int, generator: torch.Generator | None = None
-    ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-        """``(x, y)`` batches over ``indices``, reshuffled with ``generator`` (in order without)."""
+    ) -> Iterator[tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]]:
+        """``(x, y, teacher logits or None)`` batches over ``indices``, reshuffled with ``generator``
+        (in order without)."""
+        order = torch.as_tensor(indices)
+        if generator is not None:
+            order = order[torch.randperm(len(order), generator=generator)]
+        batches = list(order.split(batch_size))
         if self.tensors is not None:
-            order = torch.as_tensor(indices)
-            if generator is not None:
-                order = order[torch.randperm(len(order), generator=generator)]
-            for batch in order.to(self.device).split(batch_size):
-                yield self.tensors[0][batch], self.tensors[1][batch]
-            return
-        recipe = self.recipe
-        loader = DataLoader(
-            Subset(recipe.train_dataset, indices.tolist()),
-            batch_size=batch_size,
-            shuffle=generator is not None,
-            generator=generator,
-            collate_fn=recipe.collate_fn,
-            num_workers=recipe.num_workers,
-            pin_memory=self.device.startswith("cuda"),
-        )
-        for x, y in loader:
-            yield x.to(self.device, non_blocking=True), torch.as_tensor(y).to(self.device, non_blocking=True)
+            loaded = ((self.tensors[0][b.to(self.device)], self.tensors[1][b.to(self.device)]) for b in batches)
+        else:
+            recipe = self.recipe
+            loaded = DataLoader(
+                recipe.train_dataset,
+                batch_sampler=[b.tolist() for b in batches],
+                collate_fn=recipe.collate_fn,
+                num_workers=recipe.num_workers,
+                pin_memory=self.device.startswith("cuda"),
+            )
+        for (x, y), batch in zip(loaded, batches, strict=True):
+            teacher = None if self.teacher is None else self.teacher[batch.to(self.device)]
+            yield x.to(self.device, non_blocking=True), torch.as_tensor(y).to(self.device, non_blocking=True), teacher
 
 
 def _sgd(params: Iterable[nn.Parameter], lr: float) -> torch.optim.Optimizer:
@@ -342,14 +405,18 @@ def _train_run(
             group["lr"] = lr
         lr_curve.append(lr)
         model.train()
-        for x, y in data.batches(train_idx, batch_size, generator):
+        for x, y, teacher in data.batches(train_idx, batch_size, generator):
             optimizer.zero_grad()
-            loss_fn(model(x), y).backward()
+            out = model(x)
+            loss = loss_fn(out, y)
+            if teacher is not None:
+                loss = loss + focal_distillation_loss(out, teacher, y, settings.distillation_term)
+            loss.backward()
             optimizer.step()
         model.eval()
         correct = 0
         with torch.no_grad():
-            for x, y in data.batches(val_idx, max(batch_size, 1024)):
+            for x, y, _ in data.batches(val_idx, max(batch_size, 1024)):
                 correct += int((model(x).argmax(1) == y).sum())
         keeper.offer(correct / len(val_idx), epoch, model)
     snapshots, beta, tau, kept = _select(keeper.chosen(), settings, run)
@@ -378,7 +445,7 @@ class _SnapshotKeeper:
         self.kept: dict[int, tuple[float, int, dict]] = {}  # slot -> (acc, epoch, state)
 
     def offer(self, acc: float, epoch: int, model: nn.Module) -> None:
-        if self.method in ("extbagging", "mcdropout", "singlebase"):
+        if self.method in ("extbagging", *SINGLE_RUN_METHODS):
             slot = 0
         elif self.method in ("dynsnap-cyc", "snapshot"):
             slot = (epoch - 1) // self.cycle_length
@@ -401,7 +468,7 @@ def _select(
 ) -> tuple[list[Member], float | None, float | None, list[int]]:
     """The run's snapshots and the pruning decision (beta used, tau, kept indices)."""
     method = settings.method
-    if method in ("extbagging", "mcdropout", "singlebase"):
+    if method in ("extbagging", *SINGLE_RUN_METHODS):
         acc, epoch, state = chosen[-1]
         return [Member(state, acc, run, epoch)], None, None, [0]
     snapshots = [Member(state, acc, run, epoch) for acc, epoch, state in chosen]

@@ -29,6 +29,7 @@ import pandas as pd
 from consistency_gate.core.evaluation import Evaluation, flip_table
 from consistency_gate.core.slices import TRUE_CLASS
 from consistency_gate.engines.spark import SparkModel, gate_comparison
+from consistency_gate.ensembles.config import DISTILLATION_METHODS
 from consistency_gate.errors import (
     DataError,
     GateError,
@@ -387,9 +388,14 @@ def _gate_in_run(gate: _GateRun) -> GateResult:
     if single.verdict == "failed" and cfg.remediation is not None:
         if not gate.quiet:  # why an ensemble trains now, before it does
             settings = cfg.remediation.settings
+            built = (
+                f"{settings.method} model"
+                if settings.method in DISTILLATION_METHODS
+                else f"{settings.method} ensemble of {settings.m} members"
+            )
             print(
                 f"{verdict_table({**result.to_dict(), 'run_id': None})}\n\nThe candidate failed: training a "
-                f"{settings.method} ensemble of {settings.m} members to gate in its place ...",
+                f"{built} to gate in its place ...",
                 file=sys.stderr,
                 flush=True,
             )
@@ -484,13 +490,15 @@ def _log_diagnosis(base_scores: pd.DataFrame, cand_scores: pd.DataFrame, labels:
 
 
 def _kind(ref: registry.ModelRef) -> str:
-    """'ensemble' for versions that remediation registered, else 'single'."""
-    return "ensemble" if ref.tags.get(registry.TAG_KIND) == "ensemble" else "single"
+    """The kind remediation tagged a version it registered with ('ensemble' or 'distilled'), else 'single'."""
+    kind = ref.tags.get(registry.TAG_KIND)
+    return kind if kind in ("ensemble", "distilled") else "single"
 
 
 def _remediate(gate: _GateRun, comparer: _Comparer, cand_model: scoring.LoadedModel, classes: list[str]) -> dict:
-    """Train the configured ensemble in a nested run, gate it, and register it if it passes;
-    ``classes`` are the candidate's (a recipe's class indices name them)."""
+    """Train the configured ensemble (or distilled model) in a nested run, gate it, and register it
+    if it passes; ``classes`` are the candidate's (a recipe's class indices name them). The baseline
+    is the teacher of ``focal-distillation``: it predicts the training samples."""
     import mlflow
 
     from consistency_gate.ensembles.model import log_ensemble
@@ -503,8 +511,10 @@ def _remediate(gate: _GateRun, comparer: _Comparer, cand_model: scoring.LoadedMo
         gate.started.append(child.info.run_id)
         mlflow.set_tags(tracking.owner_tags())
         input_shape = cand_model.tensor.shape[1:] if cand_model.tensor is not None else None
+        baseline = comparer.baseline
+        teacher = None if baseline is None else (lambda f: scoring.predict(baseline, f, gate.non_features))
         ensemble, build = train_ensemble(
-            cfg.remediation, cand_model.features, gate.non_features, gate.quiet, classes, input_shape
+            cfg.remediation, cand_model.features, gate.non_features, gate.quiet, classes, input_shape, teacher
         )
         log_build(build)
         model_info = log_ensemble(ensemble)
@@ -525,6 +535,7 @@ def _remediate(gate: _GateRun, comparer: _Comparer, cand_model: scoring.LoadedMo
             **({"slices": decision.slices} if decision.slices is not None else {}),
             "cost": decision.cost,
             "method": method,
+            "kind": "distilled" if method in DISTILLATION_METHODS else "ensemble",
             "members": len(build.members),
             "runs": len(build.runs),
             "kappa": build.kappa,
@@ -537,7 +548,7 @@ def _remediate(gate: _GateRun, comparer: _Comparer, cand_model: scoring.LoadedMo
             version = registry.register_version(model_info.model_uri, cand_ref.name)
             ensemble_ref = registry.ModelRef(cand_ref.name, version)
             registry.tag_version(
-                gate.client, ensemble_ref, "passed", "ensemble", gate.run_id, replaces=cand_ref.version
+                gate.client, ensemble_ref, "passed", report["kind"], gate.run_id, replaces=cand_ref.version
             )
             report["registered_version"] = version
             tracking.log_json(report, "gate/report.json")

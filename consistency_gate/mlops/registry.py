@@ -154,8 +154,9 @@ def register_version(model_uri: str, name: str) -> str:
 def tag_version(
     client: MlflowClient, ref: ModelRef, verdict: str, kind: str, run_id: str, replaces: str | None = None
 ) -> None:
-    """Tag a gated version with its verdict, its kind (single or ensemble) and the gate run; an
-    ensemble registered in place of a failed candidate also names the version it replaces.
+    """Tag a gated version with its verdict, its kind (single; ensemble or distilled where remediation
+    built it) and the gate run; a version registered in place of a failed candidate also names the
+    version it replaces.
 
     >>> tag_version(client, ModelRef("fraud-clf", "4"), "passed", "single", run_id)  # doctest: +SKIP
     """

@@ -16,6 +16,8 @@ from consistency_gate.report.tables import (
     diagnose_sections,
     fmt,
     generation_name,
+    remedy_noun,
+    remedy_title,
     rule_row,
     slice_rows,
     verdict_headline,
@@ -64,7 +66,8 @@ def gate_html(
         rules=[rule_row(r) for r in report["rules"]],
         ensemble=ens
         and {
-            "title": f"{ens['method']} ensemble of {ens['members']} members",
+            "title": remedy_title(ens),
+            "noun": remedy_noun(ens),
             "verdict": ens["verdict"],
             "rules": [rule_row(r) for r in ens["rules"]],
             "cost": cost_line(report),

@@ -114,8 +114,33 @@ def verdict_headline(report: dict) -> str:
     cand = report["candidate"]
     name = f"{cand['name']} {generation_name(cand)}"
     if report.get("outcome") == "remediated":
-        return f"{name} FAILED; the ensemble v{report['registered_version']} PASSED in its place"
+        noun = remedy_noun(report.get("ensemble") or {})
+        return f"{name} FAILED; the {noun} v{report['registered_version']} PASSED in its place"
     return f"{name} {report['verdict'].upper()}"
+
+
+def remedy_noun(remedy: dict) -> str:
+    """What remediation built, as a noun: 'ensemble', or '<method> model' for a single model
+    (a report's ``ensemble`` entry with ``kind`` 'distilled').
+
+    >>> remedy_noun({"method": "focal-distillation", "kind": "distilled"}), remedy_noun({"method": "dynsnap-cyc"})
+    ('focal-distillation model', 'ensemble')
+    """
+    return f"{remedy['method']} model" if remedy.get("kind") == "distilled" else "ensemble"
+
+
+def remedy_title(remedy: dict) -> str:
+    """What remediation built and what it cost to train, for a section title.
+
+    >>> remedy_title({"method": "dynsnap-cyc", "members": 4, "runs": 2, "kappa": 2.0})
+    'dynsnap-cyc ensemble of 4 members from 2 runs (kappa 2.0)'
+    >>> remedy_title({"method": "ensemble-distillation", "kind": "distilled", "members": 1, "runs": 5, "kappa": 5.0})
+    'ensemble-distillation model, one model from 5 runs (kappa 5.0)'
+    """
+    trained = f"from {remedy['runs']} runs (kappa {remedy['kappa']:.1f})"
+    if remedy.get("kind") == "distilled":
+        return f"{remedy_noun(remedy)}, one model {trained}"
+    return f"{remedy['method']} ensemble of {remedy['members']} members {trained}"
 
 
 def verdict_table(report: dict) -> str:
@@ -145,8 +170,7 @@ def verdict_table(report: dict) -> str:
     if ens:
         lines += [
             "",
-            f"Remediation: {ens['method']} ensemble of {ens['members']} members from {ens['runs']} runs "
-            f"(kappa {ens['kappa']:.1f}): {ens['verdict'].upper()}",
+            f"Remediation: {remedy_title(ens)}: {ens['verdict'].upper()}",
             "",
         ]
         lines.append(table([rule_row(r) for r in ens["rules"]], RULE_HEADER))
@@ -155,8 +179,8 @@ def verdict_table(report: dict) -> str:
             lines.append(f"\n{cost}")
         if ens.get("registered_version"):
             lines.append(
-                f"\nRegistered the ensemble as v{ens['registered_version']} "
-                "(tags consistency_gate.kind=ensemble, consistency_gate.verdict=passed)."
+                f"\nRegistered the {remedy_noun(ens)} as v{ens['registered_version']} "
+                f"(tags consistency_gate.kind={ens.get('kind', 'ensemble')}, consistency_gate.verdict=passed)."
             )
     if report.get("slices"):
         rows = slice_rows(report)
@@ -201,10 +225,16 @@ def cost_line(report: dict) -> str:
         if single.get(key) is not None and ensemble.get(key) is not None
     ]
     return (
-        f"Serving cost: the ensemble of {ens['members']} members predicts in {cost['latency_ms_per_1000']:.3g} ms "
+        f"Serving cost: {_served(ens)} predicts in {cost['latency_ms_per_1000']:.3g} ms "
         f"per 1,000 samples ({cost['latency_ratio']:.1f}x the candidate's {single_cost['latency_ms_per_1000']:.3g} ms)"
         f"{size}" + (f", for {' and '.join(gains)}." if gains else ".")
     )
+
+
+def _served(remedy: dict) -> str:
+    if remedy.get("kind") == "distilled":
+        return f"the {remedy_noun(remedy)}"
+    return f"the ensemble of {remedy['members']} members"
 
 
 RULE_HEADER = ["rule", "value", "outcome", "note"]
@@ -329,12 +359,7 @@ def verdict_markdown(report: dict) -> str:
     sections = [("Candidate", report["rules"])]
     if report.get("ensemble"):
         ens = report["ensemble"]
-        sections.append(
-            (
-                f"Remediation: {ens['method']} ensemble ({ens['members']} members, kappa {ens['kappa']:.1f})",
-                ens["rules"],
-            )
-        )
+        sections.append((f"Remediation: {remedy_title(ens)}", ens["rules"]))
     for title, rules in sections:
         lines += ["", f"### {title}", "", "| rule | value | outcome |", "| --- | --- | --- |"]
         for r in rules:
@@ -348,7 +373,7 @@ def verdict_markdown(report: dict) -> str:
         lines += _slices_markdown(report)
     if report.get("registered_version"):
         registered = _linked(f"version {report['registered_version']}", links.get("registered"))
-        lines += ["", f"Registered ensemble as {registered}."]
+        lines += ["", f"Registered the {remedy_noun(report.get('ensemble') or {})} as {registered}."]
     promotion = report.get("promotion")
     if promotion:
         said = f"@{promotion['alias']} now points to v{promotion['holds']}" if report["promoted"] else "not promoted"
