@@ -362,7 +362,8 @@ def config(show_default: bool, check_path: Path | None) -> None:
     if cfg.remediation is not None:
         settings = cfg.remediation.settings
         click.echo(
-            f"  remediation: {settings.method} (m={settings.m}, N={settings.n_snapshots}, epochs={settings.epochs}), "
+            f"  remediation: {' then '.join(cfg.remediation.methods)} "
+            f"(m={settings.m}, N={settings.n_snapshots}, epochs={settings.epochs}), "
             f"recipe {cfg.remediation.recipe}, training data {cfg.remediation.data}"
         )
 

@@ -155,3 +155,85 @@ def test_a_single_distilled_model_repairs_the_candidate(store, method):
         assert again.metrics["con"] == pytest.approx(result.ensemble["metrics"]["con"])
     finally:
         client.set_registered_model_alias(MODEL, "champion", "1")
+
+
+def test_a_strategy_tries_methods_in_turn_and_registers_the_first_that_passes(store):
+    """strategy: a list. At lr 0.05 focal distillation trains unstably on iris and fails; the DynSnap
+    ensemble tried next passes and is registered. Each attempt has its nested run and its row."""
+    client, before = _versions(store)
+    block = REMEDIATION.format(recipe="mlp", train=store["train"], label="label")
+    config = parse_config(
+        "rules:\n  - {metric: con, min: 0.9}\n  - {metric: acc, min_delta: -0.05}\n"
+        + block
+        + "  strategy: [focal-distillation, dynsnap-cyc, ensemble-distillation]\n"
+    )
+    try:
+        result = _gate_v3(store, config)
+        attempts = result.attempts
+        assert [(a["method"], a["verdict"]) for a in attempts] == [
+            ("focal-distillation", "failed"),
+            ("dynsnap-cyc", "passed"),
+        ]  # the third is never trained
+        assert [a["kind"] for a in attempts] == ["distilled", "ensemble"]
+        assert (
+            attempts[0]["registered_version"] is None and attempts[1]["registered_version"] == result.registered_version
+        )
+        assert int(result.registered_version) == max(before) + 1  # one version: the one that passed
+        assert result.ensemble["method"] == "dynsnap-cyc" and result.exit_code == 0
+        children = client.search_runs(
+            [client.get_run(result.run_id).info.experiment_id],
+            f"tags.mlflow.parentRunId = '{result.run_id}'",
+        )
+        assert sorted(r.info.run_name for r in children) == [
+            "remediation: dynsnap-cyc",
+            "remediation: focal-distillation",
+        ]
+        assert {a["run_id"] for a in attempts} == {r.info.run_id for r in children}
+        assert "Remediation attempts, in the order tried" in result.html
+        assert result.to_dict()["attempts"] == attempts
+        assert client.get_run(result.run_id).data.params["remediation"] == (
+            "focal-distillation, dynsnap-cyc, ensemble-distillation"
+        )
+    finally:
+        client.set_registered_model_alias(MODEL, "champion", "1")
+
+
+@pytest.mark.parametrize(
+    ("strategy", "expected"),
+    [
+        ("cheapest", ("focal-distillation", "ensemble-distillation", "dynsnap-cyc")),
+        ("[extbagging, focal-distillation]", ("extbagging", "focal-distillation")),
+    ],
+)
+def test_strategy_orders(store, strategy, expected):
+    config = parse_config(
+        f"rules:\n  - {{metric: con, min: 0.9}}\nremediation:\n  data: {store['train']}\n  strategy: {strategy}\n"
+    )
+    assert config.remediation.methods == expected
+    # each attempt trains its method with that method's distillation defaults
+    assert config.remediation.for_method("ensemble-distillation").settings.distillation_term.temperature == 4.0
+
+
+@pytest.mark.parametrize(
+    ("strategy", "text"),
+    [
+        ("fastest", "remediation.strategy"),
+        ("[dynsnap-cyc, bagging]", "method 'bagging' is unknown"),
+        ("[singlebase, singlebase]", "names a method twice"),
+        ("[]", "remediation.strategy"),
+    ],
+)
+def test_bad_strategies_are_usage_errors(store, strategy, text):
+    with pytest.raises(UsageError, match=text):
+        parse_config(
+            f"rules:\n  - {{metric: con, min: 0.9}}\nremediation:\n  data: {store['train']}\n  strategy: {strategy}\n"
+        )
+
+
+def test_a_strategy_checks_every_methods_settings_before_training(store):
+    # N > epochs is refused for the snapshot methods only: dynsnap-step in the list makes it an error
+    rule = "rules:\n  - {metric: con, min: 0.9}\n"
+    block = rule + f"remediation:\n  data: {store['train']}\n  method: singlebase\n  N: 5\n  epochs: 3\n"
+    parse_config(block)
+    with pytest.raises(UsageError, match="N=5 snapshots need at least as many epochs"):
+        parse_config(block + "  strategy: [singlebase, dynsnap-step]\n")

@@ -161,6 +161,7 @@ class RemediationBlock(BaseModel):
     threads: StrictInt | None = None
     distillation: DistillationBlock | None = None
     teacher_method: StrictStr = "dynsnap-cyc"
+    strategy: Literal["cheapest"] | Annotated[list[StrictStr], Field(min_length=1)] | None = None
 
     @field_validator("combination", mode="before")
     @classmethod
@@ -178,6 +179,27 @@ class RemediationConfig:
     label_column: str = "label"
     combination: str = "avg"
     settings: TrainSettings = field(default_factory=TrainSettings)
+    strategy: tuple[str, ...] = ()  # the methods to try in turn; () tries settings.method alone
+    distillation_overrides: dict = field(default_factory=dict)  # the block's distillation: keys
+
+    @property
+    def methods(self) -> tuple[str, ...]:
+        """The methods remediation tries, in order, until one passes.
+
+        >>> RemediationConfig(None, strategy=cheapest_order("dynsnap-step")).methods
+        ('focal-distillation', 'ensemble-distillation', 'dynsnap-step')
+        >>> RemediationConfig(None).methods
+        ('dynsnap-cyc',)
+        """
+        return self.strategy or (self.settings.method,)
+
+    def for_method(self, method: str) -> RemediationConfig:
+        """This config training ``method``, with the distillation term the method defaults to and the
+        block's ``distillation:`` keys on top."""
+        term = None
+        if self.distillation_overrides:
+            term = replace(DEFAULT_DISTILLATION.get(method, Distillation()), **self.distillation_overrides)
+        return replace(self, settings=replace(self.settings, method=method, distillation=term), strategy=())
 
     @classmethod
     def from_block(cls, block: RemediationBlock, source: str = "config") -> RemediationConfig | None:
@@ -190,12 +212,45 @@ class RemediationConfig:
                 f"{source}: remediation: 'data' (the training data file) is required for recipe '{block.recipe}' "
                 "(a recipe of your own, 'module:function' returning a TrainingRecipe, brings its own data)"
             )
+        overrides = block.distillation.model_dump(exclude_none=True) if block.distillation else {}
+        strategy = _strategy(block, source)
         try:
             settings = _settings(block)
+            for method in strategy:  # every attempt's settings check themselves before anything trains
+                _settings(block.model_copy(update={"method": method}))
         except UsageError as exc:
             raise UsageError(f"{source}: {exc}") from None
         options = dict(block.recipe_options)
-        return cls(block.data, block.recipe, options, block.label_column, block.combination, settings)
+        return cls(
+            block.data, block.recipe, options, block.label_column, block.combination, settings, strategy, overrides
+        )
+
+
+def cheapest_order(method: str) -> tuple[str, ...]:
+    """``strategy: cheapest``: the single-model methods first (focal distillation, the cheapest to
+    train, then ensemble distillation), then ``method``'s ensemble (DynSnap-cyc if ``method`` is
+    itself a distillation method).
+
+    >>> cheapest_order("focal-distillation")
+    ('focal-distillation', 'ensemble-distillation', 'dynsnap-cyc')
+    """
+    return (*DISTILLATION_METHODS, "dynsnap-cyc" if method in DISTILLATION_METHODS else method)
+
+
+def _strategy(block: RemediationBlock, source: str) -> tuple[str, ...]:
+    if block.strategy is None:
+        return ()
+    if block.strategy == "cheapest":
+        return cheapest_order(block.method)
+    unknown = [m for m in block.strategy if m not in METHODS]
+    if unknown:
+        raise UsageError(
+            f"{source}: remediation strategy: method '{unknown[0]}' is unknown; use 'cheapest' or a list of "
+            f"{', '.join(METHODS)}"
+        )
+    if len(set(block.strategy)) < len(block.strategy):
+        raise UsageError(f"{source}: remediation strategy names a method twice: {block.strategy}")
+    return tuple(block.strategy)
 
 
 def _settings(block: RemediationBlock) -> TrainSettings:

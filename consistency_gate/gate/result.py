@@ -38,7 +38,8 @@ class GateResult:
     registered_version: str | None = None
     promoted: bool = False
     promotion: dict | None = None  # registry.Promotion.to_dict(): what the alias holds, and why
-    ensemble: dict | None = None
+    ensemble: dict | None = None  # the (last) remediation attempt's report
+    attempts: list[dict] = field(default_factory=list)  # one summary per remediation attempt, in order
     null_reasons: dict[str, str] = field(default_factory=dict)
     unknown_labels: dict[str, int] = field(default_factory=dict)
     n: int = 0
@@ -125,6 +126,7 @@ class GateResult:
             "baseline": self.baseline,
             "registered_version": self.registered_version,
             "ensemble": self.ensemble,
+            "attempts": self.attempts,
             "first_generation": self.first_generation,
             "promoted": self.promoted,
             "promotion": self.promotion,

@@ -29,7 +29,7 @@ import pandas as pd
 from consistency_gate.core.evaluation import Evaluation, flip_table
 from consistency_gate.core.slices import TRUE_CLASS
 from consistency_gate.engines.spark import SparkModel, gate_comparison
-from consistency_gate.ensembles.config import DISTILLATION_METHODS
+from consistency_gate.ensembles.config import DISTILLATION_METHODS, RemediationConfig
 from consistency_gate.errors import (
     DataError,
     GateError,
@@ -46,7 +46,7 @@ from consistency_gate.io.tensors import array_column, tensor_batch
 from consistency_gate.mlops import registry, scoring, store, tracking
 from consistency_gate.mlops.cost import ServingCost, model_size_mb, predict_latency
 from consistency_gate.report.schema import SCHEMA_VERSION
-from consistency_gate.report.tables import verdict_markdown, verdict_table
+from consistency_gate.report.tables import attempt_line, verdict_markdown, verdict_table
 
 if TYPE_CHECKING:
     import mlflow
@@ -387,20 +387,14 @@ def _gate_in_run(gate: _GateRun) -> GateResult:
     promoted_version = cand_ref.version if single.verdict == "passed" else None
     if single.verdict == "failed" and cfg.remediation is not None:
         if not gate.quiet:  # why an ensemble trains now, before it does
-            settings = cfg.remediation.settings
-            built = (
-                f"{settings.method} model"
-                if settings.method in DISTILLATION_METHODS
-                else f"{settings.method} ensemble of {settings.m} members"
-            )
             print(
-                f"{verdict_table({**result.to_dict(), 'run_id': None})}\n\nThe candidate failed: training a "
-                f"{built} to gate in its place ...",
+                f"{verdict_table({**result.to_dict(), 'run_id': None})}\n\nThe candidate failed: "
+                f"{_remediation_plan(cfg.remediation)} ...",
                 file=sys.stderr,
                 flush=True,
             )
         with gate.timed("remediation"):
-            result.ensemble = _remediate(gate, comparer, models[-1], list(frames[-1].columns))
+            result.ensemble, result.attempts = _remediate_in_turn(gate, comparer, models[-1], list(frames[-1].columns))
         result.verdict = result.ensemble["verdict"]
         result.registered_version = result.ensemble["registered_version"]
         promoted_version = result.registered_version
@@ -468,7 +462,7 @@ def _log_params(gate: _GateRun) -> None:
             "label_column": gate.label_column,
             "engine": gate.engine,
             "config": cfg.source,
-            "remediation": cfg.remediation.settings.method if cfg.remediation else "off",
+            "remediation": ", ".join(cfg.remediation.methods) if cfg.remediation else "off",
         }
     )
     tracking.log_json([{"metric": r.metric, r.kind: r.threshold} for r in cfg.rules], "gate/config.json")
@@ -495,8 +489,65 @@ def _kind(ref: registry.ModelRef) -> str:
     return kind if kind in ("ensemble", "distilled") else "single"
 
 
-def _remediate(gate: _GateRun, comparer: _Comparer, cand_model: scoring.LoadedModel, classes: list[str]) -> dict:
-    """Train the configured ensemble (or distilled model) in a nested run, gate it, and register it
+def _remediation_plan(remediation: RemediationConfig) -> str:
+    """What remediation is about to train, for the line printed before it does."""
+    methods = remediation.methods
+    if len(methods) > 1:
+        return f"trying {', '.join(methods)} in turn until one passes"
+    settings = remediation.settings
+    if methods[0] in DISTILLATION_METHODS:
+        return f"training a {methods[0]} model to gate in its place"
+    return f"training a {methods[0]} ensemble of {settings.m} members to gate in its place"
+
+
+def _remediate_in_turn(
+    gate: _GateRun, comparer: _Comparer, cand_model: scoring.LoadedModel, classes: list[str]
+) -> tuple[dict, list[dict]]:
+    """Try the configured methods in turn (:attr:`RemediationConfig.methods`), each in its own nested
+    run, until one passes and is registered; returns the last attempt's report and a summary row per
+    attempt. ``focal-distillation`` is skipped in a list when there is no previous generation."""
+    remediation = gate.cfg.remediation
+    methods = remediation.methods
+    report, attempts = None, []
+    for method in methods:
+        if method == "focal-distillation" and comparer.baseline is None and len(methods) > 1:
+            attempts.append({"method": method, "verdict": "skipped", "note": "no previous generation to learn from"})
+            continue
+        report = _remediate(gate, comparer, cand_model, classes, remediation.for_method(method))
+        attempts.append(_attempt_summary(report))
+        if len(methods) > 1 and not gate.quiet:
+            print(f"{method}: {attempt_line(attempts[-1])}", file=sys.stderr, flush=True)
+        if report["verdict"] == "passed":
+            break
+    return report, attempts
+
+
+def _attempt_summary(report: dict) -> dict:
+    """One remediation attempt in a row: what it built, its verdict, what it buys and what it costs."""
+    metrics, cost = report["metrics"], report.get("cost") or {}
+    return {
+        "method": report["method"],
+        "kind": report["kind"],
+        "verdict": report["verdict"],
+        "con": metrics.get("con"),
+        "ctoi": metrics.get("ctoi"),
+        "acc": metrics.get("acc_candidate"),
+        "members": report["members"],
+        "latency_ratio": cost.get("latency_ratio"),
+        "train_seconds": report["train_seconds"],
+        "run_id": report["run_id"],
+        "registered_version": report["registered_version"],
+    }
+
+
+def _remediate(
+    gate: _GateRun,
+    comparer: _Comparer,
+    cand_model: scoring.LoadedModel,
+    classes: list[str],
+    remediation: RemediationConfig,
+) -> dict:
+    """Train ``remediation``'s ensemble (or distilled model) in a nested run, gate it, and register it
     if it passes; ``classes`` are the candidate's (a recipe's class indices name them). The baseline
     is the teacher of ``focal-distillation``: it predicts the training samples."""
     import mlflow
@@ -504,8 +555,8 @@ def _remediate(gate: _GateRun, comparer: _Comparer, cand_model: scoring.LoadedMo
     from consistency_gate.ensembles.model import log_ensemble
     from consistency_gate.ensembles.remediation import log_build, train_ensemble
 
-    cfg, frame, data_path, cand_ref = gate.cfg, gate.frame, gate.data_path, gate.cand_ref
-    method = cfg.remediation.settings.method
+    frame, data_path, cand_ref = gate.frame, gate.data_path, gate.cand_ref
+    method = remediation.settings.method
     gate_experiment = mlflow.active_run().info.experiment_id
     with mlflow.start_run(experiment_id=gate_experiment, run_name=f"remediation: {method}", nested=True) as child:
         gate.started.append(child.info.run_id)
@@ -514,7 +565,7 @@ def _remediate(gate: _GateRun, comparer: _Comparer, cand_model: scoring.LoadedMo
         baseline = comparer.baseline
         teacher = None if baseline is None else (lambda f: scoring.predict(baseline, f, gate.non_features))
         ensemble, build = train_ensemble(
-            cfg.remediation, cand_model.features, gate.non_features, gate.quiet, classes, input_shape, teacher
+            remediation, cand_model.features, gate.non_features, gate.quiet, classes, input_shape, teacher
         )
         log_build(build)
         model_info = log_ensemble(ensemble)

@@ -9,9 +9,11 @@ from __future__ import annotations
 import base64
 
 from consistency_gate.report.tables import (
+    ATTEMPT_HEADER,
     CLASS_FLIP_HEADER,
     RULE_HEADER,
     SLICE_HEADER,
+    attempt_rows,
     cost_line,
     diagnose_sections,
     fmt,
@@ -63,6 +65,8 @@ def gate_html(
         + (f" MLflow run {report['run_id']}." if report.get("run_id") else ""),
         nothing=reasons.get("*") if not report["rules"] else None,
         rule_header=RULE_HEADER,
+        attempt_header=ATTEMPT_HEADER,
+        attempts=attempt_rows(report),
         rules=[rule_row(r) for r in report["rules"]],
         ensemble=ens
         and {

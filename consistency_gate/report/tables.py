@@ -182,6 +182,8 @@ def verdict_table(report: dict) -> str:
                 f"\nRegistered the {remedy_noun(ens)} as v{ens['registered_version']} "
                 f"(tags consistency_gate.kind={ens.get('kind', 'ensemble')}, consistency_gate.verdict=passed)."
             )
+    if attempt_rows(report):
+        lines += ["", "Remediation attempts, in the order tried:", table(attempt_rows(report), ATTEMPT_HEADER)]
     if report.get("slices"):
         rows = slice_rows(report)
         lines += ["", f"Slices, worst first ({len(report['slices'])} in all):", table(rows, SLICE_HEADER)]
@@ -256,6 +258,52 @@ def rule_row(r: dict) -> list:
         " (worst slice)" if r.get("per_slice") and r["value"] is not None else ""
     )
     return [f"{quantity} {r['condition']}", value, outcome, r.get("note", "")]
+
+
+ATTEMPT_HEADER = ["method", "outcome", "CON", "CtoI", "acc", "members", "latency", "train s"]
+
+
+def attempt_row(a: dict) -> list:
+    """A remediation attempt's row (``strategy``): what it built, its outcome, what it buys and costs.
+
+    >>> attempt_row({"method": "focal-distillation", "verdict": "failed", "con": 0.92, "ctoi": 0.068, "acc": 0.9,
+    ...     "members": 1, "latency_ratio": 1.02, "train_seconds": 3.14159})
+    ['focal-distillation', 'FAILED', '0.9200', '0.0680', '0.9000', '1', '1.0x', '3.1']
+    >>> attempt_row({"method": "focal-distillation", "verdict": "skipped", "note": "no previous generation"})
+    ['focal-distillation', 'skipped: no previous generation', '', '', '', '', '', '']
+    """
+    if a["verdict"] == "skipped":
+        return [a["method"], f"skipped: {a['note']}", "", "", "", "", "", ""]
+    latency = f"{a['latency_ratio']:.1f}x" if a.get("latency_ratio") is not None else "null"
+    outcome = "passed" if a["verdict"] == "passed" else "FAILED"
+    metrics = [fmt(a[k]) for k in ("con", "ctoi", "acc")]
+    return [a["method"], outcome, *metrics, str(a["members"]), latency, f"{a['train_seconds']:.1f}"]
+
+
+def attempt_line(a: dict) -> str:
+    """An attempt in one line, as the gate prints it when it moves on to the next method.
+
+    >>> attempt_line({"method": "m", "verdict": "failed", "con": 0.9, "ctoi": 0.07, "acc": 0.9, "members": 1,
+    ...     "latency_ratio": 1.0, "train_seconds": 2.0})
+    'FAILED (CON 0.9000, CtoI 0.0700, acc 0.9000; 1 members, latency 1.0x, trained in 2.0 s)'
+    """
+    row = attempt_row(a)
+    if a["verdict"] == "skipped":
+        return row[1]
+    _, outcome, con, ctoi, acc, members, latency, seconds = row
+    return (
+        f"{outcome} (CON {con}, CtoI {ctoi}, acc {acc}; {members} members, latency {latency}, trained in {seconds} s)"
+    )
+
+
+def attempt_rows(report: dict) -> list[list]:
+    """The attempts table's rows: one per remediation attempt, none unless several methods were tried.
+
+    >>> attempt_rows({"attempts": [{"method": "dynsnap-cyc", "verdict": "skipped", "note": "n/a"}]})
+    []
+    """
+    attempts = report.get("attempts") or []
+    return [attempt_row(a) for a in attempts] if len(attempts) > 1 else []
 
 
 def diagnose_sections(report: dict) -> list[tuple[str, list[str], list[list]]]:
@@ -368,6 +416,10 @@ def verdict_markdown(report: dict) -> str:
     cost = cost_line(report)
     if cost:
         lines += ["", cost]
+    if attempt_rows(report):
+        lines += ["", "### Remediation attempts, in the order tried", ""]
+        lines += ["| " + " | ".join(ATTEMPT_HEADER) + " |", "|" + " --- |" * len(ATTEMPT_HEADER)]
+        lines += ["| " + " | ".join(row) + " |" for row in attempt_rows(report)]
     if report.get("slices"):
         lines += ["", f"### Slices, worst first ({len(report['slices'])} in all: `gate/slices.json` in the run)", ""]
         lines += _slices_markdown(report)
