@@ -32,7 +32,10 @@ class Distillation:
     """The distillation term of ``focal-distillation`` and ``ensemble-distillation`` (see
     :mod:`consistency_gate.ensembles.distillation`): ``loss`` kl (FD-KL) or lm (FD-LM), the focal
     weights ``alpha`` (every sample) and ``beta`` (added where the teacher is right), the
-    ``temperature`` of FD-KL and the term's ``weight`` against the cross-entropy.
+    ``temperature`` of FD-KL and the term's ``weight`` against the cross-entropy; ``clip``: the largest
+    gradient norm while distilling (None: no clipping). Clipping is ours, not the paper's: with few
+    classes the temperature-100 term is steep (its gradient scales as 1/classes), and SGD at the
+    default lr diverged on digits without it (benchmarks/remediation_tradeoff.py).
 
     >>> Distillation(beta=-1.0)
     Traceback (most recent call last):
@@ -45,6 +48,7 @@ class Distillation:
     beta: float = 5.0
     temperature: float = 100.0
     weight: float = 1.0
+    clip: float | None = 5.0
 
     def __post_init__(self) -> None:
         if self.loss not in DISTILLATION_LOSSES:
@@ -56,6 +60,9 @@ class Distillation:
         t = self.temperature
         if isinstance(t, bool) or not isinstance(t, int | float) or not math.isfinite(t) or t <= 0:
             raise UsageError(f"remediation distillation temperature must be a finite number > 0, got {t!r}")
+        c = self.clip
+        if c is not None and (isinstance(c, bool) or not isinstance(c, int | float) or not math.isfinite(c) or c <= 0):
+            raise UsageError(f"remediation distillation clip must be a finite number > 0 or null, got {c!r}")
 
 
 # each distillation method's term where the config leaves it out: toward the previous generation PCT's
@@ -134,6 +141,7 @@ class DistillationBlock(BaseModel):
     beta: Annotated[float, Field(strict=True, ge=0)] | None = None
     temperature: Annotated[float, Field(strict=True, gt=0)] | None = None
     weight: Annotated[float, Field(strict=True, ge=0)] | None = None
+    clip: Annotated[float, Field(strict=True, ge=0)] | None = None  # 0: no clipping
 
 
 class RemediationBlock(BaseModel):
@@ -212,7 +220,7 @@ class RemediationConfig:
                 f"{source}: remediation: 'data' (the training data file) is required for recipe '{block.recipe}' "
                 "(a recipe of your own, 'module:function' returning a TrainingRecipe, brings its own data)"
             )
-        overrides = block.distillation.model_dump(exclude_none=True) if block.distillation else {}
+        overrides = _distillation_overrides(block)
         strategy = _strategy(block, source)
         try:
             settings = _settings(block)
@@ -275,5 +283,12 @@ def _distillation(block: RemediationBlock) -> Distillation | None:
     """The block's distillation term: the method's default with the keys the config sets."""
     if block.distillation is None:
         return None
-    default = DEFAULT_DISTILLATION.get(block.method, Distillation())
-    return replace(default, **block.distillation.model_dump(exclude_none=True))
+    return replace(DEFAULT_DISTILLATION.get(block.method, Distillation()), **_distillation_overrides(block))
+
+
+def _distillation_overrides(block: RemediationBlock) -> dict:
+    """The ``distillation:`` keys the block sets (``clip: 0`` as None: no clipping)."""
+    overrides = block.distillation.model_dump(exclude_none=True) if block.distillation else {}
+    if overrides.get("clip") == 0:
+        overrides["clip"] = None
+    return overrides

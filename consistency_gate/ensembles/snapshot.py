@@ -412,6 +412,8 @@ def _train_run(
             if teacher is not None:
                 loss = loss + focal_distillation_loss(out, teacher, y, settings.distillation_term)
             loss.backward()
+            if teacher is not None and settings.distillation_term.clip is not None:
+                nn.utils.clip_grad_norm_(model.parameters(), settings.distillation_term.clip)
             optimizer.step()
         model.eval()
         correct = 0
