@@ -136,6 +136,33 @@ def mean_interval(values: list[float]) -> tuple[float, float, float]:
     return mean, mean - half, mean + half
 
 
+PAIRED = ("acc", "con", "ctoi", "rel_nfr")
+
+
+def summary_rows(runs: list[dict], figures: tuple[str, ...], paired: bool = False) -> list[list[str]]:
+    """A row per method: each figure's mean over seeds and 95% t interval; with ``paired``, of the
+    per-seed difference from the SingleBase retrain (the retrain's own row left out)."""
+    rows = []
+    for name in METHODS:
+        if paired and name == "SingleBase retrain":
+            continue
+        cells = []
+        for key in figures:
+            values = [
+                None if run[name][key] is None else run[name][key] - (run["SingleBase retrain"][key] if paired else 0)
+                for run in runs
+            ]
+            mean, low, high = mean_interval(values)
+            digits = 2 if key in ("kappa", "latency") else 4
+            cells.append(
+                f"{mean:+.{digits}f} [{low:+.{digits}f}, {high:+.{digits}f}]"
+                if paired
+                else f"{mean:.{digits}f} [{low:.{digits}f}, {high:.{digits}f}]"
+            )
+        rows.append([name, *cells])
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="3 seeds, 8 epochs, 3 members (a smoke run)")
@@ -150,16 +177,12 @@ def main() -> None:
     for recipe in args.recipes:
         runs = [one_seed(recipe, 100 * s, size) for s in range(seeds)]
         results[recipe] = runs
-        rows = []
-        for name in METHODS:
-            cells = []
-            for key in FIGURES:
-                mean, low, high = mean_interval([run[name][key] for run in runs])
-                digits = 2 if key in ("kappa", "latency") else 4
-                cells.append(f"{mean:.{digits}f} [{low:.{digits}f}, {high:.{digits}f}]")
-            rows.append([name, *cells])
         print(f"\ndigits, recipe {recipe}: {seeds} seeds, {size}; mean [95% t interval] against generation 1")
-        print(table(rows, ["method", "ACC", "CON", "CtoI", "rel NFR", "kappa (time)", "latency x"]))
+        print(
+            table(summary_rows(runs, FIGURES), ["method", "ACC", "CON", "CtoI", "rel NFR", "kappa (time)", "latency x"])
+        )
+        print("paired with the SingleBase retrain of the same seed: method - retrain [95% t interval]")
+        print(table(summary_rows(runs, PAIRED, paired=True), ["method", "ACC", "CON", "CtoI", "rel NFR"]))
     print(f"\n{time.perf_counter() - started:.0f} s in all")
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2))
