@@ -285,15 +285,14 @@ def attempt_line(a: dict) -> str:
 
     >>> attempt_line({"method": "m", "verdict": "failed", "con": 0.9, "ctoi": 0.07, "acc": 0.9, "members": 1,
     ...     "latency_ratio": 1.0, "train_seconds": 2.0})
-    'FAILED (CON 0.9000, CtoI 0.0700, acc 0.9000; 1 members, latency 1.0x, trained in 2.0 s)'
+    'FAILED (CON 0.9000, CtoI 0.0700, acc 0.9000; 1 member, latency 1.0x, trained in 2.0 s)'
     """
     row = attempt_row(a)
     if a["verdict"] == "skipped":
         return row[1]
     _, outcome, con, ctoi, acc, members, latency, seconds = row
-    return (
-        f"{outcome} (CON {con}, CtoI {ctoi}, acc {acc}; {members} members, latency {latency}, trained in {seconds} s)"
-    )
+    built = f"{members} member" + ("" if members == "1" else "s")
+    return f"{outcome} (CON {con}, CtoI {ctoi}, acc {acc}; {built}, latency {latency}, trained in {seconds} s)"
 
 
 def attempt_rows(report: dict) -> list[list]:
