@@ -17,7 +17,7 @@ from mlflow import MlflowClient
 from mlflow_server import MlflowServer
 from registry_fixtures import MODEL, build_store, check_args
 
-from consistency_gate.errors import ModelError, UsageError, redact_credentials
+from consistency_gate.errors import DataError, ModelError, UsageError, redact_credentials
 from consistency_gate.gate import rules
 from consistency_gate.mlops import registry, tracking
 
@@ -197,6 +197,29 @@ def test_a_csv_that_is_not_utf8_names_the_file_and_byte_offset(store, tmp_path):
     assert proc.returncode == 3, proc.stderr
     line = _one_error_line(proc)
     assert str(data) in line and f"byte {cut}" in line and "UTF-8" in line
+
+
+def test_the_fast_csv_id_reader_agrees_with_pandas_and_leaves_errors_to_it(tmp_path):
+    """read_column reads a CSV id column with pyarrow: the same text and the same missing values as
+    pandas' reader (leading zeros, quoted commas, every NA marker); a file pyarrow cannot read goes
+    to pandas, whose error names the byte."""
+    from consistency_gate.io.predictions import iter_frames, read_column
+
+    data = tmp_path / "ids.csv"
+    ids = ["007", '"a,b"', "NA", "", "None", "<NA>", "x y", "1.0", "null", "  pad", "é"]
+    data.write_text("id,score\n" + "".join(f"{i},0.5\n" for i in ids), encoding="utf-8")
+    fast = read_column(data, "id")
+    slow = next(iter_frames(data, ["id"], text_columns=("id",)))["id"]
+    assert (
+        fast.isna().tolist()
+        == slow.isna().tolist()
+        == [False, False, True, True, True, True] + [False, False, True] + [False, False]
+    )
+    assert fast[fast.notna()].tolist() == slow[slow.notna()].tolist() == ["007", "a,b", "x y", "1.0", "  pad", "é"]
+    bad = tmp_path / "latin1.csv"
+    bad.write_bytes(b"id,score\nok,0.5\n\xe9t\xe9,0.5\n")
+    with pytest.raises(DataError, match="UTF-8"):
+        read_column(bad, "id")
 
 
 def test_nan_or_inf_in_a_feature_names_column_and_row(store, tmp_path):
