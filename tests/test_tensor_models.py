@@ -246,7 +246,8 @@ def test_remediation_with_the_users_recipe_registers_an_ensemble_that_serves_els
     # what it costs to serve, beside what it buys (section 4)
     single_cost, cost = result["cost"], ensemble["cost"]
     assert single_cost["members"] == 1 and single_cost["latency_ratio"] == 1.0 and single_cost["size_mb"] > 0
-    assert cost["members"] == 4 and cost["latency_ratio"] > 1.0 and cost["size_mb"] > 0
+    # measured, not asserted against a bound: a loaded machine can time 4 members under one model (0.65x once)
+    assert cost["members"] == 4 and cost["latency_ratio"] > 0 and cost["size_ratio"] > 1.0
     assert cost["latency_ms_per_1000"] == pytest.approx(cost["latency_ratio"] * single_cost["latency_ms_per_1000"])
     assert [r["metric"] for r in ensemble["rules"]] == ["ctoi", "latency_ratio"]
     assert "Serving cost: the ensemble of 4 members predicts in" in proc.stdout
