@@ -1,6 +1,6 @@
 """Peak memory of ``compare`` on files in id order: constant in the number of rows?
 
-    python benchmarks/compare_memory.py [--classes 100] [--rows 100000 1000000] [--formats parquet csv]
+    python benchmarks/compare_memory.py [--classes 100] [--rows 100000 1000000] [--formats parquet csv] [--shuffled]
 
 Writes a labels file and two prediction files (``--classes`` probability columns, float32, rows in
 id order) per size and format into a temporary folder, then runs ``compare_files`` (all metrics,
@@ -9,6 +9,8 @@ top-1 and top-5) on each in a fresh process and reads its peak resident memory
 size's peak to the smallest's: streaming in chunks keeps it near 1 (the target is at most 1.3 from
 100,000 to 1,000,000 rows). Parquet is read by row batches with pyarrow's ``pre_buffer`` off:
 with it on, pyarrow keeps each row group's read buffers and the peak grew 2.2x over the same range.
+``--shuffled`` writes the candidate's rows in a random order instead: aligning it needs memory per row,
+and the script prints how much (the growth of the peak over the added rows).
 """
 
 from __future__ import annotations
@@ -33,18 +35,20 @@ print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
 """
 
 
-def write_files(folder: Path, rows: int, classes: int, fmt: str, seed: int = 0) -> list[Path]:
-    """labels, gen1, gen2 in id order, written in slices of 100,000 rows (the writer's memory stays small)."""
+def write_files(folder: Path, rows: int, classes: int, fmt: str, shuffled: bool = False, seed: int = 0) -> list[Path]:
+    """labels, gen1, gen2 in id order (gen2 in a random order with ``shuffled``), written in slices of
+    100,000 rows (the writer's memory stays small)."""
     names = [f"c{i}" for i in range(classes)]
     rng = np.random.default_rng(seed)
+    order = rng.permutation(rows) if shuffled else np.arange(rows)
     paths = [folder / f"{name}_{rows}.{fmt}" for name in ("labels", "gen1", "gen2")]
     writers: list = [None, None, None]
     for start in range(0, rows, 100_000):
         ids = np.arange(start, min(rows, start + 100_000))
         tables = [pa.table({"id": ids, "label": np.array(names)[rng.integers(0, classes, len(ids))]})]
-        for _ in range(2):
+        for generation_ids in (ids, order[start : start + len(ids)]):
             scores = rng.random((len(ids), classes), dtype=np.float32)
-            tables.append(pa.table({"id": ids, **{c: scores[:, i] for i, c in enumerate(names)}}))
+            tables.append(pa.table({"id": generation_ids, **{c: scores[:, i] for i, c in enumerate(names)}}))
         for i, table in enumerate(tables):
             if writers[i] is None:
                 writers[i] = (
@@ -72,19 +76,25 @@ def main() -> None:
     parser.add_argument("--classes", type=int, default=100)
     parser.add_argument("--rows", type=int, nargs="+", default=[100_000, 1_000_000])
     parser.add_argument("--formats", nargs="+", default=["parquet", "csv"], choices=["parquet", "csv"])
+    parser.add_argument("--shuffled", action="store_true", help="the candidate's rows in a random order")
     args = parser.parse_args()
+    order = "candidate shuffled" if args.shuffled else "ids in order"
     with tempfile.TemporaryDirectory(prefix="compare-memory-") as tmp:
-        print(f"compare_files, ids in order, {args.classes} classes, top-1 and top-5; peak RSS of a fresh process")
+        print(f"compare_files, {order}, {args.classes} classes, top-1 and top-5; peak RSS of a fresh process")
         for fmt in args.formats:
             peaks = []
             for rows in args.rows:
-                paths = write_files(Path(tmp), rows, args.classes, fmt)
+                paths = write_files(Path(tmp), rows, args.classes, fmt, args.shuffled)
                 peak, seconds = peak_rss_mb(paths)
                 peaks.append(peak)
                 print(f"  {fmt:8s} {rows:>10,} rows  peak RSS {peak:8.0f} MB  {seconds:6.1f} s")
                 for path in paths:
                     path.unlink()
-            print(f"  {fmt:8s} peak RSS ratio {args.rows[-1]:,} / {args.rows[0]:,} rows: {peaks[-1] / peaks[0]:.2f}")
+            added = (peaks[-1] - peaks[0]) * 2**20 / (args.rows[-1] - args.rows[0])
+            print(
+                f"  {fmt:8s} peak RSS ratio {args.rows[-1]:,} / {args.rows[0]:,} rows: {peaks[-1] / peaks[0]:.2f}"
+                f" ({added:,.0f} bytes per added row)"
+            )
 
 
 if __name__ == "__main__":
