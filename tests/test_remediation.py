@@ -1,10 +1,11 @@
-"""Remediation inside the gate: a failing candidate repaired by a registered DynSnap ensemble."""
+"""Remediation inside the gate: a failing candidate repaired by a registered DynSnap ensemble or distilled model."""
 
 import mlflow
 import pandas as pd
 import pytest
+from conftest import run_cli
 from mlflow import MlflowClient
-from registry_fixtures import MODEL, build_store
+from registry_fixtures import MODEL, build_store, check_args
 
 from consistency_gate.errors import DataError, UsageError
 from consistency_gate.gate.rules import parse_config
@@ -236,3 +237,26 @@ def test_a_strategy_checks_every_methods_settings_before_training(store):
     parse_config(block)
     with pytest.raises(UsageError, match="N=5 snapshots need at least as many epochs"):
         parse_config(block + "  strategy: [singlebase, dynsnap-step]\n")
+
+
+def test_the_cli_announces_each_attempt_and_prints_the_attempts_table(store, tmp_path):
+    """Both single-model attempts fail rules no model meets: exit 1, nothing registered, and the user
+    saw why each attempt started and how it ended."""
+    _, before = _versions(store)
+    config = tmp_path / "gate.yaml"
+    block = REMEDIATION.format(recipe="mlp", train=store["train"], label="label").replace("epochs: 40", "epochs: 6")
+    config.write_text(
+        "rules:\n  - {metric: con, min: 1.0}\n  - {metric: ctoi, max: 0.0}\n"
+        + block
+        + "  strategy: [focal-distillation, ensemble-distillation]\n"
+    )
+    proc = run_cli(*check_args("3", store["data"], config, store["uri"], "--id-column", "id"))
+    assert proc.returncode == 1, proc.stderr
+    assert "The candidate failed: trying focal-distillation, ensemble-distillation in turn until one passes" in (
+        proc.stderr
+    )
+    assert "focal-distillation: FAILED (CON " in proc.stderr and "1 member, latency " in proc.stderr
+    assert "ensemble-distillation: FAILED (CON " in proc.stderr
+    table = proc.stdout[proc.stdout.index("Remediation attempts, in the order tried:") :]
+    assert [line.split()[0] for line in table.splitlines()[3:5]] == ["focal-distillation", "ensemble-distillation"]
+    assert _versions(store)[1] == before
