@@ -179,3 +179,34 @@ def test_cli_diagnose_json_html_and_errors(tmp_path):
     pd.read_csv(tmp_path / "c.csv").iloc[:-1].to_csv(tmp_path / "short.csv", index=False)
     short = run_cli(*args, *members[:2], "--member", f"s={tmp_path / 'short.csv'}")
     assert short.returncode == 3 and "different sample sets" in short.stderr
+
+
+def test_team_selections_nest_and_match_the_table():
+    """HQ (alpha+K) keeps a subset of HQ (alpha); the masks give the table's counts; the raw K-means
+    (004's code) and the scaled one are both available."""
+    from consistency_gate.diagnostics.selection import team_selections
+
+    rng = np.random.default_rng(3)
+    y = rng.integers(0, 4, 120)
+    probs = rng.random((6, 120, 4)) + 0.9 * np.eye(4)[y][None] * rng.random((6, 1, 1))
+    pool = Pool(probs, y)
+    chosen = team_selections(pool, "qs")
+    assert len(chosen.teams) == 2**6 - 6 - 1  # every team of 2..6 members
+    assert not (chosen.masks["HQ (alpha+K)"] & ~chosen.masks["HQ (alpha)"]).any()
+    rows = {r["method"]: r["teams_selected"] for r in select_teams(pool, metrics=("qs",))["rows"]}
+    assert rows["Q-QS"] == chosen.masks["Q"].sum() and rows["HQ-QS (alpha+K)"] == chosen.masks["HQ (alpha+K)"].sum()
+    raw = team_selections(pool, "qs", scale=False)
+    assert (raw.masks["HQ (alpha)"] == chosen.masks["HQ (alpha)"]).all()  # scaling touches only K-means
+    assert not (raw.masks["HQ (alpha+K)"] & ~raw.masks["HQ (alpha)"]).any()
+
+
+def test_kmeans_on_raw_values_lets_the_wider_axis_decide():
+    from consistency_gate.diagnostics.selection import kmeans_filter
+
+    # scores spread over [0, 1], accuracies within 0.02: raw clustering splits on the score alone; scaled,
+    # accuracy counts too, the 0.1-score team (among the least accurate) joins the weak cluster, and only
+    # teams scoring below its lowest score (0.1) are kept
+    scores = np.array([0.0, 0.1, 0.45, 0.9, 1.0])
+    accuracy = np.array([0.90, 0.88, 0.885, 0.89, 0.88])
+    assert kmeans_filter(scores, accuracy, scale=False).tolist() == [True, True, True, False, False]
+    assert kmeans_filter(scores, accuracy).tolist() == [True, False, False, False, False]

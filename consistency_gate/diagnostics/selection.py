@@ -143,10 +143,12 @@ def alpha_filter(
     return kept, considered
 
 
-def kmeans_filter(scores: np.ndarray, accuracy: np.ndarray, iterations: int = 100) -> np.ndarray:
+def kmeans_filter(scores: np.ndarray, accuracy: np.ndarray, iterations: int = 100, scale: bool = True) -> np.ndarray:
     """K-means with K=2 on (score, accuracy), initial centroids (low score, high accuracy) and
     (high score, low accuracy); keep teams scoring below the smallest score of the low-accuracy
-    cluster. Features are min-max scaled so neither axis dominates (scikit-learn's KMeans).
+    cluster. With ``scale`` (the default) both features are min-max scaled first so neither axis
+    dominates (scikit-learn's KMeans); ``scale=False`` clusters the raw values, as 004's code does
+    (HQ scores lie in [0, 1] already, accuracies in a much narrower band, so the score decides).
 
     >>> kmeans_filter(np.array([0.1, 0.2, 0.8, 0.9]), np.array([0.9, 0.88, 0.7, 0.72])).tolist()
     [True, True, False, False]
@@ -159,15 +161,68 @@ def kmeans_filter(scores: np.ndarray, accuracy: np.ndarray, iterations: int = 10
     if len(np.unique(pts, axis=0)) < 2:  # fewer than two distinct teams: nothing to split
         keep[ok] = True
         return keep
-    span = pts.max(axis=0) - pts.min(axis=0)
-    span[span == 0] = 1
-    pts = (pts - pts.min(axis=0)) / span
+    if scale:
+        span = pts.max(axis=0) - pts.min(axis=0)
+        span[span == 0] = 1
+        pts = (pts - pts.min(axis=0)) / span
     centroids = np.array([[pts[:, 0].min(), pts[:, 1].max()], [pts[:, 0].max(), pts[:, 1].min()]])
     label = KMeans(n_clusters=2, init=centroids, n_init=1, max_iter=iterations).fit(pts).labels_
     low_acc = label == 1
     threshold = scores[ok][low_acc].min() if low_acc.any() else np.inf
     keep[np.flatnonzero(ok)] = scores[ok] < threshold if low_acc.any() else True
     return keep
+
+
+@dataclass
+class Selections:
+    """Every team of size 2..max (``teams``: membership rows, by size), their accuracy and HQ score
+    on the pool they were judged on, and per method the mask of the teams it selects (applicable to
+    the same teams on other data, such as a held-out split); ``considered``: the teams the alpha
+    filter scored."""
+
+    teams: np.ndarray
+    accuracy: np.ndarray
+    hq: np.ndarray
+    masks: dict[str, np.ndarray]
+    considered: int
+
+
+def team_selections(
+    pool: Pool, metric: str, fraction: float = 0.1, max_size: int | None = None, scale: bool = True
+) -> Selections:
+    """Per method (Q with the mean threshold, HQ with the alpha filter, HQ with alpha and K-means,
+    ``scale`` as :func:`kmeans_filter`) the teams it selects, judged on ``pool``.
+
+    >>> rng = np.random.default_rng(0)
+    >>> y = rng.integers(0, 3, 60)
+    >>> probs = rng.random((4, 60, 3)) + 0.8 * np.eye(3)[y][None] * rng.random((4, 1, 1))
+    >>> chosen = team_selections(Pool(probs, y), "ck")
+    >>> len(chosen.teams), {name: int(mask.sum()) for name, mask in chosen.masks.items()}, chosen.considered
+    (11, {'Q': 6, 'HQ (alpha)': 11, 'HQ (alpha+K)': 3}, 11)
+    """
+    m = pool.size
+    if m < 3:
+        raise ValueError("team selection needs a pool of at least 3 members")
+    top = min(max_size or m, m)
+    teams_by_size = {s: teams_of_size(m, s) for s in range(2, top + 1)}
+    acc_by_size = {s: team_accuracy(pool, t) for s, t in teams_by_size.items()}
+    q = np.concatenate([q_scores(pool, t, metric) for t in teams_by_size.values()])
+    hq = {s: hq_scores(pool, t, metric) for s, t in teams_by_size.items()}
+    kept, considered = alpha_filter(hq, teams_by_size, fraction)
+    with_k = []
+    for s in teams_by_size:
+        mask = np.zeros(len(teams_by_size[s]), dtype=bool)
+        idx = np.flatnonzero(kept[s])
+        mask[idx] = kmeans_filter(hq[s][idx], acc_by_size[s][idx], scale=scale)
+        with_k.append(mask)
+    masks = {
+        "Q": q < np.nanmean(q),
+        "HQ (alpha)": np.concatenate([kept[s] for s in teams_by_size]),
+        "HQ (alpha+K)": np.concatenate(with_k),
+    }
+    teams = np.concatenate(list(teams_by_size.values()))
+    accuracy = np.concatenate(list(acc_by_size.values()))
+    return Selections(teams, accuracy, np.concatenate(list(hq.values())), masks, considered)
 
 
 def select_teams(
@@ -184,42 +239,21 @@ def select_teams(
     >>> [(row["method"], row["teams_selected"]) for row in result["rows"]]
     [('Baseline', 11), ('Q-CK', 6), ('HQ-CK (alpha)', 11), ('HQ-CK (alpha+K)', 3)]
     """
-    m = pool.size
-    if m < 3:
-        raise ValueError("team selection needs a pool of at least 3 members")
-    top = min(max_size or m, m)
-    teams_by_size = {s: teams_of_size(m, s) for s in range(2, top + 1)}
-    acc_by_size = {s: team_accuracy(pool, t) for s, t in teams_by_size.items()}
-    all_acc = np.concatenate(list(acc_by_size.values()))
     best_single = float(pool.accuracy.max())
-    rows = [_row("Baseline", len(all_acc), all_acc, best_single)]
-    scatter = {}
+    rows, scatter = [], {}
     for metric in metrics:
-        q = np.concatenate([q_scores(pool, t, metric) for t in teams_by_size.values()])
-        chosen = q < np.nanmean(q)
-        rows.append(_row(f"Q-{metric.upper()}", len(q), all_acc[chosen], best_single))
-        hq = {s: hq_scores(pool, t, metric) for s, t in teams_by_size.items()}
-        kept, considered = alpha_filter(hq, teams_by_size, fraction)
-        alpha_acc = np.concatenate([acc_by_size[s][kept[s]] for s in teams_by_size])
-        rows.append(_row(f"HQ-{metric.upper()} (alpha)", considered, alpha_acc, best_single))
-        k_acc = []
-        for s in teams_by_size:
-            idx = np.flatnonzero(kept[s])
-            keep = kmeans_filter(hq[s][idx], acc_by_size[s][idx])
-            k_acc.append(acc_by_size[s][idx][keep])
+        chosen = team_selections(pool, metric, fraction, max_size)
+        acc, masks = chosen.accuracy, chosen.masks
+        if not rows:
+            rows.append(_row("Baseline", len(acc), acc, best_single))
+        name = metric.upper()
+        rows.append(_row(f"Q-{name}", len(acc), acc[masks["Q"]], best_single))
+        rows.append(_row(f"HQ-{name} (alpha)", chosen.considered, acc[masks["HQ (alpha)"]], best_single))
         rows.append(
-            _row(
-                f"HQ-{metric.upper()} (alpha+K)",
-                int(sum(k.sum() for k in kept.values())),
-                np.concatenate(k_acc),
-                best_single,
-            )
+            _row(f"HQ-{name} (alpha+K)", int(masks["HQ (alpha)"].sum()), acc[masks["HQ (alpha+K)"]], best_single)
         )
-        scatter[metric] = {
-            "hq": np.concatenate(list(hq.values())).tolist(),
-            "acc": all_acc.tolist(),
-            "size": np.concatenate([[s] * len(t) for s, t in teams_by_size.items()]).tolist(),
-        }
+        sizes = chosen.teams.sum(axis=1)
+        scatter[metric] = {"hq": chosen.hq.tolist(), "acc": acc.tolist(), "size": sizes.tolist()}
     return {"best_single": best_single, "rows": rows, "scatter": scatter}
 
 
