@@ -30,6 +30,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from intervals import format_interval
 
 from consistency_gate.core.evaluation import Evaluation
 from consistency_gate.ensembles.config import Distillation, RemediationConfig, TrainSettings
@@ -124,18 +125,6 @@ def one_seed(recipe: str, seed: int, size: dict) -> dict[str, dict]:
     return out
 
 
-def mean_interval(values: list[float]) -> tuple[float, float, float]:
-    """Mean and 95% t interval over seeds (the interval is the mean alone for one seed)."""
-    from scipy import stats
-
-    values = [v for v in values if v is not None]
-    mean = float(np.mean(values))
-    if len(values) < 2:
-        return mean, mean, mean
-    half = stats.t.ppf(0.975, len(values) - 1) * np.std(values, ddof=1) / np.sqrt(len(values))
-    return mean, mean - half, mean + half
-
-
 PAIRED = ("acc", "con", "ctoi", "rel_nfr")
 
 
@@ -152,13 +141,7 @@ def summary_rows(runs: list[dict], figures: tuple[str, ...], paired: bool = Fals
                 None if run[name][key] is None else run[name][key] - (run["SingleBase retrain"][key] if paired else 0)
                 for run in runs
             ]
-            mean, low, high = mean_interval(values)
-            digits = 2 if key in ("kappa", "latency") else 4
-            cells.append(
-                f"{mean:+.{digits}f} [{low:+.{digits}f}, {high:+.{digits}f}]"
-                if paired
-                else f"{mean:.{digits}f} [{low:.{digits}f}, {high:.{digits}f}]"
-            )
+            cells.append(format_interval(values, 2 if key in ("kappa", "latency") else 4, signed=paired))
         rows.append([name, *cells])
     return rows
 

@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from intervals import format_interval
 
 from consistency_gate.diagnostics.diversity import METRICS
 from consistency_gate.diagnostics.selection import Pool, team_accuracy, team_selections
@@ -105,20 +106,6 @@ def one_split(seed: int, metrics: list[str], scale: bool) -> dict:
     return out
 
 
-def mean_interval(values: list[float | None], digits: int = 4) -> str:
-    """Mean [95% t interval] over splits."""
-    from scipy import stats
-
-    values = [v for v in values if v is not None]
-    if not values:
-        return "null"
-    mean = float(np.mean(values))
-    if len(values) < 2:
-        return f"{mean:.{digits}f}"
-    half = stats.t.ppf(0.975, len(values) - 1) * np.std(values, ddof=1) / np.sqrt(len(values))
-    return f"{mean:.{digits}f} [{mean - half:.{digits}f}, {mean + half:.{digits}f}]"
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--splits", type=int, default=10)
@@ -137,9 +124,9 @@ def main() -> None:
             figures = [split[metric][method] for split in splits]
             rows.append(
                 [metric.upper(), method]
-                + [mean_interval([f["selected"] for f in figures], digits=0)]
-                + [mean_interval([f[key] for f in figures]) for key in ("acc_min", "acc_max")]
-                + [mean_interval([f["share_above_best"] for f in figures])]
+                + [format_interval([f["selected"] for f in figures], digits=0)]
+                + [format_interval([f[key] for f in figures]) for key in ("acc_min", "acc_max")]
+                + [format_interval([f["share_above_best"] for f in figures])]
             )
             if method == METHODS[-1]:
                 hq = [split[metric]["HQ (alpha+K)"]["acc_min"] for split in splits]
@@ -147,8 +134,8 @@ def main() -> None:
                 rnd = [split[metric][METHODS[-1]]["acc_min"] for split in splits]
                 diff_q = [h - o for h, o in zip(hq, q, strict=True) if h is not None and o is not None]
                 diff_r = [h - o for h, o in zip(hq, rnd, strict=True) if h is not None and o is not None]
-                rows.append([metric.upper(), "worst case: HQ (alpha+K) - Q", "", mean_interval(diff_q), "", ""])
-                rows.append([metric.upper(), "worst case: HQ (alpha+K) - random", "", mean_interval(diff_r), "", ""])
+                rows.append([metric.upper(), "worst case: HQ (alpha+K) - Q", "", format_interval(diff_q), "", ""])
+                rows.append([metric.upper(), "worst case: HQ (alpha+K) - random", "", format_interval(diff_r), "", ""])
     print(table(rows, header))
     print(f"\n{time.perf_counter() - started:.0f} s in all")
     if args.json:

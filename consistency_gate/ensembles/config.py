@@ -25,6 +25,16 @@ DISTILLATION_METHODS = ("focal-distillation", "ensemble-distillation")  # one mo
 METHODS = (*ENSEMBLE_METHODS, "mcdropout", "singlebase", *DISTILLATION_METHODS)
 SINGLE_RUN_METHODS = ("mcdropout", "singlebase", *DISTILLATION_METHODS)  # one run, its best-on-validation model
 DISTILLATION_LOSSES = ("kl", "lm")
+REMEDIATION_KINDS = ("ensemble", "distilled")  # the consistency_gate.kind tag of a version remediation registers
+
+
+def remediation_kind(method: str) -> str:
+    """What ``method`` builds: 'distilled' (one model learnt from a teacher) or 'ensemble'.
+
+    >>> remediation_kind("focal-distillation"), remediation_kind("dynsnap-cyc")
+    ('distilled', 'ensemble')
+    """
+    return "distilled" if method in DISTILLATION_METHODS else "ensemble"
 
 
 @dataclass(frozen=True)

@@ -347,9 +347,9 @@ class _Data:
         order = torch.as_tensor(indices)
         if generator is not None:
             order = order[torch.randperm(len(order), generator=generator)]
-        batches = list(order.split(batch_size))
+        batches = [b.to(self.device) for b in order.split(batch_size)]
         if self.tensors is not None:
-            loaded = ((self.tensors[0][b.to(self.device)], self.tensors[1][b.to(self.device)]) for b in batches)
+            loaded = ((self.tensors[0][b], self.tensors[1][b]) for b in batches)
         else:
             recipe = self.recipe
             loaded = DataLoader(
@@ -360,7 +360,7 @@ class _Data:
                 pin_memory=self.device.startswith("cuda"),
             )
         for (x, y), batch in zip(loaded, batches, strict=True):
-            teacher = None if self.teacher is None else self.teacher[batch.to(self.device)]
+            teacher = None if self.teacher is None else self.teacher[batch]
             yield x.to(self.device, non_blocking=True), torch.as_tensor(y).to(self.device, non_blocking=True), teacher
 
 

@@ -29,7 +29,7 @@ import pandas as pd
 from consistency_gate.core.evaluation import Evaluation, flip_table
 from consistency_gate.core.slices import TRUE_CLASS
 from consistency_gate.engines.spark import SparkModel, gate_comparison
-from consistency_gate.ensembles.config import DISTILLATION_METHODS, RemediationConfig
+from consistency_gate.ensembles.config import REMEDIATION_KINDS, RemediationConfig, remediation_kind
 from consistency_gate.errors import (
     DataError,
     GateError,
@@ -486,7 +486,7 @@ def _log_diagnosis(base_scores: pd.DataFrame, cand_scores: pd.DataFrame, labels:
 def _kind(ref: registry.ModelRef) -> str:
     """The kind remediation tagged a version it registered with ('ensemble' or 'distilled'), else 'single'."""
     kind = ref.tags.get(registry.TAG_KIND)
-    return kind if kind in ("ensemble", "distilled") else "single"
+    return kind if kind in REMEDIATION_KINDS else "single"
 
 
 def _remediation_plan(remediation: RemediationConfig) -> str:
@@ -495,7 +495,7 @@ def _remediation_plan(remediation: RemediationConfig) -> str:
     if len(methods) > 1:
         return f"trying {', '.join(methods)} in turn until one passes"
     settings = remediation.settings
-    if methods[0] in DISTILLATION_METHODS:
+    if remediation_kind(methods[0]) == "distilled":
         return f"training a {methods[0]} model to gate in its place"
     return f"training a {methods[0]} ensemble of {settings.m} members to gate in its place"
 
@@ -586,7 +586,7 @@ def _remediate(
             **({"slices": decision.slices} if decision.slices is not None else {}),
             "cost": decision.cost,
             "method": method,
-            "kind": "distilled" if method in DISTILLATION_METHODS else "ensemble",
+            "kind": remediation_kind(method),
             "members": len(build.members),
             "runs": len(build.runs),
             "kappa": build.kappa,
