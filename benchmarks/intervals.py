@@ -1,4 +1,5 @@
-"""Means over seeds or splits with a 95% t interval, shared by the benchmarks that repeat a setup."""
+"""Means over seeds or splits with a 95% t interval, and Markdown tables, shared by the benchmarks that
+repeat a setup."""
 
 from __future__ import annotations
 
@@ -36,3 +37,18 @@ def format_interval(values: list[float | None], digits: int = 4, signed: bool = 
     spec = f"{'+' if signed else ''}.{digits}f"
     mean, low, high = found
     return f"{mean:{spec}} [{low:{spec}}, {high:{spec}}]"
+
+
+def markdown_table(rows: list[list[object]], header: list[str]) -> str:
+    """A GitHub Markdown table (``|`` in a cell escaped).
+
+    >>> print(markdown_table([["a", 1]], ["name", "n"]))
+    | name | n |
+    |---|---|
+    | a | 1 |
+    """
+
+    def line(cells: list[object]) -> str:
+        return "| " + " | ".join(str(c).replace("|", "\\|") for c in cells) + " |"
+
+    return "\n".join([line(header), "|" + "---|" * len(header), *(line(r) for r in rows)])

@@ -467,6 +467,17 @@ def demo(workdir: Path) -> None:
 @click.option("--id-column", default=None)
 @click.option("--select", "select", is_flag=True, help="Also run paper 004's team selection (pool of 3 or more).")
 @click.option("--max-team-size", type=int, default=None, help="Largest team size for --select (default: the pool).")
+@click.option(
+    "--train-member",
+    "train_members",
+    multiple=True,
+    metavar="NAME=FILE",
+    help="A member's predictions on its training set (same names as --member), for the collusion check.",
+)
+@click.option("--train-labels", type=click.Path(path_type=Path), default=None, help="The training set's labels.")
+@click.option(
+    "--train-data", type=click.Path(path_type=Path), default=None, help="Training features and labels (registry)."
+)
 @click.option("--format", "fmt", type=click.Choice(["table", "json", "html"]), default="table", show_default=True)
 def diagnose(
     labels: Path | None,
@@ -477,6 +488,9 @@ def diagnose(
     id_column: str | None,
     select: bool,
     max_team_size: int | None,
+    train_members: tuple[str, ...],
+    train_labels: Path | None,
+    train_data: Path | None,
     fmt: str,
 ) -> None:
     """Why an ensemble of these members helps or not: accuracy, overlap, diversity, decomposition."""
@@ -493,7 +507,12 @@ def diagnose(
             select=select,
             max_team_size=max_team_size,
             html=fmt == "html",
+            train_labels=train_labels,
+            train_members=_named_files(train_members, "--train-member"),
+            train_data=train_data,
         )
+    for warning in report["collusion"]["warnings"]:
+        click.echo(warning, err=True)
     if fmt == "json":
         _echo_json(report)
     elif fmt == "html":

@@ -45,6 +45,8 @@ RULE = "rules:\n  - {metric: con, min: 0.9}\n"
         (RULE + "remediation:\n  data: t.csv\n  distillation: {beta: -1.0}\n", "remediation.distillation.beta"),
         (RULE + "remediation:\n  data: t.csv\n  distillation: {gamma: 2.0}\n", "unknown key 'gamma'"),
         (RULE + "remediation:\n  data: t.csv\n  teacher_method: mcdropout\n", "teacher_method 'mcdropout' cannot"),
+        (RULE + "remediation:\n  data: t.csv\n  optimizer: rmsprop\n", "line 5: remediation.optimizer: Input should"),
+        (RULE + "remediation:\n  data: t.csv\n  snapshot_one_run: 2\n", "line 5: remediation.snapshot_one_run"),
     ],
 )
 def test_config_mistakes_name_the_line_and_key(text, expected):
@@ -57,7 +59,8 @@ def test_config_mistakes_name_the_line_and_key(text, expected):
 def test_a_valid_config_keeps_its_values():
     config = parse_config(
         "ks: [5, 1]\nrules:\n  - {metric: ctoi, max: 0.02}\n  - {metric: acc, min_delta: -0.01}\n"
-        "remediation:\n  data: train.csv\n  combination: WAVG\n  N: 3\n  epochs: 6\n  enabled: true\n  threads: 2\n",
+        "remediation:\n  data: train.csv\n  combination: WAVG\n  N: 3\n  epochs: 6\n  enabled: true\n  threads: 2\n"
+        "  optimizer: adam\n  snapshot_one_run: false\n",
         "gate.yaml",
     )
     assert config.ks == (1, 5) and config.ks_given
@@ -66,5 +69,6 @@ def test_a_valid_config_keeps_its_values():
         ("acc", "min_delta", -0.01, 4),
     ]
     assert config.remediation.combination == "wavg" and config.remediation.settings.n_snapshots == 3
-    assert config.remediation.settings.threads == 2
+    assert config.remediation.settings.threads == 2 and config.remediation.settings.optimizer == "adam"
+    assert config.remediation.settings.snapshot_one_run is False
     assert parse_config(RULE + "remediation:\n  enabled: false\n").remediation is None

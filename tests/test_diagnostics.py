@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from seed000 import seed000_members
 
 from consistency_gate.diagnostics import decomposition as dec
-from consistency_gate.diagnostics.diagnose import diagnose
+from consistency_gate.diagnostics.diagnose import collusion_warnings, diagnose
 from consistency_gate.diagnostics.diversity import pairwise_values, ranking_score, team_diversity
 from consistency_gate.diagnostics.selection import Pool, select_teams
 from consistency_gate.errors import UsageError
@@ -81,6 +81,36 @@ def test_debiasing_and_codependence():
     assert dec.debiasing_share(shifted) == pytest.approx(1.0)
     assert dec.debiasing_share(np.stack([probs[0]] * 2)) is None
     assert dec.codependence(np.stack([probs[0]] * 4), y) == pytest.approx(0.0)
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.integers(0, 10_000), st.integers(2, 5))
+def test_collusion_numbers_invariants(seed, m):
+    z, probs, y = _random_probs(seed, m=m)
+    same = dec.collusion_numbers(np.stack([probs[0]] * m), y)
+    assert same["div"] == pytest.approx(0.0, abs=1e-12) and same["div_share"] == pytest.approx(0.0, abs=1e-12)
+    assert same["debiasing_share_logits"] is None  # no diversity, so no share of it
+    offsets = np.random.default_rng(seed).normal(0, 1, (m, 1, z.shape[2]))  # one constant offset per member
+    shifted = np.exp(z[:1] + offsets) / np.exp(z[:1] + offsets).sum(-1, keepdims=True)
+    numbers = dec.collusion_numbers(shifted, y)
+    assert numbers["debiasing_share_logits"] == pytest.approx(1.0)
+    assert 0.0 <= numbers["div_share"] <= 1.0  # ensemble CE >= 0, so DIV <= mean member CE
+
+
+def test_collusion_warnings_by_hand():
+    evaluated = {"ce_members": 0.45, "div": 0.09, "div_share": 0.2, "debiasing_share_logits": 0.1}
+    collusive_train = {"ce_members": 0.7, "div": 0.6, "div_share": 0.86, "debiasing_share_logits": 0.1}
+    (warning,) = collusion_warnings(evaluated, collusive_train)
+    assert "86% of the mean member loss" in warning and "20%" in warning
+    assert collusion_warnings(evaluated) == []  # without the training set, only the bias check runs
+    assert collusion_warnings({**evaluated, "div": 0.35}, collusive_train) == []  # more than half carries over
+    assert collusion_warnings(evaluated, {**collusive_train, "div_share": 0.49}) == []
+    fitted = {"ce_members": 0.02, "div": 0.012, "div_share": 0.6, "debiasing_share_logits": 0.1}
+    assert collusion_warnings({**evaluated, "div": 0.005}, fitted) == []  # 0.012 nats: not material
+    biased = {"ce_members": 1.0, "div": 0.3, "div_share": 0.3, "debiasing_share_logits": 0.6}
+    assert "explains 60%" in collusion_warnings(biased)[0]
+    copies = {"ce_members": 0.1, "div": 1e-4, "div_share": 1e-3, "debiasing_share_logits": 1.0}  # near-copies
+    assert collusion_warnings(copies) == []
 
 
 def test_augmented_loss():
@@ -179,6 +209,54 @@ def test_cli_diagnose_json_html_and_errors(tmp_path):
     pd.read_csv(tmp_path / "c.csv").iloc[:-1].to_csv(tmp_path / "short.csv", index=False)
     short = run_cli(*args, *members[:2], "--member", f"s={tmp_path / 'short.csv'}")
     assert short.returncode == 3 and "different sample sets" in short.stderr
+
+
+def _pseudo_diverse(m: int, n: int, p: int) -> tuple[np.ndarray, np.ndarray]:
+    """Member j is right (0.9) only on samples i with i % m == j and gives the true class 0.01 elsewhere:
+    wrong apart, right together, as members trained jointly on the training set (paper 001)."""
+    y = np.arange(n) % p
+    probs = np.full((m, n, p), 0.0)
+    for j in range(m):
+        mine = np.arange(n) % m == j
+        true = np.where(mine, 0.9, 0.01)
+        probs[j] = ((1 - true) / (p - 1))[:, None]
+        probs[j][np.arange(n), y] = true
+    return probs, y
+
+
+def test_cli_diagnose_warns_of_collusion_from_training_predictions(tmp_path):
+    rng = np.random.default_rng(1)
+    y = rng.integers(0, 4, 200)
+    z = rng.normal(0, 1, (3, 200, 4))
+    z[:, np.arange(200), y] += 2.0
+    (tmp_path / "test").mkdir()
+    (tmp_path / "train").mkdir()
+    _write_members(tmp_path / "test", np.exp(z) / np.exp(z).sum(-1, keepdims=True), y, ["a", "b", "c"])
+    _write_members(tmp_path / "train", *_pseudo_diverse(3, 90, 4), ["a", "b", "c"])
+    args = ["diagnose", "--labels", tmp_path / "test" / "labels.csv", "--id-column", "id", "--format", "json"]
+    args += [x for name in "abc" for x in ("--member", f"{name}={tmp_path / 'test' / (name + '.csv')}")]
+    train = [x for name in "abc" for x in ("--train-member", f"{name}={tmp_path / 'train' / (name + '.csv')}")]
+
+    plain_run = run_cli(*args)
+    assert plain_run.returncode == 0 and "collusion" not in plain_run.stderr
+    report = json.loads(plain_run.stdout)
+    assert report["collusion"]["train"] is None and "collusion.train" in report["null_reasons"]
+
+    proc = run_cli(*args, *train, "--train-labels", tmp_path / "train" / "labels.csv")
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout)
+    train_numbers, evaluated = report["collusion"]["train"], report["collusion"]["evaluated"]
+    assert train_numbers["div_share"] > 0.5 and train_numbers["div"] > 2 * evaluated["div"]
+    assert "learner collusion" in proc.stderr and report["explanation"][-1] == report["collusion"]["warnings"][0]
+
+    no_labels = run_cli(*args, *train)
+    assert no_labels.returncode == 2 and "--train-labels" in no_labels.stderr
+    fewer = run_cli(*args, *train[:4], "--train-labels", tmp_path / "train" / "labels.csv")
+    assert fewer.returncode == 2 and "same members" in fewer.stderr
+    labels = pd.read_csv(tmp_path / "train" / "labels.csv")
+    labels.assign(label=labels["label"].replace("c3", "c9")).to_csv(tmp_path / "odd.csv", index=False)
+    odd = run_cli(*args, *train, "--train-labels", tmp_path / "odd.csv")
+    assert odd.returncode == 3 and "odd.csv and the --train-member files) has class 'c9'" in odd.stderr
 
 
 def test_team_selections_nest_and_match_the_table():

@@ -168,6 +168,8 @@ def test_diagnose_loads_registry_members_from_the_given_store(store, tmp_path):
         f"b=models:/{MODEL}/3",
         "--data",
         store["data"],
+        "--train-data",  # the models predict a second set for the collusion check
+        store["data"],
         "--id-column",
         "id",
         "--tracking-uri",
@@ -178,6 +180,8 @@ def test_diagnose_loads_registry_members_from_the_given_store(store, tmp_path):
     )
     assert proc.returncode == 0, proc.stderr
     assert not (tmp_path / "mlflow.db").exists()
+    collusion = json.loads(proc.stdout)["collusion"]
+    assert collusion["train"] == collusion["evaluated"]  # the same data gives the same numbers
     members = ("--member", f"a=models:/{MODEL}/1", "--member", f"b=models:/{MODEL}/3")
     proc = run_cli("diagnose", *members, "--data", store["data"], "--tracking-uri", "ftp://x")
     assert proc.returncode == 2 and "scheme 'ftp'" in _one_error_line(proc)

@@ -108,14 +108,46 @@ def test_every_method_builds_m_members(method):
     expected = 1 if method in SINGLE_RUN_METHODS else 4
     assert len(build.members) == expected
     assert build.mc_passes == (4 if method == "mcdropout" else 1)
-    assert build.kappa == len(build.runs)
+    if method == "snapshot":  # one run of 4 cycles of ceil(6/3) epochs; beta = 1 keeps every snapshot
+        assert len(build.runs) == 1 and build.runs[0].kept == [0, 1, 2, 3] and build.kappa == 8 / 6
+    else:
+        assert build.kappa == len(build.runs)
     if method == "extbagging":
         assert len(build.runs) == 4
-    if method == "snapshot":  # beta = 1 keeps every snapshot: 2 runs of 3 give 4 members
-        assert all(len(r.kept) == 3 for r in build.runs)
     for run in build.runs:
         if run.tau is not None:
             assert run.kept == [j for j, acc in enumerate(run.val_accs) if acc >= run.tau - 1e-12]
+
+
+def test_snapshot_one_long_run_or_runs_of_n_cycles():
+    x, y = _blobs()
+    recipe = array_recipe(RecipeSpec("mlp", {"hidden": [16]}, 5, 3), x, y)
+    one = train_members(recipe, TrainSettings(method="snapshot", m=4, n_snapshots=2, epochs=6, seed=1), quiet=True)
+    (run,) = one.runs
+    assert len(run.lr_curve) == 12 and run.lr_curve[0] == run.lr_curve[3] == run.lr_curve[9]  # 4 cycles of 3
+    assert len(one.members) == 4 and one.kappa == 2.0  # 4 cycles of ceil(6/2) epochs, 2x one run
+    assert [(e - 1) // 3 for e in run.epochs] == [0, 1, 2, 3]  # the best snapshot of each cycle
+    split = TrainSettings(method="snapshot", m=4, n_snapshots=2, epochs=6, seed=1, snapshot_one_run=False)
+    runs = train_members(recipe, split, quiet=True)
+    assert [len(r.kept) for r in runs.runs] == [2, 2] and runs.kappa == 2.0 and len(runs.members) == 4
+
+
+def test_last_places_go_to_the_best_snapshots_and_adam_trains():
+    x, y = _blobs()
+    recipe = array_recipe(RecipeSpec("mlp", {"hidden": [16]}, 5, 3), x, y)
+    settings = TrainSettings(method="snapshot", m=3, n_snapshots=2, epochs=4, seed=2, snapshot_one_run=False)
+    build = train_members(recipe, settings, quiet=True)
+    last = build.runs[-1]
+    taken = [m.epoch for m in build.members if m.run == last.run]
+    assert len(taken) == 1 and taken[0] == max(zip(last.val_accs, last.epochs, strict=True))[1]  # best (later on a tie)
+    adam, sgd = (
+        train_members(recipe, TrainSettings(method="singlebase", epochs=10, lr=1e-2, optimizer=name), quiet=True)
+        for name in ("adam", "sgd")
+    )
+    assert adam.members[0].val_acc > 0.8
+    assert not torch.equal(adam.members[0].state["0.weight"], sgd.members[0].state["0.weight"])  # same seed
+    with pytest.raises(UsageError, match="optimizer 'rmsprop' is unknown"):
+        TrainSettings(optimizer="rmsprop")
 
 
 def test_seeds_make_builds_reproducible_and_ensemble_predicts():

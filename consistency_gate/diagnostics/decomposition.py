@@ -121,6 +121,40 @@ def debiasing_share(member_outputs: np.ndarray, weights: Sequence[float] | None 
     return float((div - diversity_brier(f - bias[:, None, :], w)) / div)
 
 
+def centred_log_probabilities(member_probs: np.ndarray) -> np.ndarray:
+    """Each member's log-probabilities less their mean over classes: the logits up to the per-sample
+    constant a softmax drops, so the score-space outputs that probability files still determine.
+
+    >>> z = centred_log_probabilities(np.array([[[0.5, 0.5]], [[0.8, 0.2]]]))
+    >>> [round(float(v), 4) for v in z[1, 0]]
+    [0.6931, -0.6931]
+    """
+    log_p = np.log(np.clip(np.asarray(member_probs, dtype=np.float64), _EPS, None))
+    return log_p - log_p.mean(axis=-1, keepdims=True)
+
+
+def collusion_numbers(member_probs: np.ndarray, y: np.ndarray) -> dict[str, float | None]:
+    """What paper 001's collusion checks read on one labelled set: the mean member loss, DIV
+    (cross-entropy, probability averaging), DIV as a share of the mean member loss (0: the members
+    agree; near 1: the ensemble's loss is a small part of theirs), and the debiasing share of the
+    members' centred log-probabilities (the diversity one constant offset per member explains). A
+    share is None where its denominator is 0.
+
+    >>> p = np.array([[[0.9, 0.1], [0.9, 0.1]], [[0.1, 0.9], [0.1, 0.9]]])  # CE 1.204 each, ensemble 0.693
+    >>> {k: round(v, 3) for k, v in collusion_numbers(p, np.array([0, 1])).items()}
+    {'ce_members': 1.204, 'div': 0.511, 'div_share': 0.424, 'debiasing_share_logits': 1.0}
+    """
+    p = np.asarray(member_probs, dtype=np.float64)
+    div = diversity_ce_probs(p, y)
+    members = losses(p, y)["ce_members"]
+    return {
+        "ce_members": members,
+        "div": div,
+        "div_share": div / members if members > _EPS else None,
+        "debiasing_share_logits": debiasing_share(centred_log_probabilities(p)),
+    }
+
+
 def codependence(
     member_probs: np.ndarray, y: np.ndarray, drop_fraction: float = 0.5, draws: int = 200, seed: int = 0
 ) -> float:

@@ -26,8 +26,17 @@ from consistency_gate.io import predictions as io
 from consistency_gate.report.tables import finite_or_null
 
 
-def diagnose(names: list[str], probs: np.ndarray, y: np.ndarray, classes: list[str]) -> dict:
+def diagnose(
+    names: list[str],
+    probs: np.ndarray,
+    y: np.ndarray,
+    classes: list[str],
+    train: tuple[np.ndarray, np.ndarray] | None = None,
+) -> dict:
     """The report for members ``names`` with probabilities ``probs`` (M, n, p) and true ids ``y``.
+
+    ``train``: the same members' probabilities and the true ids on their training set, for the
+    collusion check's comparison of training and evaluated diversity (paper 001).
 
     >>> probs = np.array([[[0.9, 0.1], [0.8, 0.2], [0.3, 0.7]], [[0.6, 0.4], [0.3, 0.7], [0.4, 0.6]]])
     >>> report = diagnose(["a", "b"], probs, np.array([0, 1, 1]), ["x", "y"])
@@ -61,8 +70,9 @@ def diagnose(names: list[str], probs: np.ndarray, y: np.ndarray, classes: list[s
         "diversity_null_reasons": reasons,
         "decomposition": _decomposition(probs, y),
         "disagreements": _disagreements(names, probs, preds, right),
+        "collusion": _collusion(probs, y, train),
     }
-    report["explanation"] = explain(report, names)
+    report["explanation"] = explain(report, names) + report["collusion"]["warnings"]
     return _with_null_reasons(report)
 
 
@@ -71,6 +81,16 @@ def _with_null_reasons(report: dict) -> dict:
     reasons: dict[str, str] = {}
     if report["decomposition"].get("debiasing_share") is None:
         reasons["decomposition.debiasing_share"] = "the members do not differ (diversity is 0), so no share of it"
+    for part, numbers in report["collusion"].items():
+        if part == "warnings":
+            continue
+        if numbers is None:
+            reasons[f"collusion.{part}"] = "no training-set predictions given (diagnose --train-member)"
+            continue
+        if numbers["div_share"] is None:
+            reasons[f"collusion.{part}.div_share"] = "the members' mean loss is 0, so no share of it"
+        if numbers["debiasing_share_logits"] is None:
+            reasons[f"collusion.{part}.debiasing_share_logits"] = "the members do not differ, so no share of it"
     for key, pair in report["pairs"].items():
         if pair["yule_q_all"] is None:
             reasons[f"pairs.{key}.yule_q_all"] = "0/0: no sample where one member is right and the other wrong"
@@ -111,6 +131,67 @@ def _decomposition(probs: np.ndarray, y: np.ndarray) -> dict:
         "debiasing_share": dec.debiasing_share(probs),
         "codependence": dec.codependence(probs, y),
     }
+
+
+def _collusion(probs: np.ndarray, y: np.ndarray, train: tuple[np.ndarray, np.ndarray] | None) -> dict:
+    evaluated = dec.collusion_numbers(probs, y)
+    trained = None if train is None else dec.collusion_numbers(*train)
+    return {"evaluated": evaluated, "train": trained, "warnings": collusion_warnings(evaluated, trained)}
+
+
+# paper 001's collusion signature. Pseudo-diversity: on the training set DIV is at least half the mean
+# member loss (the members are wrong apart, the ensemble right together) and at least twice the evaluated
+# set's DIV (it does not carry over), and it is material: at least a tenth of the evaluated set's mean
+# member loss (where every member fits the training set, a hundredth of a nat can be half of a near-zero
+# loss). benchmarks/reproduce_collusion.py, 6 seeds: with 20% noisy training labels beta = 1 gives a
+# training DIV of 0.35-0.73 against 0.06-0.13 on the test set (all flagged); beta = 0.95 0.03-0.08
+# against 0.03-0.05 and independent training (beta = 0) 0.000 against 0.02 (none flagged).
+# Bias collusion: one constant offset per member explains half the members' diversity or more (001
+# Section 6.1 finds "around half" at beta = 1; our members stay under 0.2), where the members differ at
+# all: DIV at least 5% of the mean member loss (near-copies' tiny offsets explain all of their tiny
+# diversity).
+PSEUDO_DIVERSITY_SHARE = 0.5
+PSEUDO_DIVERSITY_RATIO = 2.0
+MATERIAL_TRAINING_DIVERSITY = 0.1
+BIAS_SHARE = 0.5
+MATERIAL_DIVERSITY_SHARE = 0.05
+
+
+def collusion_warnings(evaluated: dict, train: dict | None = None) -> list[str]:
+    """The warnings for paper 001's collusion signature, from :func:`decomposition.collusion_numbers`
+    on the evaluated set and, where given, on the training set; empty when there is no sign of it.
+
+    >>> evaluated = {"ce_members": 0.45, "div": 0.09, "div_share": 0.2, "debiasing_share_logits": 0.1}
+    >>> train = {"ce_members": 0.7, "div": 0.6, "div_share": 0.86, "debiasing_share_logits": 0.1}
+    >>> collusion_warnings(evaluated, train)[0][:38]
+    'Warning: learner collusion (paper 001)'
+    >>> collusion_warnings(evaluated)
+    []
+    """
+    warnings = []
+    share, train_share = evaluated["div_share"], None if train is None else train["div_share"]
+    if (
+        train_share is not None
+        and train_share >= PSEUDO_DIVERSITY_SHARE
+        and train["div"] >= PSEUDO_DIVERSITY_RATIO * evaluated["div"]
+        and train["div"] >= MATERIAL_TRAINING_DIVERSITY * evaluated["ce_members"]
+    ):
+        warnings.append(
+            f"Warning: learner collusion (paper 001): on the training set diversity is {train_share:.0%} of the "
+            f"mean member loss (DIV {train['div']:.3f}), on the evaluated set {share or 0.0:.0%} (DIV "
+            f"{evaluated['div']:.3f}). The members are wrong apart and right together on the data they were "
+            "trained on, and that diversity does not carry over: train them independently, or with a smaller "
+            "share of ensemble loss in the objective (beta), before trusting the ensemble's diversity."
+        )
+    bias = evaluated["debiasing_share_logits"]
+    if bias is not None and bias >= BIAS_SHARE and (share or 0.0) >= MATERIAL_DIVERSITY_SHARE:
+        warnings.append(
+            f"Warning: learner collusion (paper 001): one constant offset per member explains {bias:.0%} of the "
+            "members' diversity (centred log-probabilities): they differ mostly by biases that cancel in the "
+            "average, not by what they get right. Dropping or replacing a member will move the ensemble more "
+            "than its accuracy suggests."
+        )
+    return warnings
 
 
 def _disagreements(names: list[str], probs: np.ndarray, preds: np.ndarray, right: np.ndarray) -> dict:
@@ -335,9 +416,15 @@ def run_diagnose(
     select: bool = False,
     max_team_size: int | None = None,
     html: bool = False,
+    train_labels: str | Path | None = None,
+    train_members: dict[str, str] | None = None,
+    train_data: str | Path | None = None,
 ) -> tuple[dict, str | None]:
     """Load the members (files, or ``models:/NAME/VERSION`` predicted on ``data``), diagnose,
     optionally select teams, and render the HTML page. Returns (report, html or None).
+
+    The training set, for the collusion check: ``train_members`` (one file per member, the same
+    names) with ``train_labels``, or for registry members ``train_data`` to predict.
 
     >>> report, html = run_diagnose("labels.csv", {"gen1": "gen1.csv", "gen2": "gen2.csv"})  # doctest: +SKIP
     >>> report["explanation"][0]  # doctest: +SKIP
@@ -352,7 +439,12 @@ def run_diagnose(
         if labels is None:
             raise UsageError("--labels is required with prediction files")
         names, probs, y, classes = load_member_files(labels, members, label_column, id_column)
-    report = diagnose(names, probs, y, classes)
+    train = None
+    if train_members or train_data is not None:
+        train = _training_set(
+            names, classes, members, train_labels, train_members, train_data, tracking_uri, label_column, id_column
+        )
+    report = diagnose(names, probs, y, classes, train)
     if select:
         from consistency_gate.diagnostics.selection import Pool, select_teams
 
@@ -363,6 +455,43 @@ def run_diagnose(
         reasons = report["null_reasons"]
         report["selection"] = finite_or_null(select_teams(Pool(probs, y), max_size=max_team_size), reasons, "selection")
     return report, (render_html(report, names, probs, y, classes) if html else None)
+
+
+def _training_set(
+    names: list[str],
+    classes: list[str],
+    members: dict[str, str],
+    labels: str | Path | None,
+    train_members: dict[str, str] | None,
+    data: str | Path | None,
+    tracking_uri: str | None,
+    label_column: str,
+    id_column: str | None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """The members' probabilities (in ``names`` and ``classes`` order) and true ids on their training set."""
+    if data is not None:
+        if not all(str(v).startswith("models:/") for v in members.values()):
+            raise UsageError("--train-data predicts registry members (models:/...); give files with --train-member")
+        t_names, t_probs, t_y, t_classes = _load_registry_members(members, data, tracking_uri, label_column, id_column)
+    else:
+        if labels is None:
+            raise UsageError("--train-member needs --train-labels with the training set's true labels")
+        if set(train_members or {}) != set(names):
+            raise UsageError(
+                f"--train-member must name the same members as --member ({', '.join(names)}), "
+                f"got {', '.join(train_members or {}) or 'none'}"
+            )
+        t_names, t_probs, t_y, t_classes = load_member_files(labels, train_members or {}, label_column, id_column)
+    unknown = [c for c in t_classes if c not in classes]
+    if unknown:
+        raise DataError(
+            f"the training set ({data or labels} and the --train-member files) has class {plain(unknown[0])}, "
+            "which the evaluated set's members and labels lack; give both sets the same classes"
+        )
+    column = [classes.index(c) for c in t_classes]
+    probs = np.zeros((len(names), t_probs.shape[1], len(classes)))
+    probs[:, :, column] = t_probs[[t_names.index(name) for name in names]]
+    return probs, np.asarray(column)[t_y]
 
 
 def render_html(report: dict, names: list[str], probs: np.ndarray, y: np.ndarray, classes: list[str]) -> str:

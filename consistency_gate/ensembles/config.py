@@ -23,6 +23,7 @@ from consistency_gate.errors import UsageError
 ENSEMBLE_METHODS = ("dynsnap-cyc", "dynsnap-step", "snapshot", "extbagging")  # m members
 DISTILLATION_METHODS = ("focal-distillation", "ensemble-distillation")  # one model, from a teacher
 METHODS = (*ENSEMBLE_METHODS, "mcdropout", "singlebase", *DISTILLATION_METHODS)
+OPTIMIZERS = ("sgd", "adam")
 SINGLE_RUN_METHODS = ("mcdropout", "singlebase", *DISTILLATION_METHODS)  # one run, its best-on-validation model
 DISTILLATION_LOSSES = ("kl", "lm")
 REMEDIATION_KINDS = ("ensemble", "distilled")  # the consistency_gate.kind tag of a version remediation registers
@@ -101,10 +102,14 @@ class TrainSettings:
     threads: int | None = None  # CPU threads for training: None picks (snapshot.training_threads), 0 torch's
     distillation: Distillation | None = None  # the distillation methods' term; None: DEFAULT_DISTILLATION
     teacher_method: str = "dynsnap-cyc"  # ensemble-distillation: the ensemble the student learns from
+    optimizer: str = "sgd"  # sgd: momentum 0.9, weight decay 5e-4; adam: paper 003's Table 1 (with lr 1e-3)
+    snapshot_one_run: bool = True  # snapshot: one run of m cycles (Huang et al., 003); False: runs of N cycles
 
     def __post_init__(self) -> None:
         if self.method not in METHODS:
             raise UsageError(f"remediation method '{self.method}' is unknown; use one of {', '.join(METHODS)}")
+        if self.optimizer not in OPTIMIZERS:
+            raise UsageError(f"remediation optimizer '{self.optimizer}' is unknown; use one of {', '.join(OPTIMIZERS)}")
         for name in ("m", "n_snapshots", "epochs", "batch_size", "max_runs"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -179,6 +184,8 @@ class RemediationBlock(BaseModel):
     threads: StrictInt | None = None
     distillation: DistillationBlock | None = None
     teacher_method: StrictStr = "dynsnap-cyc"
+    optimizer: Literal[OPTIMIZERS] = "sgd"
+    snapshot_one_run: StrictBool = True
     strategy: Literal["cheapest"] | Annotated[list[StrictStr], Field(min_length=1)] | None = None
 
     @field_validator("combination", mode="before")
@@ -286,6 +293,8 @@ def _settings(block: RemediationBlock) -> TrainSettings:
         threads=block.threads,
         distillation=_distillation(block),
         teacher_method=block.teacher_method,
+        optimizer=block.optimizer,
+        snapshot_one_run=block.snapshot_one_run,
     )
 
 

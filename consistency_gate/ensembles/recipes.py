@@ -75,11 +75,12 @@ class TrainingRecipe:
     ``model()`` returns a fresh network whose output has one logit per class; ``train_dataset``
     yields ``(x, y)`` with ``y`` the class index (DynSnap splits its indices into train and
     validation per run, stratified by class, and reshuffles). ``loss`` defaults to cross-entropy,
-    ``optimizer(params, lr)`` to SGD with momentum 0.9 and weight decay 5e-4 (DynSnap sets the
-    learning rate every epoch), ``batch_size`` to the config's. ``input_example`` (one batch)
-    gives the logged ensemble its signature (default: the first sample); ``classes`` names the
-    class indices (default: those of the model the ensemble replaces). A ``targets`` attribute on
-    the dataset (as torchvision's have) saves one pass over it to read the labels.
+    ``optimizer(params, lr)`` to the config's ``optimizer`` (SGD with momentum 0.9 and weight decay
+    5e-4, or Adam; DynSnap sets the learning rate every epoch), ``batch_size`` to the config's.
+    ``input_example`` (one batch) gives the logged ensemble its signature (default: the first
+    sample); ``classes`` names the class indices (default: those of the model the ensemble
+    replaces). A ``targets`` attribute on the dataset (as torchvision's have) saves one pass over it
+    to read the labels.
 
     >>> recipe = TrainingRecipe(lambda: nn.Linear(4, 3), TensorDataset(torch.zeros(6, 4), torch.arange(6) % 3))
     >>> recipe.sample_shape(), recipe.labels().tolist()

@@ -19,6 +19,8 @@ The config's ``remediation:`` block names the recipe, the training data and the 
       seed: 0
       distillation: {loss: kl, alpha: 1, beta: 5, temperature: 100, weight: 1}  # the distillation methods
       teacher_method: dynsnap-cyc  # ensemble-distillation: the ensemble its student learns from
+      optimizer: sgd             # adam: paper 003's Table 1 (with lr: 0.001)
+      snapshot_one_run: true     # snapshot: one run of m cycles; false: runs of N cycles until m
 
 ``focal-distillation`` learns from the previous generation: the gate predicts the training samples
 with the baseline version (the ``teacher`` below). Everything is checked before any training starts
@@ -373,8 +375,10 @@ def log_build(build: EnsembleBuild) -> None:
             "epochs": s.epochs,
             "beta": "beta*" if s.beta is None else s.beta,
             "lr": s.lr,
+            "optimizer": s.optimizer,
             "seed": s.seed,
             "threads": "picked" if s.threads is None else s.threads,
+            **({"snapshot_one_run": s.snapshot_one_run} if s.method == "snapshot" else {}),
         }
     )
     mlflow.log_metrics(

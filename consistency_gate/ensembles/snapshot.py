@@ -6,10 +6,13 @@ Methods (paper 003, Sec. 4 and its baselines):
   the N cycles, dynamic pruning (keep snapshot j if W_j >= tau).
 - ``dynsnap-step``: step decay (x0.1 / x0.01 / x0.001 at 40 / 60 / 80 percent of the epochs),
   the top-N epochs on validation, dynamic pruning.
-- ``snapshot``: DynSnap-cyc with beta = 1 (tau = min: nothing pruned).
-- ``extbagging``: m independent runs, each its final model.
-- ``mcdropout``: one run, m stochastic forward passes with dropout active.
-- ``singlebase``: one run, its best-on-validation model.
+- ``snapshot``: Snapshot Ensembles (Huang et al.), 003's baseline: one run of m cosine cycles as long
+  as DynSnap-cyc's (``ceil(epochs/N)`` epochs), the best-on-validation snapshot of each, nothing pruned
+  (``snapshot_one_run: false``: DynSnap-cyc with beta = 1, m/N runs of N cycles on new splits).
+- ``extbagging``: m independent runs, each its best-on-validation epoch's model.
+- ``mcdropout``: one run, its best-on-validation epoch's model, m stochastic forward passes with
+  dropout active.
+- ``singlebase``: one run, its best-on-validation epoch's model.
 - ``focal-distillation``: one run, its best-on-validation model, trained with cross-entropy plus
   focal distillation toward the previous generation's outputs on the training samples (the
   ``teacher``; :mod:`~consistency_gate.ensembles.distillation`).
@@ -17,7 +20,10 @@ Methods (paper 003, Sec. 4 and its baselines):
   toward the ensemble's averaged outputs; kappa counts both.
 
 Each run resamples the train/validation split (stratified by class, as 003 Appendix J does),
-re-initialises the model and reshuffles. Runs repeat until the ensemble holds m members. Seeds
+re-initialises the model and reshuffles. Runs repeat until the ensemble holds m members; where a
+run keeps more snapshots than places are left, the best on validation fill them (Algorithm 1
+sorts the kept snapshots). The optimiser is SGD (momentum 0.9, weight decay 5e-4) or, with
+``optimizer: adam``, Adam as in 003's Table 1 (set ``lr: 0.001`` as there). Seeds
 make a build reproducible. The model, data, loss and optimiser come from a
 :class:`~consistency_gate.ensembles.recipes.TrainingRecipe`.
 
@@ -35,7 +41,7 @@ import contextlib
 import math
 import sys
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -298,6 +304,10 @@ def _train_members(
         disable=quiet or not sys.stderr.isatty(),
         leave=False,
     )
+    run_settings = settings
+    if settings.method == "snapshot" and settings.snapshot_one_run:  # one long run of m DynSnap-cyc cycles
+        cycle = math.ceil(settings.epochs / settings.n_snapshots)
+        run_settings = replace(settings, epochs=settings.m * cycle, n_snapshots=settings.m)
     run = 0
     while len(members) < target:
         if run >= settings.max_runs:
@@ -306,12 +316,11 @@ def _train_members(
                 f"{target} members; raise max_runs or lower m"
             )
         torch.manual_seed(settings.seed * 1_000_003 + run)
-        snapshots, log = _train_run(recipe, data, labels, settings, rng, run, quiet)
+        snapshots, log = _train_run(recipe, data, labels, run_settings, rng, run, quiet)
         runs.append(log)
-        for j in log.kept:
-            if len(members) < target:
-                members.append(snapshots[j])
-                bar.update(1)
+        for j in best_first(snapshots, log.kept, target - len(members)):
+            members.append(snapshots[j])
+            bar.update(1)
         run += 1
     bar.close()
     seconds = time.perf_counter() - started
@@ -321,9 +330,21 @@ def _train_members(
         settings=settings,
         mc_passes=settings.m if settings.method == "mcdropout" else 1,
         seconds=seconds,
-        epochs_trained=settings.epochs * len(runs),
+        epochs_trained=run_settings.epochs * len(runs),
     )
     return build
+
+
+def best_first(snapshots: Sequence[Member], kept: Sequence[int], places: int) -> list[int]:
+    """Which of a run's kept snapshots fill the ``places`` left: all when they fit, else the best on
+    validation (a later epoch first on a tie), listed in epoch order.
+
+    >>> shots = [Member({}, acc, 0, epoch) for epoch, acc in enumerate([0.9, 0.95, 0.9, 0.97], start=1)]
+    >>> best_first(shots, [0, 1, 2, 3], 2), best_first(shots, [0, 2], 1), best_first(shots, [0, 2], 5)
+    ([1, 3], [2], [0, 2])
+    """
+    ranked = sorted(kept, key=lambda j: (snapshots[j].val_acc, snapshots[j].epoch), reverse=True)
+    return sorted(ranked[: max(places, 0)])
 
 
 class _Data:
@@ -364,8 +385,11 @@ class _Data:
             yield x.to(self.device, non_blocking=True), torch.as_tensor(y).to(self.device, non_blocking=True), teacher
 
 
-def _sgd(params: Iterable[nn.Parameter], lr: float) -> torch.optim.Optimizer:
-    return torch.optim.SGD(params, lr=lr, momentum=0.9, weight_decay=5e-4)
+def _optimizer(settings: TrainSettings) -> Callable[[Iterable[nn.Parameter], float], torch.optim.Optimizer]:
+    """The settings' optimiser: SGD with momentum 0.9 and weight decay 5e-4, or Adam (003's Table 1)."""
+    if settings.optimizer == "adam":
+        return lambda params, lr: torch.optim.Adam(params, lr=lr)
+    return lambda params, lr: torch.optim.SGD(params, lr=lr, momentum=0.9, weight_decay=5e-4)
 
 
 def _train_run(
@@ -382,7 +406,7 @@ def _train_run(
     t0 = time.perf_counter()
     train_idx, val_idx = stratified_split(labels, settings.val_fraction, rng)
     model = recipe.model().to(data.device)
-    optimizer = (recipe.optimizer or _sgd)(model.parameters(), settings.lr)
+    optimizer = (recipe.optimizer or _optimizer(settings))(model.parameters(), settings.lr)
     loss_fn = recipe.loss or nn.CrossEntropyLoss()
     batch_size = recipe.batch_size or settings.batch_size
     epochs, method = settings.epochs, settings.method

@@ -336,6 +336,14 @@ def diagnose_sections(report: dict) -> list[tuple[str, list[str], list[list]]]:
         ),
         ("Decomposition", ["decomposition", "value"], [[k, v] for k, v in report["decomposition"].items()]),
     ]
+    collusion = report.get("collusion") or {}
+    rows = [
+        [part, numbers["div"], numbers["div_share"], numbers["debiasing_share_logits"]]
+        for part, numbers in collusion.items()
+        if part != "warnings" and numbers is not None
+    ]
+    if rows:
+        sections.append(("Collusion (paper 001)", ["set", "DIV", "DIV / member loss", "debiasing share"], rows))
     if report.get("selection"):
         rows = [
             [
