@@ -90,7 +90,9 @@ def train_ensemble(x: np.ndarray, y: np.ndarray, beta: float, seed: int, members
 
 
 def centred(z: np.ndarray) -> np.ndarray:
-    """Logits less their per-sample mean over classes: what a softmax output determines of them."""
+    """Logits less their per-sample mean over classes: what a softmax output determines of them (the
+    library's ``centred_log_probabilities`` recovers the same from probabilities, but clips them at 1e-12,
+    which the confident training outputs here would reach)."""
     return z - z.mean(axis=-1, keepdims=True)
 
 

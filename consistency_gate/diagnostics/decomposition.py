@@ -145,8 +145,8 @@ def collusion_numbers(member_probs: np.ndarray, y: np.ndarray) -> dict[str, floa
     {'ce_members': 1.204, 'div': 0.511, 'div_share': 0.424, 'debiasing_share_logits': 1.0}
     """
     p = np.asarray(member_probs, dtype=np.float64)
-    div = diversity_ce_probs(p, y)
-    members = losses(p, y)["ce_members"]
+    loss = losses(p, y)
+    members, div = loss["ce_members"], loss["ce_members"] - loss["ce_ensemble"]  # = diversity_ce_probs
     return {
         "ce_members": members,
         "div": div,
