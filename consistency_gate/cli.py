@@ -369,7 +369,14 @@ def config(show_default: bool, check_path: Path | None) -> None:
 
 
 @cli.command()
-@click.option("--rules", "rules_path", required=True, type=click.Path(path_type=Path), help="A gate config.")
+@click.option(
+    "--config",
+    "--rules",
+    "rules_path",
+    required=True,
+    type=click.Path(path_type=Path),
+    help="The gate config (YAML) whose rules to plan for (--rules: its old name).",
+)
 @click.option(
     "--rate",
     "rates",
@@ -390,6 +397,12 @@ def plan(rules_path: Path, rates: tuple[str, ...], confidence: float | None, fmt
     from consistency_gate.report.tables import table
 
     cfg = load_config(rules_path)
+    if not rates:
+        metrics = sorted({r.metric for r in cfg.rules})
+        raise UsageError(
+            f"plan needs the rate you expect for a rule's metric: --rate METRIC=R, e.g. --rate ctoi=0.01 "
+            f"(the rules of {rules_path} are on {', '.join(metrics)})"
+        )
     expected: dict[str, float] = {}
     for item in rates:
         metric, sep, value = item.partition("=")
@@ -420,8 +433,11 @@ def plan(rules_path: Path, rates: tuple[str, ...], confidence: float | None, fmt
 )
 def demo(workdir: Path) -> None:
     """Train two generations on a bundled data set, register them locally, and run the gate."""
+    from mlflow import MlflowClient
+
     from consistency_gate.demo import MODEL_NAME, prepare
     from consistency_gate.gate.run import run_gate
+    from consistency_gate.mlops.tracking import run_page
     from consistency_gate.report.tables import verdict_table
 
     click.echo(f"Training two generations of '{MODEL_NAME}' and registering them in {workdir}/mlflow.db ...")
@@ -438,10 +454,10 @@ def demo(workdir: Path) -> None:
     )
     click.echo(verdict_table(result.to_dict()))
     click.echo(f"\nIn CI this gate would exit {result.exit_code}. The JSON report is {workdir / 'report.json'}.")
+    experiment = MlflowClient(tracking_uri=uri).get_run(result.run_id).info.experiment_id
     click.echo(
         f"See the run (rules, flip table, plots) in the MLflow UI:\n  mlflow ui --backend-store-uri {uri}\n"
-        "then open http://127.0.0.1:5000 and the experiment "
-        f"'consistency-gate/{MODEL_NAME}'."
+        f"then open {run_page('http://127.0.0.1:5000', experiment, result.run_id)}"
     )
 
 

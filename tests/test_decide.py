@@ -75,3 +75,14 @@ def test_plan_prints_the_sizes_needed(tmp_path):
     assert out["rules"][1]["samples"] is None and "no size formula" in out["rules"][1]["note"]
     bad = run_cli("plan", "--rules", config, "--rate", "ctoi")
     assert bad.returncode == 2 and "METRIC=R" in bad.stderr
+
+
+def test_plan_needs_a_rate_and_takes_the_config_by_its_name_in_check(tmp_path):
+    config = tmp_path / "gate.yaml"
+    config.write_text("rules:\n  - {metric: ctoi, max: 0.02}\n  - {metric: con, min: 0.9}\n")
+    proc = run_cli("plan", "--config", config)
+    assert proc.returncode == 2 and "--rate METRIC=R" in proc.stderr and "con, ctoi" in proc.stderr
+    assert run_cli("plan", "--config", config, "--rate", "ctoi=0.01").returncode == 0
+    missing = run_cli("config", "--check", tmp_path / "nofile.yaml")
+    assert missing.returncode == 2 and "--config" not in missing.stderr
+    assert f"{tmp_path / 'nofile.yaml'}: cannot read the config file" in missing.stderr

@@ -174,3 +174,35 @@ def test_missing_file_option_remediation_and_bad_data(files, tmp_path):
     pd.read_csv(files / "labels.csv").rename(columns={"label": "truth"}).to_csv(bad, index=False)
     proc = run_cli(*_args(files)[:2], bad, *_args(files)[3:], env=_env_without_tracking())
     assert proc.returncode == 3 and "column 'label' not found" in proc.stderr
+
+
+def test_files_gate_writes_an_error_report_on_every_error(files, tmp_path):
+    """The file gate shares the registry gate's session: an error report for exit codes >= 2, run or no run."""
+    short = tmp_path / "short.csv"
+    pd.read_csv(files / "gen1.csv").iloc[:-1].to_csv(short, index=False)
+    report = tmp_path / "report.json"
+    args = list(_args(files, "--report", report))
+    args[args.index(files / "gen1.csv")] = short
+    args.remove("--id-column"), args.remove("id")  # rows align by position: the counts must match
+    proc = run_cli(*args, env=_env_without_tracking())
+    saved = read_report(report)
+    assert proc.returncode == 3 and saved["exit_code"] == 3, proc.stderr
+    assert saved["verdict"] == "error" and "399" in saved["error"] and saved["run_id"] is None
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    missing_config = _args(files, "--report", report, "--tracking-uri", uri, "--config", tmp_path / "none.yaml")
+    proc = run_cli(*missing_config, env=_env_without_tracking())
+    assert proc.returncode == 2 and read_report(report)["exit_code"] == 2, proc.stderr
+
+
+def test_files_gate_run_is_named_after_its_verdict_and_logs_the_report_once(files, tmp_path):
+    from consistency_gate.gate.files import run_file_gate
+    from consistency_gate.gate.rules import parse_config
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    cfg = parse_config(RULES)
+    result = run_file_gate(
+        files / "labels.csv", files / "gen1.csv", files / "gen2.parquet", id_column="id", config=cfg, tracking_uri=uri
+    )
+    run = MlflowClient(tracking_uri=uri).get_run(result.run_id)
+    assert run.info.run_name == f"gate predictions (prediction files): {result.outcome.upper()}"
+    assert run.info.status == "FINISHED"

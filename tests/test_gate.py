@@ -1,6 +1,7 @@
 """The gate on a real SQLite MLflow store with real registered sklearn and torch models."""
 
 import json
+import os
 from pathlib import Path
 
 import mlflow
@@ -155,6 +156,7 @@ def test_data_errors(store, tmp_path):
             "feature column 'sepal_length' is not numeric",
         ),
         "badlabel.csv": (frame.assign(label=["tulip"] + list(frame["label"][1:])), "tulip"),
+        "nolabel3.csv": (frame.assign(label=list(frame["label"][:2]) + [None] + list(frame["label"][3:])), "row 3, "),
     }
     for name, (data, text) in cases.items():
         data.to_csv(tmp_path / name, index=False)
@@ -314,3 +316,27 @@ def test_the_validation_suite_stays_small_however_wide_the_data():
     assert not bad.success and len(bad.failures) == 2
     assert bad.failures[0] == "expect_table_columns_to_match_set(exact_match=False): missing ['f3']"
     assert bad.failures[1].startswith("expect_column_values_to_be_in_type_list(column=f7): observed ")
+
+
+def test_error_reports_before_the_run_starts_and_run_names_with_the_verdict(store, tmp_path):
+    report = tmp_path / "r.json"
+    proc = run_cli(
+        "check", "--model", "ghost", "--data", store["data"], "--tracking-uri", store["uri"], "--report", report
+    )
+    saved = read_report(report)
+    assert proc.returncode == 4 and saved == {**saved, "verdict": "error", "exit_code": 4, "run_id": None}
+    assert "ghost" in saved["error"]
+    result = run_gate(MODEL, store["data"], candidate="2", config=LENIENT, tracking_uri=store["uri"])
+    run = _client(store).get_run(result.run_id)
+    assert run.info.run_name == f"gate {MODEL} v2: PASSED"
+
+
+def test_registry_messages_name_the_store_and_what_it_holds(store, tmp_path):
+    proc = run_cli("check", "--model", "ghost", "--data", store["data"], "--tracking-uri", store["uri"])
+    assert proc.returncode == 4 and store["uri"] in proc.stderr and "--tracking-uri" in proc.stderr
+    with pytest.raises(ModelError, match=r"version '99' not found; it has versions 1, 2.* aliases @champion \(v1\)"):
+        run_gate(MODEL, store["data"], candidate="99", config=LENIENT, tracking_uri=store["uri"])
+    env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
+    proc = run_cli("check", "--model", MODEL, "--data", store["data"], cwd=tmp_path, env=env)
+    assert proc.returncode == 2 and "no tracking store given and no mlflow.db in" in proc.stderr, proc.stderr
+    assert not (tmp_path / "mlflow.db").exists()  # nothing created

@@ -35,7 +35,9 @@ def test_gate_over_http_then_server_killed_mid_gate(server, tmp_path):
     http = MlflowClient(tracking_uri=server.url, registry_uri=server.url)
     # over http(s) the Markdown verdict links the run and the model versions in the MLflow UI
     assert first.stdout.strip() == summary.read_text().strip()
-    experiment, run_id = re.search(rf"\({server.url}/#/experiments/(\w+)/runs/(\w+)\)", first.stdout).groups()
+    experiment, run_id = re.search(
+        rf"\({server.url}/#/experiments/(\w+)/runs/(\w+)\?workflowType=machine_learning\)", first.stdout
+    ).groups()
     assert http.get_run(run_id).info.experiment_id == experiment
     assert f"Candidate [{MODEL} v2]({server.url}/#/models/{MODEL}/versions/2)." in first.stdout
     assert f"Compared with [v1 (@champion)]({server.url}/#/models/{MODEL}/versions/1)" in first.stdout

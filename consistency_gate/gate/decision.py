@@ -95,10 +95,11 @@ class Decision:
             rows.append({**s.to_dict(), "metrics": metrics, "intervals": intervals})
         return rows
 
-    def log(self, report: dict, model_id: str | None = None, dataset: Dataset | None = None) -> None:
-        """Metrics and their intervals, rule table, slice table, flip table, plots and the JSON
-        report into the active MLflow run; the metrics also linked to the candidate's logged model
-        (``model_id``) measured on ``dataset``, when known."""
+    def log(self, model_id: str | None = None, dataset: Dataset | None = None) -> None:
+        """Metrics and their intervals, rule table, slice table, flip table and plots into the
+        active MLflow run; the metrics also linked to the candidate's logged model (``model_id``)
+        measured on ``dataset``, when known. The report is logged once, with the verdict
+        (:meth:`consistency_gate.gate.session.GateSession.log_verdict`)."""
         tracking.log_metrics({**self.metrics, **self.cost}, model_id=model_id, dataset=dataset)
         tracking.log_intervals(self.intervals, self.tests)
         tracking.log_rules([r.record() for r in self.rules])
@@ -106,7 +107,6 @@ class Decision:
             tracking.log_slices(self.slices)
         tracking.log_samples(self.samples)
         tracking.log_pngs(self.pngs, "gate/plots")
-        tracking.log_json(report, "gate/report.json")
 
     @functools.cached_property
     def pngs(self) -> dict[str, bytes]:

@@ -12,26 +12,20 @@ experiment ``consistency-gate/<name>``; without one it logs nothing.
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from consistency_gate.core.evaluation import flip_table
 from consistency_gate.engines.local import evaluate_files
-from consistency_gate.errors import TrackingError, UsageError, redact_credentials
+from consistency_gate.errors import UsageError
 from consistency_gate.gate import rules
-from consistency_gate.gate.decision import Decision, tag_run
+from consistency_gate.gate.decision import Decision
 from consistency_gate.gate.result import GateResult
-from consistency_gate.gate.run import end_failed
+from consistency_gate.gate.session import GateSession
 from consistency_gate.io import predictions as io
-from consistency_gate.mlops import store, tracking
-from consistency_gate.report.tables import verdict_markdown
-
-if TYPE_CHECKING:
-    from mlflow import MlflowClient
+from consistency_gate.mlops import tracking
 
 DEFAULT_NAME = "predictions"
 
@@ -69,7 +63,29 @@ def run_file_gate(
     >>> result.verdict, result.exit_code, round(result.metrics["ctoi"], 4), result.run_id is not None
     ('failed', 1, 0.3333, True)
     """
-    cfg = config if isinstance(config, rules.GateConfig) else rules.load_config(config)
+    with GateSession(report_path) as session:
+        cfg = config if isinstance(config, rules.GateConfig) else rules.load_config(config)
+        _refuse_model_work(cfg)
+        uri = tracking_uri or os.environ.get("MLFLOW_TRACKING_URI") or None
+        if uri:  # before any work: an unreachable server is exit 5 at once
+            session.connect(uri)
+        decision = _decide(Path(labels), Path(previous), Path(candidate), cfg, label_column, id_column)
+        result = GateResult.of(
+            decision,
+            candidate={"name": name, "version": None, "predictions": str(candidate)},
+            baseline={"name": name, "version": None, "predictions": str(previous)},
+        )
+        if uri:
+            session.start(tracking.experiment_name(name), f"gate {name} (prediction files)", owner=name)
+            result.run_id = session.run_id
+            _log_run(result, decision, cfg, session, Path(labels))
+        elif html:
+            result.html = decision.html(result.to_dict())
+        return session.finish(result)
+
+
+def _refuse_model_work(cfg: rules.GateConfig) -> None:
+    """UsageError for what needs models, which prediction files have none of: remediation, cost rules."""
     if cfg.remediation is not None:
         raise UsageError(
             f"{cfg.source}: remediation trains and registers models, and gating prediction files has none: "
@@ -81,21 +97,6 @@ def run_file_gate(
             f"{cfg.source}: a rule on {costly[0]} needs models to time and measure, and prediction files have "
             "none: remove it, or gate registered models with --model and --data"
         )
-    uri = tracking_uri or os.environ.get("MLFLOW_TRACKING_URI") or None
-    client = store.connect(uri)[1] if uri else None  # before any work: an unreachable server is exit 5 at once
-    decision = _decide(Path(labels), Path(previous), Path(candidate), cfg, label_column, id_column)
-    result = GateResult.of(
-        decision,
-        candidate={"name": name, "version": None, "predictions": str(candidate)},
-        baseline={"name": name, "version": None, "predictions": str(previous)},
-    )
-    if client is not None:
-        _log_run(result, decision, cfg, name, uri, client, Path(labels))
-    elif html:
-        result.html = decision.html(result.to_dict())
-    if report_path:
-        Path(report_path).write_text(json.dumps(result.to_dict(), indent=2, default=str))
-    return result
 
 
 def _decide(
@@ -117,52 +118,21 @@ def _decide(
     return Decision.judge(comparison, cfg, flip_table(evaluation.samples(), ids), evaluation.ks)
 
 
-def _log_run(
-    result: GateResult,
-    decision: Decision,
-    cfg: rules.GateConfig,
-    name: str,
-    uri: str,
-    client: MlflowClient,
-    labels: Path,
-) -> None:
-    """The gate's run in ``consistency-gate/<name>``: params, the decision, tags; ended FAILED
-    (what was logged kept) if logging fails half-way."""
+def _log_run(result: GateResult, decision: Decision, cfg: rules.GateConfig, session: GateSession, labels: Path) -> None:
+    """The gate's run in ``consistency-gate/<name>``: params, the decision and the verdict."""
     import mlflow
 
-    try:
-        experiment = tracking.experiment_id(tracking.experiment_name(name), uri)
-        run = mlflow.start_run(
-            experiment_id=experiment, run_name=f"gate {name} (prediction files)", nested=mlflow.active_run() is not None
-        )
-    except Exception as exc:  # noqa: BLE001 - MLflow and requests raise many kinds here
-        raise store.refusal(exc, uri) or TrackingError(
-            f"cannot start an MLflow run on {redact_credentials(uri)}: {exc}"
-        ) from None
-    result.run_id = run.info.run_id
-    try:
-        mlflow.set_tags(tracking.owner_tags())
-        mlflow.log_params(
-            {
-                "source": "prediction files",
-                "labels": str(labels),
-                "previous_predictions": result.baseline["predictions"],
-                "candidate_predictions": result.candidate["predictions"],
-                "n_rows": result.n,
-                "config": cfg.source,
-            }
-        )
-        tracking.log_json([{"metric": r.metric, r.kind: r.threshold} for r in cfg.rules], "gate/config.json")
-        result.links = tracking.ui_links(uri, experiment, run.info.run_id)
-        report = result.to_dict()
-        decision.log(report)
-        result.html = decision.html(report)
-        tracking.log_html(result.html, "gate/report.html")
-        tag_run(report)
-        tracking.describe_run(verdict_markdown(report))
-        mlflow.end_run("FINISHED")
-    except BaseException as exc:
-        end_failed(exc, [run.info.run_id], client)
-        if store.looks_unreachable(exc):
-            raise TrackingError(f"tracking server or storage became unreachable during the gate: {exc}") from None
-        raise
+    mlflow.log_params(
+        {
+            "source": "prediction files",
+            "labels": str(labels),
+            "previous_predictions": result.baseline["predictions"],
+            "candidate_predictions": result.candidate["predictions"],
+            "n_rows": result.n,
+            "config": cfg.source,
+        }
+    )
+    tracking.log_json([{"metric": r.metric, r.kind: r.threshold} for r in cfg.rules], "gate/config.json")
+    result.links = tracking.ui_links(session.uri, session.experiment_id, session.run_id)
+    decision.log()
+    session.log_verdict(result, decision)

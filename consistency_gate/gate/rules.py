@@ -243,7 +243,10 @@ def load_config(path: str | Path | None) -> GateConfig:
     try:
         text = path.read_text()
     except OSError as exc:
-        raise UsageError(f"--config {path}: cannot read the file ({exc.strerror})") from None
+        raise UsageError(
+            f"{path}: cannot read the config file ({exc.strerror}); give a YAML config "
+            "(`consistency-gate config --default > gate.yaml` writes the default one to edit)"
+        ) from None
     return parse_config(text, str(path))
 
 

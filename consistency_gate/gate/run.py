@@ -14,12 +14,10 @@ candidate version and, with ``promote=True`` and a pass, moves the baseline alia
 from __future__ import annotations
 
 import contextlib
-import json
-import os
 import sys
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -30,26 +28,18 @@ from consistency_gate.core.evaluation import Evaluation, flip_table
 from consistency_gate.core.slices import TRUE_CLASS
 from consistency_gate.engines.spark import SparkModel, gate_comparison
 from consistency_gate.ensembles.config import REMEDIATION_KINDS, RemediationConfig, remediation_kind
-from consistency_gate.errors import (
-    DataError,
-    GateError,
-    ModelError,
-    TrackingError,
-    UsageError,
-    redact_credentials,
-)
+from consistency_gate.errors import DataError, ModelError, UsageError
 from consistency_gate.gate import rules
-from consistency_gate.gate.decision import Decision, tag_run
+from consistency_gate.gate.decision import Decision
 from consistency_gate.gate.result import NOTHING_TO_DECIDE, GateResult
+from consistency_gate.gate.session import GateSession
 from consistency_gate.io import predictions as io
 from consistency_gate.io.tensors import array_column, tensor_batch
-from consistency_gate.mlops import registry, scoring, store, tracking
+from consistency_gate.mlops import registry, scoring, tracking
 from consistency_gate.mlops.cost import ServingCost, model_size_mb, predict_latency
-from consistency_gate.report.schema import SCHEMA_VERSION
-from consistency_gate.report.tables import attempt_line, verdict_markdown, verdict_table
+from consistency_gate.report.tables import attempt_line, verdict_table
 
 if TYPE_CHECKING:
-    import mlflow
     from mlflow import MlflowClient
     from mlflow.data.dataset import Dataset
 
@@ -57,8 +47,6 @@ DEFAULT_BASELINE = "@champion"
 IN_MEMORY = "DataFrame"  # how errors, params and the logged dataset name evaluation data given in memory
 # with --engine spark the driver validates (great-expectations) and diagnoses this many first rows
 SPARK_SAMPLE_ROWS = 10_000
-# how long a failing gate keeps trying to mark its runs FAILED on a tracking server that went away
-END_RUN_RETRY_S = float(os.environ.get("CONSISTENCY_GATE_END_RUN_RETRY_S", "30"))
 
 
 @contextlib.contextmanager
@@ -75,7 +63,7 @@ def _timed(timings: dict[str, float], phase: str) -> Iterator[None]:
 class _GateRun:
     """One gate's inputs and what it has done so far, shared by its steps."""
 
-    client: MlflowClient
+    session: GateSession
     cfg: rules.GateConfig
     cand_ref: registry.ModelRef
     base_ref: registry.ModelRef | None
@@ -88,15 +76,16 @@ class _GateRun:
     engine: str
     partitions: int | None
     timings: dict[str, float]
-    started: list[str] = field(default_factory=list)  # the runs it opened: the gate run, a remediation run
     dataset: Dataset | None = None  # the evaluation data as logged to the run (metrics are linked to it)
     cost: ServingCost | None = None  # the candidate's serving cost
-    uri: str = ""  # the tracking URI
-    experiment_id: str = ""  # the gate run's experiment
 
     @property
     def run_id(self) -> str:
-        return self.started[0]
+        return self.session.run_id
+
+    @property
+    def client(self) -> MlflowClient:
+        return self.session.client
 
     def timed(self, phase: str) -> contextlib.AbstractContextManager[None]:
         return _timed(self.timings, phase)
@@ -148,46 +137,34 @@ def run_gate(
     >>> result.verdict, result.exit_code, result.intervals["ctoi"]  # doctest: +SKIP
     ('failed', 1, [0.019, 0.031])
     """
-    import mlflow
+    with GateSession(report_path) as session:
+        if engine not in ("local", "spark"):
+            raise UsageError(f"engine must be 'local' or 'spark', got {engine!r}")
+        timings: dict[str, float] = {}
+        cfg = config if isinstance(config, rules.GateConfig) else rules.load_config(config)
+        _, client = session.connect(tracking_uri)
 
-    if engine not in ("local", "spark"):
-        raise UsageError(f"engine must be 'local' or 'spark', got {engine!r}")
-    timings: dict[str, float] = {}
-    cfg = config if isinstance(config, rules.GateConfig) else rules.load_config(config)
-    uri, client = store.connect(tracking_uri)
+        with _timed(timings, "registry"):
+            cand_ref, base_ref = _versions(client, model, candidate, baseline)
+        if base_ref is not None and base_ref.version == cand_ref.version:
+            return session.finish(_same_version(cand_ref, base_ref))
+        if isinstance(data, pd.DataFrame):
+            if engine == "spark":
+                raise UsageError("engine='spark' reads the evaluation data from a file (Parquet or CSV); give its path")
+            frame = io.evaluation_frame(data, label_column, id_column, _data_slices(cfg), IN_MEMORY)
+            data = IN_MEMORY
+        else:
+            sample = SPARK_SAMPLE_ROWS if engine == "spark" else None
+            slices = _data_slices(cfg)
+            frame = io.read_evaluation_data(Path(data), label_column, id_column, max_rows=sample, slices=slices)
 
-    with _timed(timings, "registry"):
-        cand_ref, base_ref = _versions(client, model, candidate, baseline)
-    if base_ref is not None and base_ref.version == cand_ref.version:
-        return _same_version(cand_ref, base_ref, report_path)
-    if isinstance(data, pd.DataFrame):
-        if engine == "spark":
-            raise UsageError("engine='spark' reads the evaluation data from a file (Parquet or CSV); give its path")
-        frame = io.evaluation_frame(data, label_column, id_column, _data_slices(cfg), IN_MEMORY)
-        data = IN_MEMORY
-    else:
-        sample = SPARK_SAMPLE_ROWS if engine == "spark" else None
-        frame = io.read_evaluation_data(Path(data), label_column, id_column, max_rows=sample, slices=_data_slices(cfg))
-
-    run = _start_run(cand_ref, uri)
-    gate = _GateRun(
-        client, cfg, cand_ref, base_ref, frame, Path(data), label_column, id_column, promote, quiet, engine,
-        partitions, timings, started=[run.info.run_id],
-        uri=uri, experiment_id=run.info.experiment_id,
-    )  # fmt: skip
-    try:
-        mlflow.set_tags(tracking.owner_tags())
-        tracking.close_orphaned_runs(client, run.info.experiment_id, run.info.run_id)
-        result = _gate_in_run(gate)
-        if report_path:
-            Path(report_path).write_text(json.dumps(result.to_dict(), indent=2, default=str))
-        mlflow.end_run("FINISHED")
-        return result
-    except BaseException as exc:
-        error = _failed(exc, gate, uri, report_path)
-        if error is exc:
-            raise
-        raise error from exc
+        name = cand_ref.name
+        session.start(tracking.experiment_name(name), f"gate {name} v{cand_ref.version}", owner=name)
+        gate = _GateRun(
+            session, cfg, cand_ref, base_ref, frame, Path(data), label_column, id_column, promote, quiet, engine,
+            partitions, timings,
+        )  # fmt: skip
+        return session.finish(_gate_in_run(gate))
 
 
 def _versions(
@@ -202,52 +179,10 @@ def _versions(
     return cand_ref, registry.resolve_version(client, model, base_spec)
 
 
-def _start_run(cand_ref: registry.ModelRef, uri: str) -> mlflow.ActiveRun:
-    """The gate's run, in the model's gate experiment, leaving the caller's active experiment as
-    it was; inside a pipeline's own run, the gate's run nests under it."""
-    import mlflow
-
-    try:
-        return mlflow.start_run(
-            experiment_id=tracking.experiment_id(tracking.experiment_name(cand_ref.name), uri),
-            run_name=f"gate {cand_ref.name} v{cand_ref.version}",
-            nested=mlflow.active_run() is not None,
-        )
-    except Exception as exc:  # noqa: BLE001 - MLflow and requests raise many kinds here
-        raise store.refusal(exc, uri) or TrackingError(
-            f"cannot start an MLflow run on {redact_credentials(uri)}: {exc}"
-        ) from None
-
-
-def _failed(exc: BaseException, gate: _GateRun, uri: str, report_path: str | Path | None) -> BaseException:
-    """End the gate's runs FAILED and return the error to raise: a refusal or an unreachable
-    server as TrackingError, naming the runs left RUNNING; written to the report if one is asked."""
-    left = end_failed(exc, gate.started, gate.client)
-    error = exc
-    if not isinstance(exc, GateError):
-        refused = store.refusal(exc, uri)
-        if refused is not None:
-            error = refused
-        elif store.looks_unreachable(exc):
-            error = TrackingError(f"tracking server or storage became unreachable during the gate: {exc}")
-    if left:
-        error = type(error)(
-            f"{error}; runs left RUNNING (the server did not answer within {END_RUN_RETRY_S:.0f} s): "
-            f"{', '.join(left)}: the next gate of '{gate.cand_ref.name}' marks them FAILED"
-        )
-    if report_path and isinstance(error, GateError):
-        report = {"schema_version": SCHEMA_VERSION, "verdict": "error", "error": redact_credentials(str(error))}
-        report["run_id"] = gate.run_id
-        Path(report_path).write_text(json.dumps({**report, "left_running": left}, indent=2))
-    return error
-
-
-def _same_version(
-    cand_ref: registry.ModelRef, base_ref: registry.ModelRef, report_path: str | Path | None
-) -> GateResult:
+def _same_version(cand_ref: registry.ModelRef, base_ref: registry.ModelRef) -> GateResult:
     """The candidate is the baseline itself: nothing to decide, so no run, no tag, no promotion."""
     against = f"@{base_ref.alias}" if base_ref.alias else f"v{base_ref.version}"
-    result = GateResult(
+    return GateResult(
         verdict=NOTHING_TO_DECIDE,
         rules=[],
         metrics={},
@@ -255,30 +190,6 @@ def _same_version(
         candidate=cand_ref.to_dict(),
         baseline=base_ref.to_dict(),
         null_reasons={"*": f"the candidate v{cand_ref.version} is the baseline {against} itself"},
-    )
-    if report_path:
-        Path(report_path).write_text(json.dumps(result.to_dict(), indent=2, default=str))
-    return result
-
-
-def end_failed(exc: BaseException, run_ids: list[str], client: MlflowClient) -> list[str]:
-    """End the gate's runs (the gate run and a nested remediation run) as FAILED, retrying while
-    the tracking server comes back within ``END_RUN_RETRY_S``; returns the ids left RUNNING.
-
-    >>> end_failed(ValueError("bad row"), [run.info.run_id], client)  # doctest: +SKIP
-    []
-    """
-    import mlflow
-
-    # leave the fluent stack as the caller had it: pop only the runs this gate started
-    for _ in run_ids:
-        active = mlflow.active_run()
-        if active is None or active.info.run_id not in run_ids:
-            break
-        with contextlib.suppress(Exception):  # popped even when the store is gone; closed below
-            mlflow.end_run("FAILED")
-    return tracking.close_runs(
-        client, run_ids, "FAILED", f"{type(exc).__name__}: {redact_credentials(str(exc))}", END_RUN_RETRY_S
     )
 
 
@@ -381,7 +292,7 @@ def _gate_in_run(gate: _GateRun) -> GateResult:
     baseline = base_ref.to_dict() if base_ref else None
     result = GateResult.of(single, cand_ref.to_dict(), baseline, gate.run_id)
     with gate.timed("logging"):
-        single.log(result.to_dict(), cand_ref.model_id, gate.dataset)
+        single.log(cand_ref.model_id, gate.dataset)
         diagnosis = None if base_scores is None else _log_diagnosis(base_scores, frames[-1], frame[gate.label_column])
         registry.tag_version(gate.client, cand_ref, single.verdict, _kind(cand_ref), gate.run_id)
     promoted_version = cand_ref.version if single.verdict == "passed" else None
@@ -407,18 +318,13 @@ def _gate_in_run(gate: _GateRun) -> GateResult:
             result.promotion = promotion.to_dict()
         versions = {"candidate": cand_ref.version, "baseline": base_ref.version if base_ref else None}
         result.links = tracking.ui_links(
-            gate.uri,
-            gate.experiment_id,
+            gate.session.uri,
+            gate.session.experiment_id,
             gate.run_id,
             cand_ref.name,
             {**versions, "registered": result.registered_version},
         )
-        report = result.to_dict()
-        tracking.log_json(report, "gate/report.json")
-        result.html = single.html(report, diagnosis)
-        tracking.log_html(result.html, "gate/report.html")
-        tag_run(report)
-        tracking.describe_run(verdict_markdown(report))
+        gate.session.log_verdict(result, single, diagnosis)
     result.timings = dict(gate.timings)
     return result
 
@@ -550,17 +456,12 @@ def _remediate(
     """Train ``remediation``'s ensemble (or distilled model) in a nested run, gate it, and register it
     if it passes; ``classes`` are the candidate's (a recipe's class indices name them). The baseline
     is the teacher of ``focal-distillation``: it predicts the training samples."""
-    import mlflow
-
     from consistency_gate.ensembles.model import log_ensemble
     from consistency_gate.ensembles.remediation import log_build, train_ensemble
 
     frame, data_path, cand_ref = gate.frame, gate.data_path, gate.cand_ref
     method = remediation.settings.method
-    gate_experiment = mlflow.active_run().info.experiment_id
-    with mlflow.start_run(experiment_id=gate_experiment, run_name=f"remediation: {method}", nested=True) as child:
-        gate.started.append(child.info.run_id)
-        mlflow.set_tags(tracking.owner_tags())
+    with gate.session.child_run(f"remediation: {method}") as child_run_id:
         input_shape = cand_model.tensor.shape[1:] if cand_model.tensor is not None else None
         baseline = comparer.baseline
         teacher = None if baseline is None else (lambda f: scoring.predict(baseline, f, gate.non_features))
@@ -591,10 +492,10 @@ def _remediate(
             "runs": len(build.runs),
             "kappa": build.kappa,
             "train_seconds": build.seconds,
-            "run_id": child.info.run_id,
+            "run_id": child_run_id,
             "registered_version": None,
         }
-        decision.log(report, model_info.model_id, gate.dataset)
+        decision.log(model_info.model_id, gate.dataset)
         if decision.verdict == "passed":
             version = registry.register_version(model_info.model_uri, cand_ref.name)
             ensemble_ref = registry.ModelRef(cand_ref.name, version)
@@ -602,7 +503,7 @@ def _remediate(
                 gate.client, ensemble_ref, "passed", report["kind"], gate.run_id, replaces=cand_ref.version
             )
             report["registered_version"] = version
-            tracking.log_json(report, "gate/report.json")
+        tracking.log_json(report, "gate/report.json")
     return report
 
 
@@ -639,6 +540,12 @@ def _validate(gate: _GateRun, models: list[scoring.LoadedModel]) -> None:
         raise DataError(
             f"{gate.data_path}: feature column '{missing[0]}' is missing{others}; {reader.ref.uri} reads it (its "
             "signature names it): add the column to the evaluation data, or gate a model logged with its columns"
+        )
+    empty = np.flatnonzero(frame[label_column].isna().to_numpy()) if label_column in frame.columns else []
+    if len(empty):
+        raise DataError(
+            f"{gate.data_path}: row {empty[0] + 1}, column '{label_column}' is empty ({len(empty)} of {len(frame)} "
+            "rows are); every sample needs its true label: fill it in or drop the row"
         )
     if not report.success:
         for m in models:  # a sample of the wrong shape: name the column, the row and both shapes

@@ -65,6 +65,7 @@ def validate_evaluation_data(
     >>> report.success, report.summary()  # doctest: +SKIP
     (True, '')
     """
+    import logging
     import warnings
 
     with warnings.catch_warnings():  # GX imports pyspark when installed, which warns about pandas 3
@@ -76,6 +77,10 @@ def validate_evaluation_data(
     sizes = {f"{name}.size": name for name in arrays if name in frame.columns}
     if sizes:
         frame = frame.assign(**{size: frame[name].map(_value_count) for size, name in sizes.items()})
+    # GX logs INFO lines (a temporary docs folder on every context) that would reach a root handler
+    # another library installed (torch's pt2 loading does): the gate prints its own result
+    # (its module great_expectations.data_context.types.base sets its own logger to INFO)
+    logging.getLogger("great_expectations.data_context.types.base").setLevel(logging.WARNING)
     context = gx.get_context(mode="ephemeral")
     _quiet(context)
     asset = context.data_sources.add_pandas("consistency_gate").add_dataframe_asset("evaluation")

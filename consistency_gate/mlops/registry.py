@@ -62,7 +62,8 @@ def resolve_version(client: MlflowClient, name: str, spec: str | None) -> ModelR
     try:
         client.get_registered_model(name)
     except MlflowException as exc:
-        _reraise(exc, f"registered model '{name}' not found; check --model or register it first")
+        store = redact_credentials(mlflow_tracking_uri())
+        _reraise(exc, f"registered model '{name}' not found in {store}; check --model and --tracking-uri")
     try:
         if spec is None:
             versions = client.search_model_versions(f"name='{name}'")
@@ -80,8 +81,24 @@ def resolve_version(client: MlflowClient, name: str, spec: str | None) -> ModelR
             mv = client.get_model_version(name, spec)
     except MlflowException as exc:
         what = f"alias '@{spec[1:]}' is not set" if spec and spec.startswith("@") else f"version '{spec}' not found"
-        _reraise(exc, f"model '{name}': {what}; list versions with the MLflow UI or `mlflow models`")
+        _reraise(exc, f"model '{name}': {what}; {registered_versions(client, name)}")
     return ModelRef(name, str(mv.version), alias, mv.run_id, dict(mv.tags or {}), logged_model_id(mv))
+
+
+def registered_versions(client: MlflowClient, name: str) -> str:
+    """What a registered model holds, for an error message: its versions and aliases.
+
+    >>> registered_versions(client, "fraud-clf")  # doctest: +SKIP
+    'it has versions 1, 2, 3 and the aliases @champion (v2)'
+    """
+    try:
+        versions = sorted(int(v.version) for v in client.search_model_versions(f"name='{name}'"))
+        aliases = client.get_registered_model(name).aliases or {}
+    except Exception:  # noqa: BLE001 - only a hint: the error it joins is the one to report
+        return "see its versions in the MLflow UI (Models)"
+    shown = ", ".join(map(str, versions[-10:])) + (f" (and {len(versions) - 10} earlier)" if len(versions) > 10 else "")
+    held = ", ".join(f"@{a} (v{v})" for a, v in sorted(aliases.items())) or "none"
+    return f"it has versions {shown or 'none'} and the aliases {held}"
 
 
 def ref_from_uri(client: MlflowClient, uri: str) -> ModelRef:

@@ -26,6 +26,17 @@ def resolve_tracking_uri(uri: str | None) -> str:
     return uri or os.environ.get("MLFLOW_TRACKING_URI") or DEFAULT_TRACKING_URI
 
 
+def check_default_store(tracking_uri: str | None) -> None:
+    """UsageError when no store is named (no URI, no ``$MLFLOW_TRACKING_URI``) and the default
+    ``./mlflow.db`` does not exist: a gate would create an empty store and find no model in it."""
+    if tracking_uri or os.environ.get("MLFLOW_TRACKING_URI") or Path("mlflow.db").exists():
+        return
+    raise UsageError(
+        f"no tracking store given and no mlflow.db in {Path.cwd()}: pass --tracking-uri (e.g. "
+        "http://mlflow:5000 or sqlite:///path/to/mlflow.db) or set $MLFLOW_TRACKING_URI"
+    )
+
+
 def configure_fail_fast() -> None:
     """Make MLflow's HTTP client give up in seconds, not minutes, when a server is down; no download bars.
 
@@ -218,6 +229,7 @@ def connect(tracking_uri: str | None) -> tuple[str, MlflowClient]:
     import mlflow
     from mlflow import MlflowClient
 
+    check_default_store(tracking_uri)
     uri = resolve_tracking_uri(tracking_uri)
     configure_fail_fast()
     check_reachable(uri)

@@ -129,7 +129,7 @@ def ui_links(tracking_uri: str, experiment_id: str, run_id: str, model: str = ""
 
     >>> links = ui_links("https://bob:pw@mlflow.example.com/", "7", "abc", "clf", {"candidate": "3", "baseline": None})
     >>> links["run"], links["candidate"]
-    ('https://mlflow.example.com/#/experiments/7/runs/abc', 'https://mlflow.example.com/#/models/clf/versions/3')
+    ('https://mlflow.example.com/#/experiments/7/runs/abc?workflowType=machine_learning', 'https://mlflow.example.com/#/models/clf/versions/3')
     >>> ui_links("sqlite:///mlflow.db", "7", "abc")
     {}
     """
@@ -139,11 +139,24 @@ def ui_links(tracking_uri: str, experiment_id: str, run_id: str, model: str = ""
     if parts.scheme not in ("http", "https"):
         return {}
     base = f"{parts.scheme}://{parts.netloc.rpartition('@')[2]}{parts.path.rstrip('/')}"
-    links = {"run": f"{base}/#/experiments/{experiment_id}/runs/{run_id}"}
+    links = {"run": run_page(base, experiment_id, run_id)}
     for role, version in (versions or {}).items():
         if version is not None:
             links[role] = f"{base}/#/models/{quote(model, safe='')}/versions/{version}"
     return links
+
+
+# the MLflow UI (3.x) opens in its GenAI view unless a page asks for the model-training one
+UI_VIEW = "?workflowType=machine_learning"
+
+
+def run_page(ui: str, experiment_id: str, run_id: str) -> str:
+    """The address of a run's page in the MLflow UI at ``ui``, in the model-training view.
+
+    >>> run_page("http://127.0.0.1:5000", "1", "abc")
+    'http://127.0.0.1:5000/#/experiments/1/runs/abc?workflowType=machine_learning'
+    """
+    return f"{ui}/#/experiments/{experiment_id}/runs/{run_id}{UI_VIEW}"
 
 
 def describe_run(markdown: str) -> None:

@@ -1,0 +1,225 @@
+"""One gate's session: its MLflow run from start to end, and its ``--report`` on every exit.
+
+Both gates run inside one: the gate of registered models (:mod:`consistency_gate.gate.run`) and
+the gate of prediction files (:mod:`consistency_gate.gate.files`). The session owns what they
+share, so that they behave the same:
+
+- connecting to the tracking store (an unreachable server is exit 5 before any work);
+- the gate run: started in the experiment ``consistency-gate/<name>`` (nested under a
+  pipeline's own run), tagged with its owner so that a later gate can close it if this process
+  dies, named after its verdict once there is one, and ended FINISHED;
+- the verdict's artifacts: ``gate/report.json`` (once), ``gate/report.html``, the run's tags
+  and its Markdown description;
+- on any error: every run it started ended FAILED (retrying while the server comes back),
+  MLflow's and the network's errors turned into exit codes, and an error report written to
+  ``--report`` for every exit code >= 2, before the run starts too.
+
+    with GateSession(report_path) as session:
+        uri, client = session.connect(tracking_uri)
+        session.start("consistency-gate/digits", "gate digits v2")
+        ...  # decide, log the decision
+        session.log_verdict(result, decision)
+        return session.finish(result)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from types import TracebackType
+from typing import TYPE_CHECKING
+
+from consistency_gate.errors import INTERNAL_ERROR, GateError, TrackingError, redact_credentials
+from consistency_gate.gate.decision import tag_run
+from consistency_gate.mlops import store, tracking
+from consistency_gate.report.schema import SCHEMA_VERSION
+from consistency_gate.report.tables import verdict_markdown
+
+if TYPE_CHECKING:
+    from mlflow import MlflowClient
+
+    from consistency_gate.gate.decision import Decision
+    from consistency_gate.gate.result import GateResult
+
+# how long a failing gate keeps trying to mark its runs FAILED on a tracking server that went away
+END_RUN_RETRY_S = float(os.environ.get("CONSISTENCY_GATE_END_RUN_RETRY_S", "30"))
+
+
+class GateSession:
+    """A gate's run and report; a context manager that ends the runs and writes the report on error.
+
+    ``report_path`` is where ``--report`` goes (None: nowhere). Inside the ``with`` block an
+    exception ends every run the session started as FAILED, writes the error report and leaves
+    the block as a :class:`~consistency_gate.errors.GateError` with its exit code (an MLflow or
+    network error becomes a :class:`~consistency_gate.errors.TrackingError`, exit 5); anything
+    else is a bug and is raised as it is (exit 6), its error report written too.
+
+    >>> import tempfile
+    >>> from consistency_gate.errors import DataError
+    >>> path = Path(tempfile.mkdtemp()) / "report.json"
+    >>> try:
+    ...     with GateSession(path):
+    ...         raise DataError("labels.csv: column 'label' is missing")
+    ... except DataError:
+    ...     pass
+    >>> report = json.loads(path.read_text())
+    >>> report["verdict"], report["exit_code"], report["run_id"]
+    ('error', 3, None)
+    """
+
+    def __init__(self, report_path: str | Path | None) -> None:
+        self.report_path = Path(report_path) if report_path else None
+        self.uri = ""
+        self.client: MlflowClient | None = None
+        self.started: list[str] = []  # the runs this gate opened: the gate run first, then remediation runs
+        self.experiment_id = ""
+        self.owner = ""  # what the runs it leaves RUNNING belong to, for the error message
+
+    def __enter__(self) -> GateSession:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, traceback: TracebackType | None
+    ) -> bool:
+        if exc is None:
+            return False
+        error = self.fail(exc)
+        if error is exc:
+            return False
+        raise error from exc
+
+    @property
+    def run_id(self) -> str | None:
+        """The gate run's id (None before it started)."""
+        return self.started[0] if self.started else None
+
+    def connect(self, tracking_uri: str | None) -> tuple[str, MlflowClient]:
+        """Connect to the tracking store (:func:`consistency_gate.mlops.store.connect`) before any work."""
+        self.uri, self.client = store.connect(tracking_uri)
+        return self.uri, self.client
+
+    def start(self, experiment: str, run_name: str, owner: str) -> str:
+        """Start the gate run in ``experiment`` (nested under the caller's active run, if any),
+        tag its owner and close runs of the experiment that dead gates left RUNNING; returns its id.
+        ``owner`` names what is gated, for messages."""
+        import mlflow
+
+        self.owner = owner
+        try:
+            self.experiment_id = tracking.experiment_id(experiment, self.uri)
+            run = mlflow.start_run(
+                experiment_id=self.experiment_id, run_name=run_name, nested=mlflow.active_run() is not None
+            )
+        except Exception as exc:  # noqa: BLE001 - MLflow and requests raise many kinds here
+            raise store.refusal(exc, self.uri) or TrackingError(
+                f"cannot start an MLflow run on {redact_credentials(self.uri)}: {exc}"
+            ) from None
+        self.started.append(run.info.run_id)
+        mlflow.set_tags(tracking.owner_tags())
+        tracking.close_orphaned_runs(self.client, self.experiment_id, run.info.run_id)
+        return run.info.run_id
+
+    @contextlib.contextmanager
+    def child_run(self, run_name: str) -> Iterator[str]:
+        """A run nested in the gate run (one remediation attempt), ended FINISHED when the block
+        ends and FAILED with the gate if it raises; yields its id."""
+        import mlflow
+
+        with mlflow.start_run(experiment_id=self.experiment_id, run_name=run_name, nested=True) as child:
+            self.started.append(child.info.run_id)
+            mlflow.set_tags(tracking.owner_tags())
+            yield child.info.run_id
+
+    def log_verdict(self, result: GateResult, decision: Decision, diagnosis: dict | None = None) -> None:
+        """The verdict's artifacts in the gate run: ``gate/report.json``, ``gate/report.html`` (kept
+        in ``result.html``), the run's tags, its description, and its name with the verdict."""
+        report = result.to_dict()
+        tracking.log_json(report, "gate/report.json")
+        result.html = decision.html(report, diagnosis)
+        tracking.log_html(result.html, "gate/report.html")
+        tag_run(report)
+        tracking.describe_run(verdict_markdown(report))
+        run = self.client.get_run(self.run_id)
+        self.client.update_run(self.run_id, name=f"{run.info.run_name}: {result.outcome.upper()}")
+
+    def finish(self, result: GateResult) -> GateResult:
+        """Write the report and end the gate run FINISHED; returns ``result``."""
+        import mlflow
+
+        self.write_report(result.to_dict())
+        if self.started:
+            mlflow.end_run("FINISHED")
+        return result
+
+    def write_report(self, report: dict) -> None:
+        """Write ``report`` to ``--report``, if one is asked."""
+        if self.report_path is not None:
+            self.report_path.write_text(json.dumps(report, indent=2, default=str))
+
+    def fail(self, exc: BaseException) -> BaseException:
+        """End the runs FAILED and return the error to raise (an MLflow or network error as a
+        :class:`TrackingError`, naming the runs left RUNNING); the error report is written for
+        every error but an interrupt."""
+        left = end_failed(exc, self.started, self.client) if self.started else []
+        error = exc
+        if self.uri and not isinstance(exc, GateError):
+            refused = store.refusal(exc, self.uri)
+            if refused is not None:
+                error = refused
+            elif store.looks_unreachable(exc):
+                error = TrackingError(f"tracking server or storage became unreachable during the gate: {exc}")
+        if left:
+            error = type(error)(
+                f"{error}; runs left RUNNING (the server did not answer within {END_RUN_RETRY_S:.0f} s): "
+                f"{', '.join(left)}: the next gate of '{self.owner}' marks them FAILED"
+            )
+        if isinstance(error, Exception):
+            self.write_report(error_report(error, self.run_id, left))
+        return error
+
+
+def error_report(error: Exception, run_id: str | None, left_running: list[str] | None = None) -> dict:
+    """The ``--report`` of a gate that ended in an error: what went wrong and its exit code.
+
+    >>> from consistency_gate.errors import ModelError
+    >>> error_report(ModelError("model 'clf' has no version 7"), None)["exit_code"]
+    4
+    >>> error_report(KeyError("x"), "abc")["error"]
+    "internal error: KeyError: 'x'"
+    """
+    if isinstance(error, GateError):
+        code, message = error.exit_code, str(error)
+    else:
+        code, message = INTERNAL_ERROR, f"internal error: {type(error).__name__}: {error}"
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "verdict": "error",
+        "error": redact_credentials(message),
+        "exit_code": code,
+        "run_id": run_id,
+        "left_running": left_running or [],
+    }
+
+
+def end_failed(exc: BaseException, run_ids: list[str], client: MlflowClient) -> list[str]:
+    """End the gate's runs (the gate run and a nested remediation run) as FAILED, retrying while
+    the tracking server comes back within ``END_RUN_RETRY_S``; returns the ids left RUNNING.
+
+    >>> end_failed(ValueError("bad row"), [run.info.run_id], client)  # doctest: +SKIP
+    []
+    """
+    import mlflow
+
+    # leave the fluent stack as the caller had it: pop only the runs this gate started
+    for _ in run_ids:
+        active = mlflow.active_run()
+        if active is None or active.info.run_id not in run_ids:
+            break
+        with contextlib.suppress(Exception):  # popped even when the store is gone; closed below
+            mlflow.end_run("FAILED")
+    return tracking.close_runs(
+        client, run_ids, "FAILED", f"{type(exc).__name__}: {redact_credentials(str(exc))}", END_RUN_RETRY_S
+    )
