@@ -12,6 +12,8 @@ from mlflow import MlflowClient
 from mlflow_server import MlflowServer
 from registry_fixtures import MODEL, build_store, check_args
 
+pytestmark = pytest.mark.slow  # a real mlflow server per module
+
 
 @pytest.fixture
 def server(tmp_path):

@@ -9,6 +9,8 @@ from mlflow import MlflowClient
 from mlflow_server import MlflowServer
 from registry_fixtures import MODEL, build_store
 
+pytestmark = pytest.mark.slow  # a real mlflow server per module
+
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory):

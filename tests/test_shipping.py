@@ -26,8 +26,8 @@ def test_compose_file_names_the_documented_services_and_volumes():
     assert "postgresql://" in command and "--artifacts-destination /mlartifacts" in command
     assert "mlartifacts:/mlartifacts" in compose["services"]["mlflow"]["volumes"]
     assert compose["services"]["gate"]["environment"]["MLFLOW_TRACKING_URI"] == "http://mlflow:5000"
-    readme = (ROOT / "README.md").read_text()
-    section = readme.split("## Running with Docker Compose")[1].split("\n## ")[0]
+    page = (ROOT / "docs/ci.md").read_text()
+    section = page.split("## Running with Docker Compose")[1].split("\n## ")[0]
     for name in ("postgres", "mlflow", "gate", "pgdata", "mlartifacts"):
         assert f"`{name}`" in section
 
