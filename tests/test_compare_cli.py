@@ -221,9 +221,18 @@ BAD_CASES = {
         [],
         "label 'z'",
     ),
-    "k below 1": ("label\na\n", "a,b\n0.5,0.5\n", "a,b\n0.5,0.5\n", ["--k", "0"], "at least 1"),
-    "k above classes": ("label\na\n", "a,b\n0.5,0.5\n", "a,b\n0.5,0.5\n", ["--k", "3"], "larger than the 2 classes"),
 }
+
+
+@pytest.mark.parametrize(
+    ("k", "expected"), [("0", "--k [0]: k must be at least 1"), ("3", "--k [3] larger than the 2")]
+)
+def test_k_outside_the_classes_is_a_usage_error(k, expected, tmp_path):
+    files = [
+        _write(tmp_path, f"{n}.csv", t) for n, t in [("l", "label\na\n"), ("p", "a,b\n0.5,0.5\n"), ("c", "a,b\n1,0\n")]
+    ]
+    proc = run_cli("compare", "--labels", files[0], "--previous", files[1], "--candidate", files[2], "--k", k)
+    assert proc.returncode == 2 and expected in proc.stderr, proc.stderr
 
 
 @pytest.mark.parametrize("case", list(BAD_CASES))

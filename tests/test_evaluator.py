@@ -75,3 +75,7 @@ def test_bad_evaluator_config_says_what_to_give(store):
         _evaluate(store, f"models:/{MODEL}/2", {}, ["consistency"])
     with pytest.raises(Exception, match="alias '@nope' is not set"):
         _evaluate(store, f"models:/{MODEL}/2", {"baseline_model": f"models:/{MODEL}@nope"}, ["consistency"])
+    # the one rule for k: asked beyond the classes is an error (it was dropped silently), the defaults are cut
+    config = {"baseline_model": f"models:/{MODEL}@champion", "ks": [1, 5]}
+    with pytest.raises(UsageError, match=r"evaluator_config ks \[5\] larger than the 3 classes"):
+        _evaluate(store, f"models:/{MODEL}/2", config, ["consistency"])

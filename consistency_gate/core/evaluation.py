@@ -27,9 +27,76 @@ import pandas as pd
 
 from consistency_gate.core.counts import FLIP_NAMES, ConsistencyCounts, Outputs
 from consistency_gate.core.slices import TRUE_CLASS, SliceCounts, SliceResult
-from consistency_gate.errors import DataError, plain
+from consistency_gate.errors import DataError, UsageError, plain
 
 DEFAULT_KS = (1, 5)
+
+
+def usable_ks(ks: Sequence[int] | None, widths: Mapping[str, int], where: str = "--k") -> tuple[int, ...]:
+    """The k values of the top-k metrics, by one rule for every command and gate.
+
+    k values asked for (``ks`` not None: ``--k``, a config's ``ks:``) must each be at least 1 and at
+    most the class count of the narrowest generation that gives scores (``widths``: a name for each
+    such generation, its file or model, and its class count); otherwise a UsageError names ``where``
+    they came from and that generation. Nothing asked for is cut or dropped silently. Without a
+    request, the defaults ``DEFAULT_KS`` (1 and 5) are cut to the narrowest generation.
+
+    Parameters
+    ----------
+    ks : the k values asked for, or None for the defaults.
+    widths : {generation: number of classes} for the generations with score columns (none for hard labels).
+    where : what the k values came from, for the error message.
+
+    Returns
+    -------
+    The sorted, distinct k values to count.
+
+    Examples
+    --------
+    >>> usable_ks(None, {"g1.csv": 3}), usable_ks([2, 1, 2], {"g1.csv": 3, "g2.csv": 10}), usable_ks(None, {})
+    ((1,), (1, 2), (1, 5))
+    >>> usable_ks([5], {"models:/clf/2": 3}, "gate.yaml: ks")
+    Traceback (most recent call last):
+    ...
+    consistency_gate.errors.UsageError: gate.yaml: ks [5] larger than the 3 classes of models:/clf/2; use k <= 3
+    """
+    narrowest = min(widths.items(), key=lambda item: item[1]) if widths else None
+    if ks is None:
+        return tuple(k for k in DEFAULT_KS if narrowest is None or k <= narrowest[1]) or (1,)
+    below = [k for k in ks if k < 1]
+    if below:
+        raise UsageError(f"{where} {below}: k must be at least 1")
+    above = sorted({k for k in ks if narrowest is not None and k > narrowest[1]})
+    if above:
+        source, width = narrowest
+        raise UsageError(f"{where} {above} larger than the {width} classes of {source}; use k <= {width}")
+    return tuple(sorted(set(ks)))
+
+
+def evaluate_frames(
+    labels: pd.Series,
+    frames: Sequence[pd.DataFrame],
+    ks: Sequence[int],
+    where: str,
+    slices: Sequence[str] = (),
+    slice_values: Mapping[str, pd.Series] | None = None,
+) -> Evaluation:
+    """The previous generation's and the candidate's score frames (one column per class label) on the
+    same samples, counted with their true ``labels`` and kept per sample (for the flip table); the one
+    place where in-memory scores become an :class:`Evaluation` (the gate of registered models and the
+    ``consistency`` evaluator). ``slices`` names the slicing columns (``TRUE_CLASS`` among them, if
+    asked) and ``slice_values`` holds the values of the others.
+
+    >>> frames = [pd.DataFrame({"a": [0.9, 0.2], "b": [0.1, 0.8]}), pd.DataFrame({"a": [0.4, 0.3], "b": [0.6, 0.7]})]
+    >>> result = evaluate_frames(pd.Series(["a", "b"]), frames, ks=[1], where="eval.csv").result()
+    >>> result.metrics["con"], result.metrics["ctoi"]
+    (0.5, 0.5)
+    """
+    evaluation = Evaluation(
+        ["previous", "candidate"], [list(f.columns) for f in frames], ks=ks, keep_samples=True, slices=slices
+    )
+    evaluation.add(labels.astype(str), frames, where=where, slices=slice_values)
+    return evaluation
 
 
 def canonical_classes(class_sets: Sequence[Sequence[object] | None]) -> list[str]:

@@ -12,34 +12,23 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from consistency_gate.core.evaluation import DEFAULT_KS, ComparisonResult, Evaluation
+from consistency_gate.core.evaluation import ComparisonResult, Evaluation, usable_ks
 from consistency_gate.core.slices import TRUE_CLASS
 from consistency_gate.errors import DataError, plain
 from consistency_gate.io import predictions as io
 
 
 def resolve_ks(ks: Sequence[int] | None, sources: Sequence[io.PredictionSource], where: str = "--k") -> tuple[int, ...]:
-    """Validate the requested k values against each score file's class count (an error names
-    ``where`` the k values came from).
-
-    Without a request, use k = 1 and 5, leaving out 5 where a file has fewer classes.
+    """The k values to count over these prediction files, by the rule of
+    :func:`~consistency_gate.core.evaluation.usable_ks` (files of hard labels have no class count).
 
     >>> scores = io.PredictionSource(Path("g1.csv"), ("a", "b", "c"), None)
     >>> sources = [scores, io.PredictionSource(Path("g2.csv"), None, None)]  # scores, hard labels
     >>> resolve_ks(None, sources), resolve_ks([1, 2], sources)
     ((1,), (1, 2))
     """
-    widths = [len(s.classes) for s in sources if s.classes is not None]
-    narrowest = min(widths) if widths else None
-    if not ks:
-        return tuple(k for k in DEFAULT_KS if narrowest is None or k <= narrowest) or (1,)
-    for k in ks:
-        if k < 1:
-            raise DataError(f"{where} {k}: k must be at least 1")
-        if narrowest is not None and k > narrowest:
-            src = next(s for s in sources if s.classes is not None and len(s.classes) == narrowest)
-            raise DataError(f"{where} {k}: larger than the {narrowest} classes of {src.path}; use k <= {narrowest}")
-    return tuple(sorted(set(ks)))
+    widths = {str(s.path): len(s.classes) for s in sources if s.classes is not None}
+    return usable_ks(ks or None, widths, where)
 
 
 def compare_files(

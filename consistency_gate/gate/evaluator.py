@@ -29,7 +29,7 @@ import pandas as pd
 from mlflow.models.evaluation import EvaluationResult, ModelEvaluator
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from consistency_gate.core.evaluation import Evaluation, flip_table
+from consistency_gate.core.evaluation import evaluate_frames, flip_table, usable_ks
 from consistency_gate.errors import UsageError
 from consistency_gate.gate.decision import reported_intervals, reported_metrics
 from consistency_gate.mlops import registry, scoring, tracking
@@ -148,12 +148,9 @@ def _features(dataset: EvaluationDataset) -> pd.DataFrame:
 
 def _compare(frames: list[pd.DataFrame], labels: pd.Series, cfg: EvaluatorConfig) -> tuple[dict, dict, pd.DataFrame]:
     """The reported metrics, their intervals and the flip table of baseline vs candidate scores."""
-    width = min(len(f.columns) for f in frames)
-    ks = tuple(k for k in cfg.ks if k <= width)
-    evaluation = Evaluation(
-        ["previous", "candidate"], [list(f.columns) for f in frames], ks=list(ks), keep_samples=True
-    )
-    evaluation.add(labels.astype(str).reset_index(drop=True), frames, where="the evaluation dataset")
+    widths = {"the baseline model": len(frames[0].columns), "the candidate model": len(frames[1].columns)}
+    ks = usable_ks(cfg.ks if "ks" in cfg.model_fields_set else None, widths, "evaluator_config ks")
+    evaluation = evaluate_frames(labels.reset_index(drop=True), frames, ks, where="the evaluation dataset")
     comparison = evaluation.result(confidence=cfg.confidence)
     metrics = reported_metrics(comparison.metrics, ks, first_generation=False)
     intervals = reported_intervals(comparison.intervals, metrics, first_generation=False)

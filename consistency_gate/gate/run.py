@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
-from consistency_gate.core.evaluation import Evaluation, flip_table
+from consistency_gate.core.evaluation import evaluate_frames, flip_table, usable_ks
 from consistency_gate.core.slices import TRUE_CLASS
 from consistency_gate.engines.spark import SparkModel, gate_comparison
 from consistency_gate.ensembles.config import REMEDIATION_KINDS, RemediationConfig, remediation_kind
@@ -212,13 +212,10 @@ class _Comparer:
         gate, cfg = self.gate, self.gate.cfg
         first_generation = self.base_scores is None
         frames = [cand_scores, cand_scores] if first_generation else [self.base_scores, cand_scores]
-        width = min(len(f.columns) for f in frames)
-        too_large = [k for k in cfg.ks if k > width]
-        if too_large and cfg.ks_given:
-            raise UsageError(
-                f"{cfg.source}: ks {too_large} larger than the {width} classes the models know; use k <= {width}"
-            )
-        ks = sorted({k for k in cfg.ks if k <= width} | set(range(1, min(10, width) + 1)))
+        names = [gate.cand_ref.uri] if first_generation else [self.baseline.ref.uri, gate.cand_ref.uri]
+        widths = {name: len(f.columns) for name, f in zip(names, frames[: len(names)], strict=True)}
+        counted = usable_ks(cfg.ks if cfg.ks_given else None, widths, f"{cfg.source}: ks")
+        ks = sorted(set(counted) | set(range(1, min(10, *widths.values()) + 1)))  # and the top-k plot's
         if gate.engine == "spark":
             base = [] if first_generation else [self.spark_model(self.baseline, self.base_scores)]
             comparison, samples = gate_comparison(
@@ -233,18 +230,9 @@ class _Comparer:
             comparison.confidence, comparison.interval_method = cfg.confidence, cfg.interval_method
         else:
             frame = gate.frame
-            evaluation = Evaluation(
-                ["previous", "candidate"],
-                [list(f.columns) for f in frames],
-                ks=ks,
-                keep_samples=True,
-                slices=cfg.slices,
-            )
-            evaluation.add(
-                frame[gate.label_column].astype(str),
-                frames,
-                where=str(gate.data_path),
-                slices={c: frame[c] for c in gate.data_slices},
+            slice_values = {c: frame[c] for c in gate.data_slices}
+            evaluation = evaluate_frames(
+                frame[gate.label_column], frames, ks, str(gate.data_path), cfg.slices, slice_values
             )
             comparison = evaluation.result(confidence=cfg.confidence, interval_method=cfg.interval_method)
             ids = frame[gate.id_column].to_numpy() if gate.id_column else np.arange(len(frame))
