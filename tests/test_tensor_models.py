@@ -302,7 +302,16 @@ def test_build_ensemble_api_trains_on_the_users_dataset_and_register_ensemble_re
         recipe = module.recipe(store["train"])
         assert isinstance(recipe, TrainingRecipe)
         ensemble = build_ensemble(
-            recipe, method="dynsnap-step", m=2, N=2, epochs=4, lr=0.01, classes=CLASSES, device="cpu", quiet=True
+            recipe,
+            method="dynsnap-step",
+            m=2,
+            N=2,
+            epochs=4,
+            lr=0.01,
+            classes=CLASSES,
+            device="cpu",
+            quiet=True,
+            optimizer="adam",  # every setting of the remediation block, by its name there
         )
         version = register_ensemble(ensemble, MODEL, tracking_uri=store["uri"])
     finally:
@@ -310,6 +319,7 @@ def test_build_ensemble_api_trains_on_the_users_dataset_and_register_ensemble_re
     assert recipe.train_dataset.reads > 0  # DynSnap read the user's Dataset (and its transform)
     assert ensemble.input_shape == (1, 8, 8) and ensemble.recipe.name == "digits_recipe:Net"
     assert len(ensemble.states) == 2 and ensemble.metadata["method"] == "dynsnap-step"
+    assert ensemble.metadata["optimizer"] == "adam"
     gated = _gate(store, store["npz"], candidate=version)
     assert gated.candidate["version"] == version and gated.metrics["acc_candidate"] > 0.8
     _spark_udf_predicts_like_pyfunc(store, version)

@@ -11,7 +11,7 @@ True
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -279,23 +279,43 @@ def _strategy(block: RemediationBlock, source: str) -> tuple[str, ...]:
 
 
 def _settings(block: RemediationBlock) -> TrainSettings:
-    return TrainSettings(
-        method=block.method,
-        m=block.m,
-        n_snapshots=block.N,
-        epochs=block.epochs,
-        beta=block.beta,
-        lr=block.lr,
-        batch_size=block.batch_size,
-        val_fraction=block.val_fraction,
-        seed=block.seed,
-        max_runs=block.max_runs,
-        threads=block.threads,
-        distillation=_distillation(block),
-        teacher_method=block.teacher_method,
-        optimizer=block.optimizer,
-        snapshot_one_run=block.snapshot_one_run,
-    )
+    """The block's training settings: every :class:`TrainSettings` field, by the block's name for it."""
+    named = {name: getattr(block, name) for name in block_names(TrainSettings) if name != "distillation"}
+    return train_settings(**named, distillation=_distillation(block))
+
+
+def block_names(settings: type[TrainSettings]) -> list[str]:
+    """The names of ``settings``' fields as the ``remediation:`` block and ``build_ensemble`` spell them
+    (``N`` for ``n_snapshots``, the paper's name).
+
+    >>> block_names(TrainSettings)[:4]
+    ['method', 'm', 'N', 'epochs']
+    """
+    return [BLOCK_NAMES.get(f.name, f.name) for f in fields(settings)]
+
+
+BLOCK_NAMES = {"n_snapshots": "N"}
+
+
+def train_settings(**training: object) -> TrainSettings:
+    """:class:`TrainSettings` from settings named as in the ``remediation:`` block (``N`` for the
+    snapshots per run): the one spelling of training settings, for the config and for
+    :func:`~consistency_gate.ensembles.remediation.build_ensemble`. An unknown name is a UsageError.
+
+    >>> settings = train_settings(method="dynsnap-step", m=4, N=2, epochs=6, optimizer="adam")
+    >>> settings.n_snapshots, settings.optimizer, settings.snapshot_one_run
+    (2, 'adam', True)
+    >>> train_settings(n=3)
+    Traceback (most recent call last):
+    ...
+    consistency_gate.errors.UsageError: unknown training setting 'n'; the settings are method, m, N, epochs, ...
+    """
+    known = block_names(TrainSettings)
+    unknown = [name for name in training if name not in known]
+    if unknown:
+        raise UsageError(f"unknown training setting '{unknown[0]}'; the settings are {', '.join(known)}")
+    fields_by_block_name = {BLOCK_NAMES.get(f.name, f.name): f.name for f in fields(TrainSettings)}
+    return TrainSettings(**{fields_by_block_name[name]: value for name, value in training.items()})
 
 
 def _distillation(block: RemediationBlock) -> Distillation | None:

@@ -34,7 +34,7 @@ from collections.abc import Callable
 import numpy as np
 import pandas as pd
 
-from consistency_gate.ensembles.config import Distillation, RemediationConfig, TrainSettings
+from consistency_gate.ensembles.config import RemediationConfig, train_settings
 from consistency_gate.ensembles.distillation import logits_of
 from consistency_gate.ensembles.model import TorchEnsemble
 from consistency_gate.ensembles.recipes import (
@@ -240,6 +240,8 @@ def _assemble(
         "m": settings.m,
         "N": settings.n_snapshots,
         "epochs": settings.epochs,
+        "lr": settings.lr,
+        "optimizer": settings.optimizer,
         "combination": config.combination,
         "classes": classes,
         "member_val_acc": [round(mb.val_acc, 6) for mb in build.members],
@@ -268,55 +270,41 @@ def build_ensemble(
     recipe: TrainingRecipe | str,
     *,
     options: dict | None = None,
-    method: str = "dynsnap-cyc",
-    m: int = 20,
-    N: int = 10,  # noqa: N803 - the paper's name for the snapshots per run
-    epochs: int = 40,
-    beta: float | None = None,
-    lr: float = 0.05,
-    batch_size: int = 64,
-    val_fraction: float = 0.2,
-    seed: int = 0,
-    max_runs: int = 200,
-    threads: int | None = None,
-    distillation: Distillation | None = None,
-    teacher_method: str = "dynsnap-cyc",
     teacher: np.ndarray | None = None,
     combination: str = "avg",
     classes: list[str] | None = None,
     device: str | None = None,
     quiet: bool = False,
+    **training: object,
 ) -> TorchEnsemble:
     """DynSnap (or a baseline ``method``) on the user's own training code: ``recipe`` is a
     :class:`TrainingRecipe` or ``"module:function"`` (called with ``options``) returning one.
-    Trains on ``device`` (default CUDA when present; on CPU with ``threads`` threads, by default one
-    for a small network, see :func:`~consistency_gate.ensembles.snapshot.training_threads`) with
-    progress bars; the ensemble's
-    ``metadata`` holds the build (runs, kappa, members' validation accuracy). The distillation
-    methods train one model: ``focal-distillation`` toward ``teacher``, the previous generation's
-    (n, p) logits on the recipe's samples (:func:`~consistency_gate.ensembles.distillation.logits_of`
-    turns probabilities into logits), ``ensemble-distillation`` toward a ``teacher_method``
-    ensemble; ``distillation`` overrides the method's default term.
 
-    >>> from torch import nn
-    >>> from torch.utils.data import TensorDataset
-    >>> import torch
-    >>> x = torch.randn(80, 4)
-    >>> recipe = TrainingRecipe(lambda: nn.Linear(4, 2), TensorDataset(x, (x[:, 0] > 0).long()))
-    >>> ensemble = build_ensemble(recipe, method="dynsnap-step", m=2, N=2, epochs=3, quiet=True)  # doctest: +SKIP
-    >>> ensemble.predict_proba(x[:3].numpy()).shape  # doctest: +SKIP
-    (3, 2)
+    ``training`` holds the training settings, named as in the config's ``remediation:`` block
+    (``method``, ``m``, ``N``, ``epochs``, ``lr``, ``optimizer``, ``snapshot_one_run``, ...; see
+    :func:`~consistency_gate.ensembles.config.train_settings`), with the same defaults. Trains on
+    ``device`` (default CUDA when present; on CPU with the ``threads`` setting's threads, by default
+    one for a small network, see :func:`~consistency_gate.ensembles.snapshot.training_threads`) with
+    progress bars; the ensemble's ``metadata`` holds the build (runs, kappa, members' validation
+    accuracy). The distillation methods train one model: ``focal-distillation`` toward ``teacher``,
+    the previous generation's (n, p) logits on the recipe's samples
+    (:func:`~consistency_gate.ensembles.distillation.logits_of` turns probabilities into logits),
+    ``ensemble-distillation`` toward a ``teacher_method`` ensemble; ``distillation`` overrides the
+    method's default term.
+
+    Example (``Net`` a class of your module, which the ensemble imports again where it is loaded;
+    docs/repairs.md has the whole recipe)::
+
+        recipe = TrainingRecipe(Net, TensorDataset(x, y))
+        ensemble = build_ensemble(recipe, method="dynsnap-step", m=8, N=4, epochs=40, optimizer="adam")
+        ensemble.predict_proba(x[:3].numpy()).shape  # (3, number of classes)
     """
+    settings = train_settings(**training)
     name = recipe if isinstance(recipe, str) else None
     if isinstance(recipe, str):
         recipe, spec = load_training_recipe(recipe, options)
     else:
         spec = recipe_spec(recipe)
-    settings = TrainSettings(
-        method=method, m=m, n_snapshots=N, epochs=epochs, beta=beta, lr=lr, batch_size=batch_size,
-        val_fraction=val_fraction, seed=seed, max_runs=max_runs, threads=threads, distillation=distillation,
-        teacher_method=teacher_method,
-    )  # fmt: skip
     config = RemediationConfig(None, name or spec.name, dict(options or {}), combination=combination, settings=settings)
     ensemble, _ = fit_recipe(recipe, spec, config, classes, quiet=quiet, device=device, teacher=teacher)
     return ensemble
