@@ -54,7 +54,9 @@ def prepare(workdir: Path, seed: int = 0) -> tuple[str, Path, Path]:
     a remediation block training on ``train.csv``). Generation 2 is retrained on another
     resample of the data with another learner: about as accurate, but it flips many answers.
 
-    >>> uri, data, config = prepare(Path("consistency-gate-demo"))  # doctest: +SKIP
+    Example::
+
+        uri, data, config = prepare(Path("consistency-gate-demo"))
     """
     import mlflow
     import sklearn

@@ -426,9 +426,11 @@ def run_diagnose(
     The training set, for the collusion check: ``train_members`` (one file per member, the same
     names) with ``train_labels``, or for registry members ``train_data`` to predict.
 
-    >>> report, html = run_diagnose("labels.csv", {"gen1": "gen1.csv", "gen2": "gen2.csv"})  # doctest: +SKIP
-    >>> report["explanation"][0]  # doctest: +SKIP
-    'The best member, gen2, is right on ...'
+    Example::
+
+        report, html = run_diagnose("labels.csv", {"gen1": "gen1.csv", "gen2": "gen2.csv"})
+        report["explanation"][0]
+        # 'The best member, gen2, is right on ...'
     """
     if len(members) < 2:
         raise UsageError("diagnose needs at least two --member options: pairwise metrics compare two members")

@@ -44,8 +44,10 @@ MAX_FLIPS_PER_PARTITION = 100_000
 def spark_session(partitions: int | None = None) -> SparkSession:
     """The active Spark session, or a local one (``local[*]``).
 
-    >>> spark_session(partitions=8).sparkContext.master  # doctest: +SKIP
-    'local[*]'
+    Example::
+
+        spark_session(partitions=8).sparkContext.master
+        # 'local[*]'
     """
     try:
         from pyspark.sql import SparkSession
@@ -67,8 +69,10 @@ def spark_session(partitions: int | None = None) -> SparkSession:
 def read_table(spark: SparkSession, path: Path) -> SparkDataFrame:
     """A Spark DataFrame of a CSV file (header, inferred types) or a Parquet file or directory.
 
-    >>> read_table(spark, Path("eval.parquet")).count()  # doctest: +SKIP
-    1000000
+    Example::
+
+        read_table(spark, Path("eval.parquet")).count()
+        # 1000000
     """
     if path.is_dir() or path.suffix.lower() in (".parquet", ".pq"):
         return spark.read.parquet(str(path))
@@ -111,9 +115,11 @@ def collect_partials(partials: Iterable[bytes]) -> list[Partial]:
     """Run the job and unpickle each partition's share. A consistency-gate error raised in a
     Python worker comes back wrapped by Spark; it is raised here again as itself.
 
-    >>> parts = collect_partials(frame.mapInPandas(partial, PARTIAL))  # doctest: +SKIP
-    >>> sum(p.counts.n for p in parts)  # doctest: +SKIP
-    1000000
+    Example::
+
+        parts = collect_partials(frame.mapInPandas(partial, PARTIAL))
+        sum(p.counts.n for p in parts)
+        # 1000000
     """
     try:
         rows = partials.collect()
@@ -155,10 +161,12 @@ def compare_spark(
     """Compare two prediction files on Spark (per value of the ``slices`` columns of the labels
     file too); the result equals :func:`~consistency_gate.engines.local.compare_files`.
 
-    >>> files = "labels.parquet", "gen1.parquet", "gen2.parquet"
-    >>> result = compare_spark(*files, id_column="id", slices=["region"])  # doctest: +SKIP
-    >>> result.metrics["ctoi"], result.intervals["ctoi"]  # doctest: +SKIP
-    (0.0123, [0.0121, 0.0125])
+    Example::
+
+        files = "labels.parquet", "gen1.parquet", "gen2.parquet"
+        result = compare_spark(*files, id_column="id", slices=["region"])
+        result.metrics["ctoi"], result.intervals["ctoi"]
+        # (0.0123, [0.0121, 0.0125])
     """
     if id_column is None:
         raise UsageError("--engine spark aligns rows by id: pass --id-column")
@@ -288,9 +296,11 @@ def gate_comparison(
     ``MAX_FLIPS_PER_PARTITION`` of a partition). Without ``id_column`` the flip table's ids are
     Spark row ids.
 
-    >>> models = [previous, candidate]  # SparkModel of each generation  # doctest: +SKIP
-    >>> comparison, flips = gate_comparison("eval.parquet", models, label_column="label",  # doctest: +SKIP
-    ...                                 id_column="id", ks=[1, 5])  # doctest: +SKIP
+    Example::
+
+        models = [previous, candidate]  # SparkModel of each generation
+        comparison, flips = gate_comparison("eval.parquet", models, label_column="label",
+                                        id_column="id", ks=[1, 5])
     """
     for model in models:
         model.require_scores()

@@ -160,10 +160,12 @@ class EnsemblePyfunc(PythonModel):
 def log_ensemble(ensemble: TorchEnsemble, name: str = "ensemble") -> ModelInfo:
     """Log the ensemble as a pyfunc model in the active run; returns MLflow's ModelInfo.
 
-    >>> with mlflow.start_run():  # doctest: +SKIP
-    ...     info = log_ensemble(ensemble)  # doctest: +SKIP
-    >>> info.model_uri  # doctest: +SKIP
-    'models:/m-...'
+    Example::
+
+        with mlflow.start_run():
+            info = log_ensemble(ensemble)
+        info.model_uri
+        # 'models:/m-...'
     """
     import tempfile
     import warnings

@@ -152,9 +152,11 @@ def load_training_recipe(name: str, options: dict | None = None) -> tuple[Traini
     ensemble rebuilds the network: ``recipe.model`` itself where it is importable (a class or a
     top-level function), else the recipe function again.
 
-    >>> recipe, spec = load_training_recipe("my_recipes:digits", {"epochs_hint": 3})  # doctest: +SKIP
-    >>> spec.name, spec.kind  # doctest: +SKIP
-    ('my_recipes:DigitsNet', 'model')
+    Example::
+
+        recipe, spec = load_training_recipe("my_recipes:digits", {"epochs_hint": 3})
+        spec.name, spec.kind
+        # ('my_recipes:DigitsNet', 'model')
     """
     options = dict(options or {})
     try:

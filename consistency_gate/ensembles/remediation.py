@@ -74,10 +74,12 @@ def train_ensemble(
     name ``classes`` (those of the model replaced) unless it names them, and its samples must have
     ``input_shape`` (that model's, when it takes a tensor).
 
-    >>> config = parse_config(Path("gate.yaml").read_text()).remediation  # doctest: +SKIP
-    >>> ensemble, build = train_ensemble(config, features=None, exclude=("label", "id"))  # doctest: +SKIP
-    >>> len(build.members), round(build.kappa, 1)  # doctest: +SKIP
-    (5, 1.8)
+    Example::
+
+        config = parse_config(Path("gate.yaml").read_text()).remediation
+        ensemble, build = train_ensemble(config, features=None, exclude=("label", "id"))
+        len(build.members), round(build.kappa, 1)
+        # (5, 1.8)
     """
     if is_training_recipe(config.recipe):
         recipe, spec = load_training_recipe(config.recipe, config.recipe_options)
@@ -170,7 +172,9 @@ def fit_ensemble(
     ``labels`` are class labels (any type; stored as text, sorted, as the class names); ``teacher``
     the previous generation's logits on the rows of ``x`` over those classes (focal-distillation).
 
-    >>> ensemble, build = fit_ensemble(x_train, y_train, ["amount", "age"], config)  # doctest: +SKIP
+    Example::
+
+        ensemble, build = fit_ensemble(x_train, y_train, ["amount", "age"], config)
     """
     labels = np.asarray(labels).astype(str)
     classes = sorted(set(labels.tolist()))
@@ -200,8 +204,10 @@ def fit_recipe(
     be ``input_shape`` when given). ``teacher``: the previous generation's logits on the recipe's
     samples (focal-distillation).
 
-    >>> recipe, spec = load_training_recipe("my_recipes:digits")  # doctest: +SKIP
-    >>> ensemble, build = fit_recipe(recipe, spec, config, classes=[str(d) for d in range(10)])  # doctest: +SKIP
+    Example::
+
+        recipe, spec = load_training_recipe("my_recipes:digits")
+        ensemble, build = fit_recipe(recipe, spec, config, classes=[str(d) for d in range(10)])
     """
     shape = recipe.sample_shape()
     if input_shape is not None and tuple(input_shape) != shape:
@@ -317,8 +323,10 @@ def register_ensemble(
     new version of ``model_name``, tagged ``consistency_gate.kind=ensemble``; returns the version.
     Gate it with ``consistency-gate check --candidate <version>`` before promoting it.
 
-    >>> register_ensemble(ensemble, "digits-cnn", tracking_uri="sqlite:///mlflow.db")  # doctest: +SKIP
-    '3'
+    Example::
+
+        register_ensemble(ensemble, "digits-cnn", tracking_uri="sqlite:///mlflow.db")
+        # '3'
     """
     import mlflow
     from mlflow import MlflowClient
@@ -345,8 +353,10 @@ def register_ensemble(
 def log_build(build: EnsembleBuild) -> None:
     """Log an ensemble's training to the active MLflow run: per-run accuracies, tau, kept, lr curve, kappa.
 
-    >>> with mlflow.start_run():  # doctest: +SKIP
-    ...     log_build(build)  # doctest: +SKIP
+    Example::
+
+        with mlflow.start_run():
+            log_build(build)
     """
     import matplotlib
 

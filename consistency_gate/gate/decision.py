@@ -149,8 +149,10 @@ def reported_intervals(intervals: dict, metrics: dict, first_generation: bool) -
 def tag_run(report: dict) -> None:
     """The gate run's tags, from its report: the candidate's own verdict, and what the gate did about it.
 
-    >>> with mlflow.start_run():  # doctest: +SKIP
-    ...     tag_run(result.to_dict())  # consistency_gate.verdict, .outcome, .promoted
+    Example::
+
+        with mlflow.start_run():
+            tag_run(result.to_dict())  # consistency_gate.verdict, .outcome, .promoted
     """
     import mlflow
 

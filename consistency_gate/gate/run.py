@@ -133,9 +133,11 @@ def run_gate(
     Raises a :class:`~consistency_gate.errors.GateError` with its exit code (2 usage, 3 data,
     4 model, 5 tracking) on error.
 
-    >>> result = run_gate("fraud-clf", "eval.parquet", config="gate.yaml")  # doctest: +SKIP
-    >>> result.verdict, result.exit_code, result.intervals["ctoi"]  # doctest: +SKIP
-    ('failed', 1, [0.019, 0.031])
+    Example::
+
+        result = run_gate("fraud-clf", "eval.parquet", config="gate.yaml")
+        result.verdict, result.exit_code, result.intervals["ctoi"]
+        # ('failed', 1, [0.019, 0.031])
     """
     with GateSession(report_path) as session:
         if engine not in ("local", "spark"):

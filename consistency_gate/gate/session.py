@@ -208,8 +208,10 @@ def end_failed(exc: BaseException, run_ids: list[str], client: MlflowClient) -> 
     """End the gate's runs (the gate run and a nested remediation run) as FAILED, retrying while
     the tracking server comes back within ``END_RUN_RETRY_S``; returns the ids left RUNNING.
 
-    >>> end_failed(ValueError("bad row"), [run.info.run_id], client)  # doctest: +SKIP
-    []
+    Example::
+
+        end_failed(ValueError("bad row"), [run.info.run_id], client)
+        # []
     """
     import mlflow
 

@@ -61,9 +61,11 @@ def validate_evaluation_data(
     ``arrays`` maps a column of arrays (tensor models) to the values per sample its models take
     (None: any); GX checks that count on a derived column ``<column>.size``.
 
-    >>> report = validate_evaluation_data(frame, "label", {"amount": "double"}, ["fraud", "ok"])  # doctest: +SKIP
-    >>> report.success, report.summary()  # doctest: +SKIP
-    (True, '')
+    Example::
+
+        report = validate_evaluation_data(frame, "label", {"amount": "double"}, ["fraud", "ok"])
+        report.success, report.summary()
+        # (True, '')
     """
     import logging
     import warnings

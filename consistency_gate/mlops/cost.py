@@ -76,8 +76,10 @@ def model_size_mb(model_uri: str) -> float | None:
     """The size of a model's artifacts in MB, from the artifact store's listing (nothing is
     downloaded); None when the store gives no sizes.
 
-    >>> model_size_mb("models:/digits-cnn/3")  # doctest: +SKIP
-    0.031738
+    Example::
+
+        model_size_mb("models:/digits-cnn/3")
+        # 0.031738
     """
     from mlflow.store.artifact.artifact_repository_registry import get_artifact_repository
 

@@ -53,9 +53,11 @@ class ModelRef:
 def resolve_version(client: MlflowClient, name: str, spec: str | None) -> ModelRef:
     """A version from ``'3'``, ``'@alias'`` or None (the latest version). ModelError if absent.
 
-    >>> client = MlflowClient("sqlite:///mlflow.db")  # doctest: +SKIP
-    >>> resolve_version(client, "fraud-clf", "@champion").version  # doctest: +SKIP
-    '3'
+    Example::
+
+        client = MlflowClient("sqlite:///mlflow.db")
+        resolve_version(client, "fraud-clf", "@champion").version
+        # '3'
     """
     from mlflow.exceptions import MlflowException
 
@@ -88,8 +90,10 @@ def resolve_version(client: MlflowClient, name: str, spec: str | None) -> ModelR
 def registered_versions(client: MlflowClient, name: str) -> str:
     """What a registered model holds, for an error message: its versions and aliases.
 
-    >>> registered_versions(client, "fraud-clf")  # doctest: +SKIP
-    'it has versions 1, 2, 3 and the aliases @champion (v2)'
+    Example::
+
+        registered_versions(client, "fraud-clf")
+        # 'it has versions 1, 2, 3 and the aliases @champion (v2)'
     """
     try:
         versions = sorted(int(v.version) for v in client.search_model_versions(f"name='{name}'"))
@@ -106,8 +110,10 @@ def ref_from_uri(client: MlflowClient, uri: str) -> ModelRef:
     other URI (a logged model ``models:/m-...``, ``runs:/...``) as an unregistered model. ModelError
     if a registered name, version or alias is absent.
 
-    >>> ref_from_uri(client, "models:/fraud-clf@champion").version  # doctest: +SKIP
-    '3'
+    Example::
+
+        ref_from_uri(client, "models:/fraud-clf@champion").version
+        # '3'
     """
     name, at, alias = uri.removeprefix("models:/").partition("@")
     if uri.startswith("models:/") and at and name:
@@ -122,8 +128,10 @@ def logged_model_ref(client: MlflowClient, model_id: str) -> ModelRef:
     """The registered version of an MLflow 3 logged model (with its version tags), or the logged
     model itself (with its own tags) when no version was registered from it.
 
-    >>> logged_model_ref(client, "m-1f2e3d").uri  # doctest: +SKIP
-    'models:/fraud-clf/4'
+    Example::
+
+        logged_model_ref(client, "m-1f2e3d").uri
+        # 'models:/fraud-clf/4'
     """
     logged = client.get_logged_model(model_id)
     if logged.source_run_id:
@@ -154,8 +162,10 @@ def register_version(model_uri: str, name: str) -> str:
     MLflow's own lines ("Successfully registered model ...") are not printed: the caller says
     what happened.
 
-    >>> register_version(model_info.model_uri, "digits-cnn")  # doctest: +SKIP
-    '3'
+    Example::
+
+        register_version(model_info.model_uri, "digits-cnn")
+        # '3'
     """
     import mlflow
     from mlflow.utils.logging_utils import MLFLOW_LOGGING_STREAM
@@ -175,7 +185,9 @@ def tag_version(
     built it) and the gate run; a version registered in place of a failed candidate also names the
     version it replaces.
 
-    >>> tag_version(client, ModelRef("fraud-clf", "4"), "passed", "single", run_id)  # doctest: +SKIP
+    Example::
+
+        tag_version(client, ModelRef("fraud-clf", "4"), "passed", "single", run_id)
     """
     tags = {TAG_VERDICT: verdict, TAG_KIND: kind, TAG_RUN_ID: run_id}
     if replaces is not None:
@@ -187,8 +199,10 @@ def tag_version(
 def alias_exists(client: MlflowClient, name: str, alias: str) -> bool:
     """Whether ``name@alias`` is set (ModelError if the model does not exist).
 
-    >>> alias_exists(client, "fraud-clf", "champion")  # doctest: +SKIP
-    True
+    Example::
+
+        alias_exists(client, "fraud-clf", "champion")
+        # True
     """
     from mlflow.exceptions import MlflowException
 
@@ -253,8 +267,10 @@ def read_alias(client: MlflowClient, name: str, alias: str, attempts: int = 5, p
     """The version ``@alias`` points to (None if unset), retried ``attempts`` times on any error
     but "not set"; raises the last error if every attempt fails.
 
-    >>> read_alias(client, "fraud-clf", "champion")  # doctest: +SKIP
-    '3'
+    Example::
+
+        read_alias(client, "fraud-clf", "champion")
+        # '3'
     """
     from mlflow.exceptions import MlflowException
 
@@ -282,8 +298,10 @@ def promotion_lock(
     lease ran out (its holder died) is removed; a create whose response was lost is recognised by
     its owner tag. ModelError (exit 4) if another gate holds it for ``wait_s`` seconds.
 
-    >>> with promotion_lock(client, "fraud-clf", "champion", owner=run_id):  # doctest: +SKIP
-    ...     pass  # only this gate moves an alias of fraud-clf here
+    Example::
+
+        with promotion_lock(client, "fraud-clf", "champion", owner=run_id):
+            pass  # only this gate moves an alias of fraud-clf here
     """
     from mlflow.exceptions import MlflowException
 
@@ -332,9 +350,11 @@ def promote(client: MlflowClient, name: str, alias: str, version: str, expected:
     Concurrent gates that compared against the same baseline: exactly one moves the alias; the
     others find it moved and report why. A lost response is resolved by reading the alias again.
 
-    >>> promotion = promote(client, "fraud-clf", "champion", "4", expected="3", owner=run_id)  # doctest: +SKIP
-    >>> promotion.promoted, promotion.holds  # doctest: +SKIP
-    (True, '4')
+    Example::
+
+        promotion = promote(client, "fraud-clf", "champion", "4", expected="3", owner=run_id)
+        promotion.promoted, promotion.holds
+        # (True, '4')
     """
     with promotion_lock(client, name, owner):
         current = read_alias(client, name, alias)

@@ -44,9 +44,11 @@ class LoadedModel:
 def load_model(ref: ModelRef, classes_hint: list[str] | None = None) -> LoadedModel:
     """Load a version with the flavor that yields class probabilities (sklearn, pytorch, pyfunc).
 
-    >>> model = load_model(ModelRef("fraud-clf", "4"))  # doctest: +SKIP
-    >>> model.flavor, model.features[:2]  # doctest: +SKIP
-    ('sklearn', ['amount', 'country'])
+    Example::
+
+        model = load_model(ModelRef("fraud-clf", "4"))
+        model.flavor, model.features[:2]
+        # ('sklearn', ['amount', 'country'])
     """
     import mlflow
 
@@ -203,8 +205,10 @@ def model_classes(model: LoadedModel, frame: pd.DataFrame, exclude: Sequence[str
     """Class names of a model, from one predicted row (none if its feature columns are missing:
     the validation reports those); ``exclude`` as for :func:`feature_frame`.
 
-    >>> model_classes(model, frame, non_features("label", "id"))  # doctest: +SKIP
-    ['fraud', 'ok']
+    Example::
+
+        model_classes(model, frame, non_features("label", "id"))
+        # ['fraud', 'ok']
     """
     if model.features and not set(model.features) <= set(frame.columns):
         return []
@@ -239,8 +243,10 @@ def feature_frame(model: LoadedModel, frame: pd.DataFrame, exclude: Sequence[str
     """The columns of ``frame`` the model reads: its signature's, else all but the ``exclude``d
     ones (the label, the id and the slicing columns: :func:`non_features`).
 
-    >>> feature_frame(model, frame, non_features("label", "id", ["region"])).columns.tolist()  # doctest: +SKIP
-    ['amount', 'country']
+    Example::
+
+        feature_frame(model, frame, non_features("label", "id", ["region"])).columns.tolist()
+        # ['amount', 'country']
     """
     if model.features:
         return frame[model.features]
@@ -264,9 +270,11 @@ def predict(model: LoadedModel, frame: pd.DataFrame, exclude: Sequence[str]) -> 
     features it read hold NaN or infinite values: then the data's (DataError, naming the first such
     column and row).
 
-    >>> predict(model, frame, non_features("label", "id")).head(1)  # doctest: +SKIP
-       fraud    ok
-    0   0.02  0.98
+    Example::
+
+        predict(model, frame, non_features("label", "id")).head(1)
+        #    fraud    ok
+        # 0   0.02  0.98
     """
     features = feature_frame(model, frame, exclude)
     try:

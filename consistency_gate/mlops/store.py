@@ -40,7 +40,9 @@ def check_default_store(tracking_uri: str | None) -> None:
 def configure_fail_fast() -> None:
     """Make MLflow's HTTP client give up in seconds, not minutes, when a server is down; no download bars.
 
-    >>> configure_fail_fast()  # before the first MLflow request  # doctest: +SKIP
+    Example::
+
+        configure_fail_fast()  # before the first MLflow request
     """
     os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "1")
     os.environ.setdefault("MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR", "1")
@@ -121,7 +123,7 @@ def check_reachable(uri: str, timeout: float = 3.0) -> None:
     An HTTP(S) server is reached through the proxy the environment names for it
     (``HTTPS_PROXY``, ``HTTP_PROXY``, ``NO_PROXY``), as MLflow's client will reach it.
 
-    >>> check_reachable("http://127.0.0.1:1")  # doctest: +SKIP
+    >>> check_reachable("http://127.0.0.1:1")
     Traceback (most recent call last):
     ...
     consistency_gate.errors.TrackingError: ...
@@ -181,7 +183,9 @@ def check_access(client: MlflowClient, uri: str) -> None:
     """One cheap request to an HTTP(S) tracking server, so that a server that refuses us (a Host
     header it does not allow, missing or wrong credentials) is exit 5 before anything else.
 
-    >>> check_access(client, "https://mlflow.example.com")  # doctest: +SKIP
+    Example::
+
+        check_access(client, "https://mlflow.example.com")
     """
     if urlparse(uri).scheme not in ("http", "https"):
         return
@@ -211,8 +215,10 @@ def looks_unreachable(exc: BaseException) -> bool:
 def mlflow_tracking_uri() -> str:
     """The tracking URI MLflow's client uses now.
 
-    >>> mlflow_tracking_uri()  # doctest: +SKIP
-    'sqlite:///mlflow.db'
+    Example::
+
+        mlflow_tracking_uri()
+        # 'sqlite:///mlflow.db'
     """
     import mlflow
 
@@ -224,7 +230,9 @@ def connect(tracking_uri: str | None) -> tuple[str, MlflowClient]:
     at it for tracking and the registry (``models:/`` URIs load through both; never a stray
     ``./mlflow.db``), and return its URI and a client.
 
-    >>> uri, client = connect("sqlite:///mlflow.db")  # doctest: +SKIP
+    Example::
+
+        uri, client = connect("sqlite:///mlflow.db")
     """
     import mlflow
     from mlflow import MlflowClient

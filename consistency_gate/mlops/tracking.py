@@ -35,8 +35,10 @@ def experiment_id(name: str, tracking_uri: str) -> str:
     On a local SQLite store, a new experiment keeps its artifacts in ``mlartifacts/`` beside
     the database file (MLflow's default would be the current directory).
 
-    >>> experiment_id("consistency-gate/fraud-clf", "sqlite:///mlflow.db")  # doctest: +SKIP
-    '1'
+    Example::
+
+        experiment_id("consistency-gate/fraud-clf", "sqlite:///mlflow.db")
+        # '1'
     """
     import mlflow
     from mlflow.exceptions import MlflowException
@@ -59,7 +61,9 @@ def experiment_id(name: str, tracking_uri: str) -> str:
 def use_experiment(name: str, tracking_uri: str) -> None:
     """Make ``name`` the active experiment, creating it as :func:`experiment_id` does.
 
-    >>> use_experiment("consistency-gate/fraud-clf", "sqlite:///mlflow.db")  # doctest: +SKIP
+    Example::
+
+        use_experiment("consistency-gate/fraud-clf", "sqlite:///mlflow.db")
     """
     import mlflow
 
@@ -82,7 +86,9 @@ def log_metrics(
     (and ``dataset``) they are linked to that MLflow 3 logged model too, so its model page shows
     them, measured on that dataset.
 
-    >>> log_metrics({"con": 0.97, "ccon@5": 0.99, "pearson": None})  # logs con and ccon_at_5  # doctest: +SKIP
+    Example::
+
+        log_metrics({"con": 0.97, "ccon@5": 0.99, "pearson": None})  # logs con and ccon_at_5
     """
     import mlflow
 
@@ -94,8 +100,10 @@ def log_evaluation_data(frame: pd.DataFrame, path: Path, label_column: str) -> D
     """Log the evaluation data as the active run's input (context ``evaluation``): name, digest,
     source and schema show under "Datasets" on the run page. Returns the dataset, to link metrics to.
 
-    >>> with mlflow.start_run():  # doctest: +SKIP
-    ...     dataset = log_evaluation_data(frame, Path("eval.parquet"), "label")
+    Example::
+
+        with mlflow.start_run():
+            dataset = log_evaluation_data(frame, Path("eval.parquet"), "label")
     """
     import warnings
 
@@ -112,8 +120,10 @@ def log_spark_evaluation_data(table: SparkDataFrame, path: Path, label_column: s
     """:func:`log_evaluation_data` for ``--engine spark``: the whole file as a Spark dataset (source
     type ``spark``, its path, schema and digest), as the Spark job reads it.
 
-    >>> with mlflow.start_run():  # doctest: +SKIP
-    ...     dataset = log_spark_evaluation_data(read_table(spark, path), path, "label")
+    Example::
+
+        with mlflow.start_run():
+            dataset = log_spark_evaluation_data(read_table(spark, path), path, "label")
     """
     import mlflow
 
@@ -162,8 +172,10 @@ def run_page(ui: str, experiment_id: str, run_id: str) -> str:
 def describe_run(markdown: str) -> None:
     """Set the active run's description (shown on its page in the MLflow UI).
 
-    >>> with mlflow.start_run():  # doctest: +SKIP
-    ...     describe_run(verdict_markdown(report))
+    Example::
+
+        with mlflow.start_run():
+            describe_run(verdict_markdown(report))
     """
     import mlflow
 
@@ -173,7 +185,9 @@ def describe_run(markdown: str) -> None:
 def log_json(payload: object, artifact_file: str) -> None:
     """Log ``payload`` as a JSON artifact of the active run.
 
-    >>> log_json({"verdict": "passed"}, "gate/report.json")  # doctest: +SKIP
+    Example::
+
+        log_json({"verdict": "passed"}, "gate/report.json")
     """
     import mlflow
 
@@ -183,7 +197,9 @@ def log_json(payload: object, artifact_file: str) -> None:
 def log_html(page: str, artifact_file: str) -> None:
     """Log an HTML page as an artifact of the active run (the MLflow UI shows it in place).
 
-    >>> log_html(result.html, "gate/report.html")  # doctest: +SKIP
+    Example::
+
+        log_html(result.html, "gate/report.html")
     """
     import mlflow
 
@@ -194,7 +210,9 @@ def log_intervals(intervals: dict[str, list[float]], tests: dict[str, float]) ->
     """Log each metric's interval bounds and the paired test as run metrics: ``interval/ctoi_low``,
     ``interval/ctoi_high``, ``test/mcnemar_p`` (the MLflow UI groups them by prefix).
 
-    >>> log_intervals({"ctoi": [0.01, 0.03]}, {"mcnemar_p": 0.2})  # doctest: +SKIP
+    Example::
+
+        log_intervals({"ctoi": [0.01, 0.03]}, {"mcnemar_p": 0.2})
     """
     import mlflow
 
@@ -227,7 +245,9 @@ def slice_table(slices: list[dict]) -> pd.DataFrame:
 def log_slices(slices: list[dict]) -> None:
     """Log the per-slice table (``gate/slices.json``, a table in the MLflow UI).
 
-    >>> log_slices(result.slices)  # doctest: +SKIP
+    Example::
+
+        log_slices(result.slices)
     """
     import mlflow
 
@@ -237,7 +257,9 @@ def log_slices(slices: list[dict]) -> None:
 def log_rules(rule_rows: list[dict]) -> None:
     """Log the rule table (``gate/rules.json``, shown as a table in the MLflow UI).
 
-    >>> log_rules([r.record() for r in decision.rules])  # doctest: +SKIP
+    Example::
+
+        log_rules([r.record() for r in decision.rules])
     """
     import mlflow
 
@@ -247,7 +269,9 @@ def log_rules(rule_rows: list[dict]) -> None:
 def log_samples(samples: pd.DataFrame) -> None:
     """The flip table as ``gate/flips.json`` (raw values) and ``gate/flips.csv`` (spreadsheet-safe).
 
-    >>> log_samples(flip_table(evaluation.samples(), ids))  # doctest: +SKIP
+    Example::
+
+        log_samples(flip_table(evaluation.samples(), ids))
     """
     import mlflow
 
@@ -282,7 +306,9 @@ def _neutralised(value: object) -> object:
 def log_pngs(pngs: dict[str, bytes], artifact_path: str) -> None:
     """Log PNG images (``{file name: bytes}``) under ``artifact_path`` in one upload.
 
-    >>> log_pngs(gate_pngs(samples, counts.flip_counts, metrics, ks=[1, 5]), "gate/plots")  # doctest: +SKIP
+    Example::
+
+        log_pngs(gate_pngs(samples, counts.flip_counts, metrics, ks=[1, 5]), "gate/plots")
     """
     import mlflow
 
@@ -312,8 +338,10 @@ def close_runs(client: MlflowClient, run_ids: list[str], status: str, why: str, 
     """Set each run's final status (tagging ``why``), retrying for ``budget_s`` seconds while the
     tracking server is away; returns the ids that could not be closed (left RUNNING).
 
-    >>> close_runs(client, [run_id], "FAILED", "ValueError: ...", budget_s=30)  # doctest: +SKIP
-    []
+    Example::
+
+        close_runs(client, [run_id], "FAILED", "ValueError: ...", budget_s=30)
+        # []
     """
     left = list(run_ids)
     deadline = time.monotonic() + budget_s
@@ -338,8 +366,10 @@ def close_orphaned_runs(client: MlflowClient, experiment_id: str, closer_run_id:
     """Mark FAILED the gate runs of this experiment left RUNNING by a gate process that is gone
     (same host, process no longer alive; or RUNNING for over ``ORPHAN_AFTER_S``). Returns their ids.
 
-    >>> close_orphaned_runs(client, experiment_id, closer_run_id=run_id)  # doctest: +SKIP
-    ['3f2a...']
+    Example::
+
+        close_orphaned_runs(client, experiment_id, closer_run_id=run_id)
+        # ['3f2a...']
     """
     closed = []
     host = socket.gethostname()
