@@ -29,7 +29,8 @@ def test_the_marker_finds_blocks_and_their_exit_codes():
 @pytest.mark.slow
 @pytest.mark.parametrize("page", [p for p in PAGES if runnable_blocks(p)], ids=lambda p: p.name)
 def test_runnable_blocks_run_as_written(page, tmp_path):
-    env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
+    # a new user's shell: no MLflow settings left by other tests in this process (MLflow sets some itself)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MLFLOW_")}
     env["PATH"] = f"{Path(sys.executable).parent}:{env['PATH']}"  # `consistency-gate` as installed
     for number, (lang, code, expected) in enumerate(runnable_blocks(page), start=1):
         if lang == "python":

@@ -41,8 +41,8 @@ def test_gate_over_http_then_server_killed_mid_gate(server, tmp_path):
         rf"\({server.url}/#/experiments/(\w+)/runs/(\w+)\?workflowType=machine_learning\)", first.stdout
     ).groups()
     assert http.get_run(run_id).info.experiment_id == experiment
-    assert f"Candidate [{MODEL} v2]({server.url}/#/models/{MODEL}/versions/2)." in first.stdout
-    assert f"Compared with [v1 (@champion)]({server.url}/#/models/{MODEL}/versions/1)" in first.stdout
+    versions = f"{server.url}/#/models/{MODEL}/versions"
+    assert f"Gate [{MODEL} v2]({versions}/2) against [v1 (@champion)]({versions}/1) on" in first.stdout
     assert http.get_model_version(MODEL, "2").tags["consistency_gate.verdict"] == "passed"
 
     # second gate, which would pass and promote v3, loses its server once its run has logged its params,

@@ -185,6 +185,11 @@ def test_diagnose_loads_registry_members_from_the_given_store(store, tmp_path):
     members = ("--member", f"a=models:/{MODEL}/1", "--member", f"b=models:/{MODEL}/3")
     proc = run_cli("diagnose", *members, "--data", store["data"], "--tracking-uri", "ftp://x")
     assert proc.returncode == 2 and "scheme 'ftp'" in _one_error_line(proc)
+    # an alias is read by the registry's own URI parser; the two debiasing shares are named apart
+    members = ("--member", f"a=models:/{MODEL}@champion", "--member", f"b=models:/{MODEL}/3")
+    proc = run_cli("diagnose", *members, "--data", store["data"], "--tracking-uri", store["uri"], cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "debiasing share (probabilities)" in proc.stdout and "debiasing share (log-probabilities)" in proc.stdout
 
 
 # ---------------------------------------------------------------- items 8, 9, 12: bad files

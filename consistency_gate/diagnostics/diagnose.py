@@ -542,12 +542,6 @@ def _load_registry_members(
     for name, source in members.items():
         if not str(source).startswith("models:/"):
             raise UsageError(f"--member {name}: mix of files and registry models; use one kind with --data")
-        rest = str(source).removeprefix("models:/")
-        if "@" in rest:  # models:/name@alias
-            model_name, _, alias = rest.partition("@")
-            spec = f"@{alias}"
-        else:
-            model_name, _, spec = rest.partition("/")
-        ref = registry.resolve_version(client, model_name, spec or None)
+        ref = registry.ref_from_uri(client, str(source))
         frames[name] = scoring.predict(scoring.load_model(ref), frame, scoring.non_features(label_column, id_column))
     return frames_to_arrays(frames, frame[label_column].astype(str).reset_index(drop=True))

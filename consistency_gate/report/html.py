@@ -13,16 +13,9 @@ from consistency_gate.report.tables import (
     CLASS_FLIP_HEADER,
     RULE_HEADER,
     SLICE_HEADER,
-    attempt_rows,
-    cost_line,
+    Verdict,
     diagnose_sections,
     fmt,
-    generation_name,
-    remedy_noun,
-    remedy_title,
-    rule_row,
-    slice_rows,
-    verdict_headline,
 )
 
 
@@ -42,16 +35,7 @@ def gate_html(
     >>> "<td class=\\"FAILED\\">FAILED</td>" in page, "<title>consistency-gate: clf v2 FAILED</title>" in page
     (True, True)
     """
-    cand, base = report["candidate"], report.get("baseline")
-    against = f"against {generation_name(base)}" if base else "(first generation)"
-    ens = report.get("ensemble")
-    promotion = report.get("promotion")
-    if promotion:
-        promotion = (
-            f"Promoted: @{promotion['alias']} now points to v{promotion['holds']} (read back)."
-            if report.get("promoted")
-            else f"Not promoted: {promotion['reason']}."
-        )
+    view = Verdict.of(report)
     intervals, reasons = report.get("intervals", {}), report.get("null_reasons", {})
     metrics = [
         [key, value, _interval(intervals.get(key)), reasons.get(key, "")] for key, value in report["metrics"].items()
@@ -59,30 +43,14 @@ def gate_html(
     return _render(
         "gate.html.j2",
         report=report,
+        view=view,
         links=report.get("links") or {},
-        headline=verdict_headline(report) if report["rules"] else f"{cand['name']} {generation_name(cand)}",
-        compared=f"{cand['name']} {generation_name(cand)} {against} on {report['n']:,} samples."
-        + (f" MLflow run {report['run_id']}." if report.get("run_id") else ""),
-        nothing=reasons.get("*") if not report["rules"] else None,
         rule_header=RULE_HEADER,
         attempt_header=ATTEMPT_HEADER,
-        attempts=attempt_rows(report),
-        rules=[rule_row(r) for r in report["rules"]],
-        ensemble=ens
-        and {
-            "title": remedy_title(ens),
-            "noun": remedy_noun(ens),
-            "verdict": ens["verdict"],
-            "rules": [rule_row(r) for r in ens["rules"]],
-            "cost": cost_line(report),
-            "registered": ens.get("registered_version"),
-        },
-        promotion=promotion,
         metrics=metrics,
         class_header=CLASS_FLIP_HEADER,
         classes=classes or [],
         slice_header=SLICE_HEADER,
-        slices=slice_rows(report) if report.get("slices") else [],
         images=_images(pngs),
         diagnosis=diagnosis,
         diagnosis_sections=diagnose_sections(diagnosis) if diagnosis else [],

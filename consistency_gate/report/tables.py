@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -143,8 +144,96 @@ def remedy_title(remedy: dict) -> str:
     return f"{remedy['method']} ensemble of {remedy['members']} members {trained}"
 
 
+@dataclass
+class VerdictSection:
+    """One thing the gate judged (the candidate, or what remediation built): its title, verdict and rule rows."""
+
+    title: str
+    verdict: str  # PASSED or FAILED
+    rules: list[list]  # rule_row() of each rule
+
+
+@dataclass
+class Verdict:
+    """What a gate decided, in the words every format uses: the text table, the Markdown summary
+    (CI job summaries, the run's description) and the HTML report render this one model, so they
+    never say it differently.
+
+    >>> report = {"candidate": {"name": "clf", "version": "2"}, "baseline": {"version": "1", "alias": "champion"},
+    ...     "n": 600, "verdict": "failed", "outcome": "failed", "null_reasons": {}, "run_id": "abc123",
+    ...     "rules": [{"metric": "ctoi", "condition": "<= 0.02", "value": 0.025, "interval": [0.015, 0.041],
+    ...     "held": False, "note": ""}], "promotion": None, "promoted": False}
+    >>> view = Verdict.of(report)
+    >>> view.headline, view.compared(), [(s.title, s.verdict) for s in view.sections]
+    ('clf v2 FAILED', 'Gate clf v2 against v1 (@champion) on 600 samples', [('The candidate', 'FAILED')])
+    """
+
+    headline: str  # verdict_headline(): the final word, never reading as if a failed candidate passed
+    gated: str  # the candidate: "clf v2", or the name and prediction file
+    against: str  # the baseline: "v1 (@champion)", or "no baseline: first generation"
+    n: int
+    nothing: str | None  # why there was nothing to decide, or None
+    sections: list[VerdictSection]
+    cost: str  # cost_line(): what the repair costs to serve beside what it buys ("" without one)
+    registered: str | None  # "Registered the ensemble as v3 (tags ...)."
+    attempts: list[list]  # attempt_rows()
+    slices: list[list]  # slice_rows()
+    promotion: str | None  # "Promoted: @champion now points to v3 (read back)." or "Not promoted: <why>."
+    run_id: str | None
+
+    @classmethod
+    def of(cls, report: dict) -> Verdict:
+        """The verdict of a gate's JSON report."""
+        cand, base = report["candidate"], report.get("baseline")
+        rules = report["rules"]
+        nothing = report["null_reasons"].get("*") if not rules else None
+        sections = []
+        if rules:
+            single = "FAILED" if any(r["held"] is False for r in rules) else "PASSED"
+            sections.append(VerdictSection("The candidate", single, [rule_row(r) for r in rules]))
+        ens, registered = report.get("ensemble"), None
+        if ens:
+            title = f"Remediation: {remedy_title(ens)}"
+            sections.append(VerdictSection(title, ens["verdict"].upper(), [rule_row(r) for r in ens["rules"]]))
+            if ens.get("registered_version"):
+                registered = (
+                    f"Registered the {remedy_noun(ens)} as v{ens['registered_version']} (tags "
+                    f"consistency_gate.kind={ens.get('kind', 'ensemble')}, consistency_gate.verdict=passed)."
+                )
+        promotion = report.get("promotion")
+        if promotion:
+            promotion = (
+                f"Promoted: @{promotion['alias']} now points to v{promotion['holds']} (read back)."
+                if report.get("promoted")
+                else f"Not promoted: {promotion['reason']}."
+            )
+        return cls(
+            headline=verdict_headline(report) if not nothing else f"{cand['name']} {generation_name(cand)}",
+            gated=f"{cand['name']} {generation_name(cand)}",
+            against=generation_name(base) if base else "no baseline: first generation",
+            n=report["n"],
+            nothing=nothing,
+            sections=sections,
+            cost=cost_line(report),
+            registered=registered,
+            attempts=attempt_rows(report),
+            slices=slice_rows(report) if report.get("slices") else [],
+            promotion=promotion,
+            run_id=report.get("run_id"),
+        )
+
+    def compared(self, gated: str | None = None, against: str | None = None) -> str:
+        """ "Gate <candidate> against <baseline> on <n> samples" (the names as given, e.g. as links)."""
+        return f"Gate {gated or self.gated} against {against or self.against} on {self.n:,} samples"
+
+    @property
+    def nothing_line(self) -> str:
+        """The line for a gate with nothing to decide."""
+        return f"{self.gated}: nothing to decide: {self.nothing}; nothing was gated, tagged or promoted."
+
+
 def verdict_table(report: dict) -> str:
-    """The gate's verdict: one line per rule with its measured value, threshold and outcome.
+    """The gate's verdict as text: the rule tables, then the final word.
 
     >>> report = {"candidate": {"name": "clf", "version": "2"}, "baseline": {"version": "1", "alias": "champion"},
     ...     "n": 600, "verdict": "failed", "null_reasons": {}, "run_id": "abc123", "rules": [{"metric": "ctoi",
@@ -158,45 +247,25 @@ def verdict_table(report: dict) -> str:
     <BLANKLINE>
     MLflow run: abc123
     """
-    rows = [rule_row(r) for r in report["rules"]]
-    cand, base = report["candidate"], report["baseline"]
-    if not rows and report["null_reasons"].get("*"):  # nothing to decide
-        return f"Gate {cand['name']} {generation_name(cand)}: nothing to decide: {report['null_reasons']['*']}."
-    against = generation_name(base) if base else "no baseline: first generation"
-    single = "FAILED" if any(r["held"] is False for r in report["rules"]) else "PASSED"
-    head = f"Gate {cand['name']} {generation_name(cand)} against {against} on {report['n']} samples: {single}"
-    lines = [head, "", table(rows, RULE_HEADER)]
-    ens = report.get("ensemble")
-    if ens:
-        lines += [
-            "",
-            f"Remediation: {remedy_title(ens)}: {ens['verdict'].upper()}",
-            "",
-        ]
-        lines.append(table([rule_row(r) for r in ens["rules"]], RULE_HEADER))
-        cost = cost_line(report)
-        if cost:
-            lines.append(f"\n{cost}")
-        if ens.get("registered_version"):
-            lines.append(
-                f"\nRegistered the {remedy_noun(ens)} as v{ens['registered_version']} "
-                f"(tags consistency_gate.kind={ens.get('kind', 'ensemble')}, consistency_gate.verdict=passed)."
-            )
-    if attempt_rows(report):
-        lines += ["", "Remediation attempts, in the order tried:", table(attempt_rows(report), ATTEMPT_HEADER)]
-    if report.get("slices"):
-        rows = slice_rows(report)
-        lines += ["", f"Slices, worst first ({len(report['slices'])} in all):", table(rows, SLICE_HEADER)]
-    if ens:
-        lines.append(f"\nFinal verdict: {report['verdict'].upper()}")
-    promotion = report.get("promotion")
-    if report.get("promoted"):
-        lines.append(f"\nPromoted: @{promotion['alias']} now points to v{promotion['holds']} (read back).")
-    elif promotion:
-        lines.append(f"\nNot promoted: {promotion['reason']}.")
-    if report.get("run_id"):
+    view = Verdict.of(report)
+    if view.nothing:
+        return f"Gate {view.nothing_line}"
+    lines = []
+    for number, section in enumerate(view.sections):
+        title = view.compared() if number == 0 else section.title
+        lines += [*([""] if lines else []), f"{title}: {section.verdict}", "", table(section.rules, RULE_HEADER)]
+    lines += [f"\n{line}" for line in (view.cost, view.registered) if line]
+    if view.attempts:
+        lines += ["", "Remediation attempts, in the order tried:", table(view.attempts, ATTEMPT_HEADER)]
+    if view.slices:
+        lines += ["", f"Slices, worst first ({len(report['slices'])} in all):", table(view.slices, SLICE_HEADER)]
+    if len(view.sections) > 1:
+        lines.append(f"\nFinal verdict: {view.headline}")
+    if view.promotion:
+        lines.append(f"\n{view.promotion}")
+    if view.run_id:
         url = (report.get("links") or {}).get("run")
-        lines.append(f"\nMLflow run: {report['run_id']}" + (f" ({url})" if url else ""))
+        lines.append(f"\nMLflow run: {view.run_id}" + (f" ({url})" if url else ""))
     return "\n".join(lines)
 
 
@@ -305,6 +374,11 @@ def attempt_rows(report: dict) -> list[list]:
     return [attempt_row(a) for a in attempts] if len(attempts) > 1 else []
 
 
+# two different debiasing shares, named apart: the decomposition's is over the members' probabilities (the
+# Brier diversity), the collusion check's over their centred log-probabilities (the score-space outputs)
+DECOMPOSITION_LABELS = {"debiasing_share": "debiasing share (probabilities)"}
+
+
 def diagnose_sections(report: dict) -> list[tuple[str, list[str], list[list]]]:
     """The ``diagnose`` report's tables as (title, header, rows): the text, the HTML page and the
     gate's HTML report show the same tables.
@@ -334,7 +408,11 @@ def diagnose_sections(report: dict) -> list[tuple[str, list[str], list[list]]]:
             ["diversity", "value", "note"],
             [[k, v, report["diversity_null_reasons"].get(k, "")] for k, v in report["diversity"].items()],
         ),
-        ("Decomposition", ["decomposition", "value"], [[k, v] for k, v in report["decomposition"].items()]),
+        (
+            "Decomposition",
+            ["decomposition", "value"],
+            [[DECOMPOSITION_LABELS.get(k, k), v] for k, v in report["decomposition"].items()],
+        ),
     ]
     collusion = report.get("collusion") or {}
     rows = [
@@ -343,7 +421,8 @@ def diagnose_sections(report: dict) -> list[tuple[str, list[str], list[list]]]:
         if part != "warnings" and numbers is not None
     ]
     if rows:
-        sections.append(("Collusion (paper 001)", ["set", "DIV", "DIV / member loss", "debiasing share"], rows))
+        header = ["set", "DIV", "DIV / member loss", "debiasing share (log-probabilities)"]
+        sections.append(("Collusion (paper 001)", header, rows))
     if report.get("selection"):
         rows = [
             [
@@ -379,7 +458,8 @@ def diagnose_text(report: dict) -> str:
 
 
 def verdict_markdown(report: dict) -> str:
-    """The verdict as Markdown, for a CI job summary (e.g. ``$GITHUB_STEP_SUMMARY``).
+    """The verdict as Markdown, for a CI job summary (e.g. ``$GITHUB_STEP_SUMMARY``) and the run's
+    description: the words of :class:`Verdict`, with links into the MLflow UI when the report has them.
 
     >>> report = {"candidate": {"name": "clf", "version": "2"}, "baseline": {"version": "1", "alias": "champion"},
     ...     "n": 600, "verdict": "failed", "null_reasons": {}, "run_id": "abc123", "rules": [{"metric": "ctoi",
@@ -387,9 +467,9 @@ def verdict_markdown(report: dict) -> str:
     >>> print(verdict_markdown(report), end="")
     ## ❌ consistency-gate: clf v2 FAILED
     <BLANKLINE>
-    Compared with v1 (@champion) on 600 samples.
+    Gate clf v2 against v1 (@champion) on 600 samples.
     <BLANKLINE>
-    ### Candidate
+    ### The candidate: FAILED
     <BLANKLINE>
     | rule | value | outcome |
     | --- | --- | --- |
@@ -397,48 +477,33 @@ def verdict_markdown(report: dict) -> str:
     <BLANKLINE>
     MLflow run: `abc123`
     """
-    cand = report["candidate"]
-    if not report["rules"] and report["null_reasons"].get("*"):  # nothing to decide
-        title = f"## ➖ consistency-gate: {cand['name']} {generation_name(cand)}: nothing to decide"
-        return f"{title}\n\n{report['null_reasons']['*']}: nothing was gated, tagged or promoted.\n"
+    view, links = Verdict.of(report), report.get("links") or {}
+    if view.nothing:
+        return f"## ➖ consistency-gate: {view.gated}: nothing to decide\n\n{view.nothing_line}\n"
     icon = "✅" if report["verdict"] == "passed" else "❌"
-    lines = [f"## {icon} consistency-gate: {verdict_headline(report)}", ""]
-    base, links = report.get("baseline"), report.get("links") or {}
-    if links.get("candidate"):
-        lines.append(f"Candidate {_linked(cand['name'] + ' ' + generation_name(cand), links['candidate'])}.")
-    lines.append(
-        f"Compared with {_linked(generation_name(base), links.get('baseline'))} on {report['n']} samples."
-        if base
-        else f"First generation (no baseline yet), {report['n']} samples."
-    )
-    sections = [("Candidate", report["rules"])]
-    if report.get("ensemble"):
-        ens = report["ensemble"]
-        sections.append((f"Remediation: {remedy_title(ens)}", ens["rules"]))
-    for title, rules in sections:
-        lines += ["", f"### {title}", "", "| rule | value | outcome |", "| --- | --- | --- |"]
-        for r in rules:
-            rule, value, outcome, _ = rule_row(r)
-            lines.append(f"| {rule} | {value} | {outcome} |")
-    cost = cost_line(report)
-    if cost:
-        lines += ["", cost]
-    if attempt_rows(report):
+    gated = _linked(view.gated, links.get("candidate"))
+    against = _linked(view.against, links.get("baseline"))
+    lines = [f"## {icon} consistency-gate: {view.headline}", "", f"{view.compared(gated, against)}."]
+    for section in view.sections:
+        lines += ["", f"### {section.title}: {section.verdict}", ""]
+        lines += ["| rule | value | outcome |", "| --- | --- | --- |"]
+        lines += [f"| {rule} | {value} | {outcome} |" for rule, value, outcome, _ in section.rules]
+    if view.cost:
+        lines += ["", view.cost]
+    if view.registered:
+        version = report["registered_version"]
+        lines += ["", view.registered.replace(f"v{version}", _linked(f"v{version}", links.get("registered")), 1)]
+    if view.attempts:
         lines += ["", "### Remediation attempts, in the order tried", ""]
         lines += ["| " + " | ".join(ATTEMPT_HEADER) + " |", "|" + " --- |" * len(ATTEMPT_HEADER)]
-        lines += ["| " + " | ".join(row) + " |" for row in attempt_rows(report)]
-    if report.get("slices"):
+        lines += ["| " + " | ".join(row) + " |" for row in view.attempts]
+    if view.slices:
         lines += ["", f"### Slices, worst first ({len(report['slices'])} in all: `gate/slices.json` in the run)", ""]
         lines += _slices_markdown(report)
-    if report.get("registered_version"):
-        registered = _linked(f"version {report['registered_version']}", links.get("registered"))
-        lines += ["", f"Registered the {remedy_noun(report.get('ensemble') or {})} as {registered}."]
-    promotion = report.get("promotion")
-    if promotion:
-        said = f"@{promotion['alias']} now points to v{promotion['holds']}" if report["promoted"] else "not promoted"
-        lines += ["", f"Promotion: {said}" + ("" if report["promoted"] else f": {promotion['reason']}")]
-    if report.get("run_id"):
-        lines += ["", f"MLflow run: {_linked('`' + report['run_id'] + '`', links.get('run'))}"]
+    if view.promotion:
+        lines += ["", view.promotion]
+    if view.run_id:
+        lines += ["", f"MLflow run: {_linked('`' + view.run_id + '`', links.get('run'))}"]
     return "\n".join(lines) + "\n"
 
 
