@@ -360,11 +360,16 @@ def config(show_default: bool, check_path: Path | None) -> None:
     for rule in cfg.rules:
         click.echo(f"  {rule.describe()}")
     if cfg.remediation is not None:
-        settings = cfg.remediation.settings
+        remediation = cfg.remediation
+        settings = remediation.settings
+        data = (
+            f"recipe {remediation.recipe}, training data {remediation.data}"
+            if remediation.can_train
+            else "no training data: the methods that train are skipped"
+        )
         click.echo(
-            f"  remediation: {' then '.join(cfg.remediation.methods)} "
-            f"(m={settings.m}, N={settings.n_snapshots}, epochs={settings.epochs}), "
-            f"recipe {cfg.remediation.recipe}, training data {cfg.remediation.data}"
+            f"  remediation: {' then '.join(remediation.methods)} "
+            f"(m={settings.m}, N={settings.n_snapshots}, epochs={settings.epochs}), {data}"
         )
 
 

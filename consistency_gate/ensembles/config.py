@@ -20,22 +20,53 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, Strict
 from consistency_gate.ensembles.combine import RULES
 from consistency_gate.errors import UsageError
 
+REPAIR_METHODS = ("blend", "rerank")  # no training: the candidate corrected by the previous generation
 ENSEMBLE_METHODS = ("dynsnap-cyc", "dynsnap-step", "snapshot", "extbagging")  # m members
 DISTILLATION_METHODS = ("focal-distillation", "ensemble-distillation")  # one model, from a teacher
-METHODS = (*ENSEMBLE_METHODS, "mcdropout", "singlebase", *DISTILLATION_METHODS)
+METHODS = (*REPAIR_METHODS, *ENSEMBLE_METHODS, "mcdropout", "singlebase", *DISTILLATION_METHODS)
 OPTIMIZERS = ("sgd", "adam")
 SINGLE_RUN_METHODS = ("mcdropout", "singlebase", *DISTILLATION_METHODS)  # one run, its best-on-validation model
 DISTILLATION_LOSSES = ("kl", "lm")
-REMEDIATION_KINDS = ("ensemble", "distilled")  # the consistency_gate.kind tag of a version remediation registers
+# the consistency_gate.kind tag of a version remediation registers
+REMEDIATION_KINDS = ("ensemble", "distilled", *REPAIR_METHODS)
 
 
 def remediation_kind(method: str) -> str:
-    """What ``method`` builds: 'distilled' (one model learnt from a teacher) or 'ensemble'.
+    """What ``method`` builds: 'distilled' (one model learnt from a teacher), 'ensemble', or for a
+    no-training repair its own name ('blend', 'rerank').
 
-    >>> remediation_kind("focal-distillation"), remediation_kind("dynsnap-cyc")
-    ('distilled', 'ensemble')
+    >>> remediation_kind("focal-distillation"), remediation_kind("dynsnap-cyc"), remediation_kind("rerank")
+    ('distilled', 'ensemble', 'rerank')
     """
+    if method in REPAIR_METHODS:
+        return method
     return "distilled" if method in DISTILLATION_METHODS else "ensemble"
+
+
+def check_weight(weight: float) -> None:
+    """UsageError unless ``weight`` (``blend``'s share of the previous generation) is a number in [0, 1].
+
+    >>> check_weight(1.5)
+    Traceback (most recent call last):
+    ...
+    consistency_gate.errors.UsageError: remediation weight (blend) must be in [0, 1], got 1.5
+    """
+    if isinstance(weight, bool) or not isinstance(weight, int | float) or not 0.0 <= weight <= 1.0:
+        raise UsageError(f"remediation weight (blend) must be in [0, 1], got {weight!r}")
+
+
+def check_k(k: int, classes: int | None = None) -> None:
+    """UsageError unless ``k`` (``rerank``'s choices) is an integer from 2 to the number of classes.
+
+    >>> check_k(1)
+    Traceback (most recent call last):
+    ...
+    consistency_gate.errors.UsageError: remediation k (rerank) must be an integer >= 2 (k = 1 is ...), got 1
+    """
+    if isinstance(k, bool) or not isinstance(k, int) or k < 2:
+        raise UsageError(f"remediation k (rerank) must be an integer >= 2 (k = 1 is the candidate itself), got {k!r}")
+    if classes is not None and k > classes:
+        raise UsageError(f"remediation k (rerank) {k} is larger than the {classes} classes; use k <= {classes}")
 
 
 @dataclass(frozen=True)
@@ -187,6 +218,9 @@ class RemediationBlock(BaseModel):
     optimizer: Literal[OPTIMIZERS] = "sgd"
     snapshot_one_run: StrictBool = True
     strategy: Literal["cheapest"] | Annotated[list[StrictStr], Field(min_length=1)] | None = None
+    weight: Annotated[float, Field(strict=True)] | None = None  # blend: fixed (else tuned, else 0.5)
+    k: StrictInt | None = None  # rerank: fixed (else tuned, else 3)
+    calibration: Path | None = None  # data to tune blend's weight and rerank's k on (never the gate's own set)
 
     @field_validator("combination", mode="before")
     @classmethod
@@ -206,13 +240,21 @@ class RemediationConfig:
     settings: TrainSettings = field(default_factory=TrainSettings)
     strategy: tuple[str, ...] = ()  # the methods to try in turn; () tries settings.method alone
     distillation_overrides: dict = field(default_factory=dict)  # the block's distillation: keys
+    weight: float | None = None  # blend's weight as the config fixes it (None: tuned, or the default)
+    k: int | None = None  # rerank's k as the config fixes it (None: tuned, or the default)
+    calibration: Path | None = None  # where the repairs' settings are tuned (None: ``data``, if any)
+
+    @property
+    def can_train(self) -> bool:
+        """Whether there is data to train on: a ``data:`` file, or a recipe of the user's own."""
+        return self.data is not None or ":" in self.recipe
 
     @property
     def methods(self) -> tuple[str, ...]:
         """The methods remediation tries, in order, until one passes.
 
         >>> RemediationConfig(None, strategy=cheapest_order("dynsnap-step")).methods
-        ('focal-distillation', 'ensemble-distillation', 'dynsnap-step')
+        ('blend', 'rerank', 'focal-distillation', 'ensemble-distillation', 'dynsnap-step')
         >>> RemediationConfig(None).methods
         ('dynsnap-cyc',)
         """
@@ -232,7 +274,12 @@ class RemediationConfig:
         check themselves (:class:`TrainSettings`)."""
         if not block.enabled:
             return None
-        if block.data is None and ":" not in block.recipe:
+        if block.weight is not None:
+            check_weight(block.weight)
+        if block.k is not None:
+            check_k(block.k)
+        trains = block.strategy is None and block.method not in REPAIR_METHODS  # one method, which trains
+        if trains and block.data is None and ":" not in block.recipe:
             raise UsageError(
                 f"{source}: remediation: 'data' (the training data file) is required for recipe '{block.recipe}' "
                 "(a recipe of your own, 'module:function' returning a TrainingRecipe, brings its own data)"
@@ -247,19 +294,21 @@ class RemediationConfig:
             raise UsageError(f"{source}: {exc}") from None
         options = dict(block.recipe_options)
         return cls(
-            block.data, block.recipe, options, block.label_column, block.combination, settings, strategy, overrides
-        )
+            block.data, block.recipe, options, block.label_column, block.combination, settings, strategy, overrides,
+            block.weight, block.k, block.calibration,
+        )  # fmt: skip
 
 
 def cheapest_order(method: str) -> tuple[str, ...]:
-    """``strategy: cheapest``: the single-model methods first (focal distillation, the cheapest to
-    train, then ensemble distillation), then ``method``'s ensemble (DynSnap-cyc if ``method`` is
-    itself a distillation method).
+    """``strategy: cheapest``, by cost: the repairs that need no training (blend, rerank), the
+    single-model methods (focal distillation, the cheapest to train, then ensemble distillation), then
+    ``method`` (DynSnap-cyc if ``method`` is itself one of those).
 
     >>> cheapest_order("focal-distillation")
-    ('focal-distillation', 'ensemble-distillation', 'dynsnap-cyc')
+    ('blend', 'rerank', 'focal-distillation', 'ensemble-distillation', 'dynsnap-cyc')
     """
-    return (*DISTILLATION_METHODS, "dynsnap-cyc" if method in DISTILLATION_METHODS else method)
+    first = (*REPAIR_METHODS, *DISTILLATION_METHODS)
+    return (*first, "dynsnap-cyc" if method in first else method)
 
 
 def _strategy(block: RemediationBlock, source: str) -> tuple[str, ...]:

@@ -17,7 +17,7 @@ import contextlib
 import sys
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -27,7 +27,7 @@ import pandas as pd
 from consistency_gate.core.evaluation import evaluate_frames, flip_table, usable_ks
 from consistency_gate.core.slices import TRUE_CLASS
 from consistency_gate.engines.spark import SparkModel, gate_comparison
-from consistency_gate.ensembles.config import REMEDIATION_KINDS, RemediationConfig, remediation_kind
+from consistency_gate.ensembles.config import REMEDIATION_KINDS, REPAIR_METHODS, RemediationConfig, remediation_kind
 from consistency_gate.errors import DataError, ModelError, UsageError
 from consistency_gate.gate import rules
 from consistency_gate.gate.decision import Decision
@@ -42,6 +42,9 @@ from consistency_gate.report.tables import attempt_line, verdict_table
 if TYPE_CHECKING:
     from mlflow import MlflowClient
     from mlflow.data.dataset import Dataset
+    from mlflow.models.model import ModelInfo
+
+    from consistency_gate.ensembles.repair import Repair
 
 DEFAULT_BASELINE = "@champion"
 IN_MEMORY = "DataFrame"  # how errors, params and the logged dataset name evaluation data given in memory
@@ -295,9 +298,10 @@ def _gate_in_run(gate: _GateRun) -> GateResult:
                 flush=True,
             )
         with gate.timed("remediation"):
-            result.ensemble, result.attempts = _remediate_in_turn(gate, comparer, models[-1], list(frames[-1].columns))
-        result.verdict = result.ensemble["verdict"]
-        result.registered_version = result.ensemble["registered_version"]
+            result.ensemble, result.attempts = _remediate_in_turn(gate, comparer, models[-1], frames[-1])
+        if result.ensemble is not None:  # None: every method was skipped (the attempts say why)
+            result.verdict = result.ensemble["verdict"]
+            result.registered_version = result.ensemble["registered_version"]
         promoted_version = result.registered_version
     with gate.timed("logging"):
         if gate.promote and promoted_version is not None:
@@ -391,31 +395,51 @@ def _remediation_plan(remediation: RemediationConfig) -> str:
     if len(methods) > 1:
         return f"trying {', '.join(methods)} in turn until one passes"
     settings = remediation.settings
+    if methods[0] in REPAIR_METHODS:
+        return f"correcting it with the previous generation ({methods[0]}, no training) to gate in its place"
     if remediation_kind(methods[0]) == "distilled":
         return f"training a {methods[0]} model to gate in its place"
     return f"training a {methods[0]} ensemble of {settings.m} members to gate in its place"
 
 
 def _remediate_in_turn(
-    gate: _GateRun, comparer: _Comparer, cand_model: scoring.LoadedModel, classes: list[str]
-) -> tuple[dict, list[dict]]:
+    gate: _GateRun, comparer: _Comparer, cand_model: scoring.LoadedModel, cand_scores: pd.DataFrame
+) -> tuple[dict | None, list[dict]]:
     """Try the configured methods in turn (:attr:`RemediationConfig.methods`), each in its own nested
-    run, until one passes and is registered; returns the last attempt's report and a summary row per
-    attempt. ``focal-distillation`` is skipped in a list when there is no previous generation."""
+    run, until one passes and is registered; returns the last attempt's report (None when every
+    method was skipped) and a summary row per attempt. In a list of several, a method that lacks what
+    it needs (a previous generation, training data) is reported as skipped, not as an error."""
     remediation = gate.cfg.remediation
     methods = remediation.methods
     report, attempts = None, []
     for method in methods:
-        if method == "focal-distillation" and comparer.baseline is None and len(methods) > 1:
-            attempts.append({"method": method, "verdict": "skipped", "note": "no previous generation to learn from"})
+        skipped = _missing_for(method, comparer, remediation)
+        if skipped and len(methods) > 1:
+            attempts.append({"method": method, "verdict": "skipped", "note": skipped})
+            if not gate.quiet:
+                print(f"{method}: skipped ({skipped})", file=sys.stderr, flush=True)
             continue
-        report = _remediate(gate, comparer, cand_model, classes, remediation.for_method(method))
+        settings = remediation.for_method(method)
+        if method in REPAIR_METHODS:
+            report = _repair(gate, comparer, cand_model, cand_scores, settings)
+        else:
+            report = _remediate(gate, comparer, cand_model, list(cand_scores.columns), settings)
         attempts.append(_attempt_summary(report))
         if len(methods) > 1 and not gate.quiet:
             print(f"{method}: {attempt_line(attempts[-1])}", file=sys.stderr, flush=True)
         if report["verdict"] == "passed":
             break
     return report, attempts
+
+
+def _missing_for(method: str, comparer: _Comparer, remediation: RemediationConfig) -> str | None:
+    """Why ``method`` cannot run here (None: it can): a repair and focal distillation learn from the
+    previous generation; every method but a repair trains on data."""
+    if comparer.baseline is None and (method in REPAIR_METHODS or method == "focal-distillation"):
+        return "no previous generation to learn from"
+    if method not in REPAIR_METHODS and not remediation.can_train:
+        return "it trains, and the remediation block names no training data (data:, or a recipe of your own)"
+    return None
 
 
 def _attempt_summary(report: dict) -> dict:
@@ -449,7 +473,7 @@ def _remediate(
     from consistency_gate.ensembles.model import log_ensemble
     from consistency_gate.ensembles.remediation import log_build, train_ensemble
 
-    frame, data_path, cand_ref = gate.frame, gate.data_path, gate.cand_ref
+    frame, data_path = gate.frame, gate.data_path
     method = remediation.settings.method
     with gate.session.child_run(f"remediation: {method}") as child_run_id:
         input_shape = cand_model.tensor.shape[1:] if cand_model.tensor is not None else None
@@ -465,36 +489,132 @@ def _remediate(
             raise DataError(f"{data_path}: the ensemble's feature column '{missing[0]}' is missing")
         features = frame.drop(columns=[c for c in gate.non_features if c in frame.columns])
         scores = ensemble.predict_frame(features)
-        spark_model = SparkModel(model_info.model_uri, "pyfunc", list(scores.columns), list(ensemble.features or []))
         cost = _serving_cost(ensemble.predict_frame, features, model_info.model_uri, len(build.members))
-        decision = comparer.decide(scores, spark_model, cost.metrics(gate.cost))
-        report = {
-            "verdict": decision.verdict,
-            "rules": [r.to_dict() for r in decision.rules],
-            "metrics": decision.metrics,
-            "intervals": decision.intervals,
-            "tests": decision.tests,
-            **({"slices": decision.slices} if decision.slices is not None else {}),
-            "cost": decision.cost,
-            "method": method,
-            "kind": remediation_kind(method),
-            "members": len(build.members),
-            "runs": len(build.runs),
-            "kappa": build.kappa,
-            "train_seconds": build.seconds,
-            "run_id": child_run_id,
-            "registered_version": None,
-        }
-        decision.log(model_info.model_id, gate.dataset)
-        if decision.verdict == "passed":
-            version = registry.register_version(model_info.model_uri, cand_ref.name)
-            ensemble_ref = registry.ModelRef(cand_ref.name, version)
-            registry.tag_version(
-                gate.client, ensemble_ref, "passed", report["kind"], gate.run_id, replaces=cand_ref.version
-            )
-            report["registered_version"] = version
-        tracking.log_json(report, "gate/report.json")
+        built = {"members": len(build.members), "runs": len(build.runs), "kappa": build.kappa}
+        return _judge_attempt(
+            gate, comparer, method, model_info, scores, ensemble.features, cost,
+            {**built, "train_seconds": build.seconds, "run_id": child_run_id},
+        )  # fmt: skip
+
+
+def _judge_attempt(
+    gate: _GateRun,
+    comparer: _Comparer,
+    method: str,
+    model_info: ModelInfo,
+    scores: pd.DataFrame,
+    features: list[str] | None,
+    cost: ServingCost,
+    built: dict,
+) -> dict:
+    """Gate what an attempt built (its ``scores`` on the evaluation set, its serving ``cost``) with the
+    same rules against the same baseline, log the decision in the attempt's run, and register it if it
+    passes; returns the attempt's report (``built``: what it built and what that took)."""
+    spark_model = SparkModel(model_info.model_uri, "pyfunc", list(scores.columns), list(features or []))
+    decision = comparer.decide(scores, spark_model, cost.metrics(gate.cost))
+    report = {
+        "verdict": decision.verdict,
+        "rules": [r.to_dict() for r in decision.rules],
+        "metrics": decision.metrics,
+        "intervals": decision.intervals,
+        "tests": decision.tests,
+        **({"slices": decision.slices} if decision.slices is not None else {}),
+        "cost": decision.cost,
+        "method": method,
+        "kind": remediation_kind(method),
+        **built,
+        "registered_version": None,
+    }
+    decision.log(model_info.model_id, gate.dataset)
+    if decision.verdict == "passed":
+        cand_ref = gate.cand_ref
+        version = registry.register_version(model_info.model_uri, cand_ref.name)
+        registry.tag_version(
+            gate.client, registry.ModelRef(cand_ref.name, version), "passed", report["kind"], gate.run_id,
+            replaces=cand_ref.version,
+        )  # fmt: skip
+        report["registered_version"] = version
+    tracking.log_json(report, "gate/report.json")
     return report
+
+
+def _repair(
+    gate: _GateRun,
+    comparer: _Comparer,
+    cand_model: scoring.LoadedModel,
+    cand_scores: pd.DataFrame,
+    remediation: RemediationConfig,
+) -> dict:
+    """A repair that needs no training (``blend``, ``rerank``) in a nested run: its setting fixed by the
+    config or tuned on data other than the evaluation set, logged as one pyfunc model carrying both
+    generations' models, checked to predict what was gated, then judged like any attempt."""
+    import mlflow
+
+    from consistency_gate.ensembles.repair import aligned, log_repair
+
+    method = remediation.settings.method
+    with gate.session.child_run(f"remediation: {method}") as child_run_id:
+        start = time.perf_counter()
+        repair = _repair_setting(gate, comparer, cand_model, remediation)
+        previous, candidate, classes = aligned(comparer.base_scores, cand_scores)
+        scores = pd.DataFrame(repair.apply(previous, candidate), columns=classes, index=cand_scores.index)
+        seconds = time.perf_counter() - start
+        mlflow.log_params({"method": method, **repair.setting})
+        pairs = ((comparer.baseline, comparer.base_scores), (cand_model, cand_scores))
+        model_info = log_repair(repair, *(_generation(model, scores) for model, scores in pairs))
+        served = scoring.load_model(registry.ModelRef(model_info.model_uri, "", source=model_info.model_uri))
+        features = scoring.feature_frame(served, gate.frame, gate.non_features)
+        same = scoring.predict(served, gate.frame, gate.non_features)[classes].to_numpy()
+        if not np.allclose(same, scores.to_numpy(), atol=1e-6):
+            raise ModelError(f"{model_info.model_uri}: the logged {method} repair does not predict what was gated")
+        cost = _serving_cost(lambda f: served.predict_scores(f), features, model_info.model_uri, members=2)
+        built = {"members": 2, "runs": 0, "kappa": 0.0, "train_seconds": seconds, "setting": repair.setting}
+        return _judge_attempt(
+            gate, comparer, method, model_info, scores, cand_model.features, cost, {**built, "run_id": child_run_id}
+        )
+
+
+def _generation(model: scoring.LoadedModel, scores: pd.DataFrame) -> dict:
+    """A generation as a repair carries it: its model URI, its classes (its score columns) and the tags
+    that say how to read its outputs."""
+    tags = {k: v for k, v in model.ref.tags.items() if k in (registry.CLASSES_TAG, registry.OUTPUTS_TAG)}
+    return {"uri": model.ref.uri, "classes": [str(c) for c in scores.columns], "tags": tags}
+
+
+def _repair_setting(
+    gate: _GateRun, comparer: _Comparer, cand_model: scoring.LoadedModel, remediation: RemediationConfig
+) -> Repair:
+    """The repair's setting: as the config fixes it; else tuned with the gate's rules on the
+    ``calibration:`` file (or the remediation's ``data:``), never on the evaluation set; else the default."""
+    from consistency_gate.ensembles.repair import Repair, aligned, tune
+
+    method = remediation.settings.method
+    if method == "blend" and remediation.weight is not None:
+        return Repair("blend", weight=remediation.weight, tuned_on="config")
+    if method == "rerank" and remediation.k is not None:
+        return Repair("rerank", k=remediation.k, tuned_on="config")
+    source = remediation.calibration or remediation.data
+    if source is None:
+        return Repair(method)
+    label = remediation.label_column
+    tuning = io.read_evaluation_data(Path(source), label, None)
+    exclude = scoring.non_features(label, None)
+    prev_scores, cand_scores = (scoring.predict(m, tuning, exclude) for m in (comparer.baseline, cand_model))
+    previous, candidate, classes = aligned(prev_scores, cand_scores)
+    cfg = gate.cfg
+    kept = replace(cfg, rules=[r for r in cfg.rules if r.metric not in rules.COST_METRICS and not r.per_slice])
+    ks = usable_ks(None if not cfg.ks_given else cfg.ks, {str(source): len(classes)}, f"{cfg.source}: ks")
+    base = pd.DataFrame(previous, columns=classes)
+
+    def judge(probabilities: np.ndarray) -> tuple[bool, float]:
+        repaired = pd.DataFrame(probabilities, columns=classes)
+        comparison = evaluate_frames(tuning[label], [base, repaired], ks, str(source)).result(
+            confidence=cfg.confidence, interval_method=cfg.interval_method
+        )
+        decision = Decision.judge(comparison, kept, pd.DataFrame(), ks)
+        return decision.verdict == "passed", comparison.metrics["ctoi"]
+
+    return tune(method, previous, candidate, judge, str(source))
 
 
 def _validate(gate: _GateRun, models: list[scoring.LoadedModel]) -> None:

@@ -126,7 +126,11 @@ def remedy_noun(remedy: dict) -> str:
 
     >>> remedy_noun({"method": "focal-distillation", "kind": "distilled"}), remedy_noun({"method": "dynsnap-cyc"})
     ('focal-distillation model', 'ensemble')
+    >>> remedy_noun({"method": "rerank", "kind": "rerank", "setting": {"k": 3, "tuned_on": "defaults"}})
+    'rerank repair'
     """
+    if remedy.get("setting"):  # a repair that needs no training carries its setting
+        return f"{remedy['method']} repair"
     return f"{remedy['method']} model" if remedy.get("kind") == "distilled" else "ensemble"
 
 
@@ -138,6 +142,11 @@ def remedy_title(remedy: dict) -> str:
     >>> remedy_title({"method": "ensemble-distillation", "kind": "distilled", "members": 1, "runs": 5, "kappa": 5.0})
     'ensemble-distillation model, one model from 5 runs (kappa 5.0)'
     """
+    if remedy.get("setting"):  # a repair that needs no training
+        setting = remedy["setting"]
+        value = f"w {setting['weight']}" if "weight" in setting else f"k {setting['k']}"
+        where = "default" if setting["tuned_on"] == "defaults" else f"from {setting['tuned_on']}"
+        return f"{remedy_noun(remedy)} ({value}, {where}): both generations' models in one, no training"
     trained = f"from {remedy['runs']} runs (kappa {remedy['kappa']:.1f})"
     if remedy.get("kind") == "distilled":
         return f"{remedy_noun(remedy)}, one model {trained}"
@@ -303,6 +312,8 @@ def cost_line(report: dict) -> str:
 
 
 def _served(remedy: dict) -> str:
+    if remedy.get("setting"):
+        return f"the {remedy_noun(remedy)} (both generations' models)"
     if remedy.get("kind") == "distilled":
         return f"the {remedy_noun(remedy)}"
     return f"the ensemble of {remedy['members']} members"

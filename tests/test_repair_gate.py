@@ -1,0 +1,132 @@
+"""No-training repairs through the gate, on a real SQLite registry: sklearn and PyTorch generations,
+settings fixed, tuned on a calibration file or left at their defaults, registered as one pyfunc
+version that loads and predicts the gated answers in a fresh process; bad settings are one-line errors."""
+
+import json
+import subprocess
+import sys
+
+import mlflow
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from conftest import read_report, run_cli
+from mlflow import MlflowClient
+from registry_fixtures import MODEL, build_store, check_args
+
+from consistency_gate.gate.rules import parse_config
+from consistency_gate.gate.run import run_gate
+
+RULES = "rules:\n  - {metric: ctoi, max: 0.02}\n  - {metric: acc, min_delta: -0.02}\nks: [1]\n"
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    root = tmp_path_factory.mktemp("repairs")
+    store = build_store(root)
+    frame = pd.read_csv(store["data"]).sample(frac=1, random_state=0)  # calibration and evaluation apart
+    frame.iloc[:60].to_csv(root / "calibration.csv", index=False)
+    frame.iloc[60:].to_csv(root / "eval.csv", index=False)
+    return {**store, "eval": root / "eval.csv", "calibration": root / "calibration.csv"}
+
+
+def _fresh_process_labels(uri: str, model_uri: str, data) -> list[str]:
+    """The class a version answers for each row of ``data``, loaded in a fresh process."""
+    code = (
+        "import json, sys, mlflow, pandas as pd\n"
+        f"mlflow.set_tracking_uri({uri!r})\n"
+        f"frame = pd.read_csv({str(data)!r}).drop(columns=['label', 'id'])\n"
+        f"out = mlflow.pyfunc.load_model({model_uri!r}).predict(frame)\n"
+        "print(json.dumps(out.idxmax(axis=1).tolist()))\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize(
+    ("block", "setting"),
+    [
+        ("strategy: [rerank]\n  k: 3", {"k": 3, "tuned_on": "config"}),
+        ("strategy: cheapest\n  calibration: {calibration}", {"tuned_on": "{calibration}"}),
+    ],
+    ids=["rerank fixed", "cheapest tuned"],
+)
+def test_a_repair_of_sklearn_generations_passes_and_serves_the_gated_answers(store, tmp_path, block, setting):
+    config = tmp_path / "gate.yaml"
+    config.write_text(RULES + "remediation:\n  " + block.format(calibration=store["calibration"]) + "\n")
+    report_path = tmp_path / "report.json"
+    proc = run_cli(*check_args("3", store["eval"], config, store["uri"], "--id-column", "id", "--report", report_path))
+    report = read_report(report_path)
+    assert proc.returncode == 0, proc.stderr
+    assert report["candidate_verdict"] == "failed" and report["outcome"] == "remediated"
+    repair = report["ensemble"]
+    assert repair["kind"] == repair["method"] in ("blend", "rerank") and repair["members"] == 2
+    assert repair["setting"]["tuned_on"] == setting["tuned_on"].format(calibration=store["calibration"])
+    assert repair["train_seconds"] < 30 and repair["cost"]["latency_ratio"] > 0
+    assert report["attempts"][0]["method"] == "blend" or len(report["attempts"]) == 1  # cheapest: blend first
+    assert "both generations' models in one, no training" in proc.stdout
+    client = MlflowClient(tracking_uri=store["uri"])
+    version = client.get_model_version(MODEL, report["registered_version"])
+    assert (
+        version.tags["consistency_gate.kind"] == repair["method"] and version.tags["consistency_gate.replaces"] == "3"
+    )
+    flips = pd.read_csv(client.download_artifacts(repair["run_id"], "gate/flips.csv", str(tmp_path)))
+    served = _fresh_process_labels(store["uri"], f"models:/{MODEL}/{version.version}", store["eval"])
+    assert served == flips["candidate_prediction"].astype(str).tolist()  # what was gated is what is served
+
+
+def test_a_repair_of_pytorch_generations_with_tensor_inputs(store, tmp_path):
+    """Two PyTorch generations (tensor signature, classes in a tag), repaired by blend at its default."""
+    mlflow.set_tracking_uri(store["uri"])
+    client = MlflowClient(tracking_uri=store["uri"])
+    frame = pd.read_csv(store["eval"])
+    x = frame.drop(columns=["label", "id"]).to_numpy(dtype="float32")
+    torch.manual_seed(1)
+    weak = torch.nn.Sequential(torch.nn.Linear(4, 3))  # untrained: a poor second generation
+    with mlflow.start_run():
+        mlflow.pytorch.log_model(weak, name="model", registered_model_name="iris-torch", input_example=x[:2])
+    client.set_model_version_tag("iris-torch", "2", "consistency_gate.classes", '["setosa", "versicolor", "virginica"]')
+    client.set_registered_model_alias("iris-torch", "champion", "1")
+    cfg = parse_config(
+        "rules:\n  - {metric: ctoi, max: 0.2}\nks: [1]\nremediation:\n  strategy: [blend]\n  weight: 0.7\n"
+    )
+    result = run_gate("iris-torch", store["eval"], candidate="2", config=cfg, tracking_uri=store["uri"], id_column="id")
+    assert result.candidate_verdict == "failed" and result.ensemble["setting"] == {"weight": 0.7, "tuned_on": "config"}
+    assert result.verdict == "passed" and result.ensemble["metrics"]["ctoi"] < result.metrics["ctoi"]
+    served = mlflow.pyfunc.load_model(f"models:/iris-torch/{result.registered_version}").predict(x)
+    expected = mlflow.pytorch.load_model("models:/iris-torch/1")(torch.as_tensor(x)).softmax(1).detach().numpy()
+    candidate = torch.softmax(weak(torch.as_tensor(x)), 1).detach().numpy()
+    assert np.allclose(served.to_numpy(), 0.7 * expected + 0.3 * candidate, atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    ("block", "code", "message"),
+    [
+        ("strategy: [rerank]\n  k: 1", 2, "k (rerank) must be an integer >= 2"),
+        ("strategy: [blend]\n  weight: 1.5", 2, "weight (blend) must be in [0, 1]"),
+        ("strategy: [blend]\n  calibration: {bad}", 3, "label 'tulip' is not a class of any generation"),
+    ],
+    ids=["k below 2", "weight above 1", "unknown class in calibration"],
+)
+def test_bad_repair_settings_are_one_line_errors(store, tmp_path, block, code, message):
+    bad = tmp_path / "bad.csv"
+    pd.read_csv(store["calibration"]).assign(label="tulip").to_csv(bad, index=False)
+    config = tmp_path / "gate.yaml"
+    config.write_text(RULES + "remediation:\n  " + block.format(bad=bad) + "\n")
+    proc = run_cli(*check_args("3", store["eval"], config, store["uri"], "--id-column", "id"))
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == code and message in lines[-1] and "Traceback" not in proc.stderr, proc.stderr
+
+
+def test_without_training_data_the_training_methods_are_skipped_not_refused(store, tmp_path):
+    # w 0 is the candidate itself and k 2 keeps some of its flips: both repairs fail, then nothing can train
+    block = "remediation:\n  strategy: cheapest\n  weight: 0.0\n  k: 2\n"
+    cfg = parse_config("rules:\n  - {metric: ctoi, max: 0.0}\n" + block)
+    result = run_gate(MODEL, store["eval"], candidate="3", config=cfg, tracking_uri=store["uri"], id_column="id")
+    assert result.verdict == "failed" and result.exit_code == 1 and result.registered_version is None
+    skipped = [a for a in result.attempts if a["verdict"] == "skipped"]
+    assert [a["method"] for a in result.attempts[:2]] == ["blend", "rerank"]
+    assert [a["method"] for a in skipped] == ["focal-distillation", "ensemble-distillation", "dynsnap-cyc"]
+    assert all("names no training data" in a["note"] for a in skipped)
