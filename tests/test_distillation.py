@@ -30,7 +30,7 @@ def _numpy_focal_distillation(student, teacher, y, d: Distillation) -> float:
         log_p = student / t - np.logaddexp.reduce(student / t, axis=1, keepdims=True)
         per_sample = (q * (np.log(q) - log_p)).sum(axis=1) * t * t
     else:
-        per_sample = ((student - teacher) ** 2).mean(axis=1)
+        per_sample = ((student - teacher) ** 2).mean(axis=1) / 2  # PCT's main.py: mean squared difference / 2
     weights = d.alpha + d.beta * (teacher.argmax(axis=1) == y)
     return float(d.weight * (weights * per_sample).mean())
 
@@ -67,11 +67,11 @@ def test_a_student_equal_to_its_teacher_costs_nothing(z, y, loss):
 
 
 def test_focal_weights_by_hand():
-    # FD-LM: sample 1 (teacher right) D = ((0-4)^2 + 0) / 2 = 8, weight alpha + beta = 3; sample 2 (wrong) D = 8,
-    # weight alpha = 1: mean (24 + 8) / 2 = 16, times the term's weight 0.5
+    # FD-LM: sample 1 (teacher right) D = mean((0-4)^2, 0) / 2 = 4 (half, as PCT), weight alpha + beta = 3;
+    # sample 2 (wrong) D = 4, weight alpha = 1: mean (12 + 4) / 2 = 8, times the term's weight 0.5
     student, teacher, y = torch.zeros(2, 2), torch.tensor([[4.0, 0.0], [4.0, 0.0]]), torch.tensor([0, 1])
     d = Distillation(loss="lm", alpha=1.0, beta=2.0, weight=0.5)
-    assert float(focal_distillation_loss(student, teacher, y, d)) == pytest.approx(8.0)
+    assert float(focal_distillation_loss(student, teacher, y, d)) == pytest.approx(4.0)
     # FD-KL at temperature 1 of a uniform student toward [e^4, 1] / (e^4 + 1): sum q log(q / 0.5)
     q = np.array([np.exp(4.0), 1.0]) / (np.exp(4.0) + 1)
     kl = float((q * np.log(q / 0.5)).sum())

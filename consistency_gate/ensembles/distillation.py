@@ -8,10 +8,10 @@ flip:
 
     loss = CE(z, y) + weight * mean_i (alpha + beta * [teacher right on i]) * D(z_i, t_i)
 
-with D the KL divergence of the softmax outputs at temperature T, times T² (FD-KL), or the mean
-squared difference of the logits (FD-LM). A teacher that gives probabilities has log-probabilities
-as logits (softmax gives back the same probabilities). alpha = 1, beta = 0 is plain knowledge
-distillation, as ``ensemble-distillation`` uses toward the ensemble's averaged outputs.
+with D the KL divergence of the softmax outputs at temperature T, times T² (FD-KL), or half the mean
+squared difference of the logits (FD-LM, as PCT's own code computes it). A teacher that gives
+probabilities has log-probabilities as logits (softmax gives back the same probabilities). alpha = 1,
+beta = 0 is plain knowledge distillation, as ``ensemble-distillation`` uses toward the ensemble's averaged outputs.
 
 >>> import torch
 >>> z = torch.tensor([[2.0, 0.0], [0.0, 2.0]])
@@ -48,8 +48,8 @@ def focal_distillation_loss(
     >>> student, teacher = torch.zeros(2, 2), torch.tensor([[4.0, 0.0], [4.0, 0.0]])
     >>> y = torch.tensor([0, 1])  # the teacher is right on the first sample only
     >>> lm = focal_distillation_loss(student, teacher, y, Distillation(loss="lm"))
-    >>> float(lm)  # per sample D = mean((0 - 4)², (0 - 0)²) = 8; weights 6 and 1
-    28.0
+    >>> float(lm)  # per sample D = mean((0 - 4)², (0 - 0)²) / 2 = 4; weights 6 and 1
+    14.0
     """
     teacher = teacher.detach()
     if settings.loss == "kl":
@@ -58,7 +58,7 @@ def focal_distillation_loss(
             F.log_softmax(student / t, dim=1), F.log_softmax(teacher / t, dim=1), reduction="none", log_target=True
         ).sum(dim=1) * (t * t)
     else:
-        per_sample = ((student - teacher) ** 2).mean(dim=1)
+        per_sample = ((student - teacher) ** 2).mean(dim=1) / 2
     focus = (teacher.argmax(dim=1) == y).to(student.dtype)
     return settings.weight * ((settings.alpha + settings.beta * focus) * per_sample).mean()
 

@@ -77,6 +77,9 @@ class TrainingRecipe:
     validation per run, stratified by class, and reshuffles). ``loss`` defaults to cross-entropy,
     ``optimizer(params, lr)`` to the config's ``optimizer`` (SGD with momentum 0.9 and weight decay
     5e-4, or Adam; DynSnap sets the learning rate every epoch), ``batch_size`` to the config's.
+    ``scheduler(optimizer, epochs)`` returns your learning-rate scheduler (any
+    ``torch.optim.lr_scheduler``), stepped once per epoch: the single-run methods (``singlebase``,
+    ``mcdropout``, the distillations) train on your schedule; DynSnap keeps the paper's.
     ``input_example`` (one batch) gives the logged ensemble its signature (default: the first
     sample); ``classes`` names the class indices (default: those of the model the ensemble
     replaces). A ``targets`` attribute on the dataset (as torchvision's have) saves one pass over it
@@ -91,6 +94,7 @@ class TrainingRecipe:
     train_dataset: Dataset
     loss: Callable[..., torch.Tensor] | None = None
     optimizer: Callable[[Iterable[nn.Parameter], float], torch.optim.Optimizer] | None = None
+    scheduler: Callable[[torch.optim.Optimizer, int], Any] | None = None
     batch_size: int | None = None
     collate_fn: Callable | None = None
     num_workers: int = 0
