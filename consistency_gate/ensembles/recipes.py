@@ -266,11 +266,14 @@ def cnn(
         nn.MaxPool2d(2) if min(h, w) >= 4 else nn.Identity(),
         nn.Conv2d(c1, c2, 3, padding=1),
         nn.ReLU(),
-        nn.AdaptiveAvgPool2d(1),
+        nn.AdaptiveAvgPool2d(POOLED),  # a 4x4 map, not one value per channel: where a digit's strokes are
         nn.Flatten(),
         nn.Dropout(dropout),
-        nn.Linear(c2, n_classes),
+        nn.Linear(c2 * POOLED * POOLED, n_classes),
     )
+
+
+POOLED = 4  # the cnn's feature map before its linear head (global average pooling left 16 numbers: ~0.56 on digits)
 
 
 BUILT_IN = {"mlp": mlp, "cnn": cnn}
