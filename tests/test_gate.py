@@ -340,3 +340,15 @@ def test_registry_messages_name_the_store_and_what_it_holds(store, tmp_path):
     proc = run_cli("check", "--model", MODEL, "--data", store["data"], cwd=tmp_path, env=env)
     assert proc.returncode == 2 and "no tracking store given and no mlflow.db in" in proc.stderr, proc.stderr
     assert not (tmp_path / "mlflow.db").exists()  # nothing created
+
+
+def test_a_model_with_history_and_no_baseline_alias_is_exit_4_not_a_first_generation(store):
+    client = _client(store)
+    client.delete_registered_model_alias(MODEL, "champion")
+    try:
+        with pytest.raises(ModelError, match=r"earlier versions \(1, 2\) but no version holds @champion.*--baseline 2"):
+            run_gate(MODEL, store["data"], candidate="3", config=LENIENT, tracking_uri=store["uri"], id_column="id")
+        first = run_gate(MODEL, store["data"], candidate="1", config=LENIENT, tracking_uri=store["uri"], id_column="id")
+        assert first.first_generation and first.verdict == "passed"  # v1 has no history: a true first generation
+    finally:
+        client.set_registered_model_alias(MODEL, "champion", "1")

@@ -176,10 +176,19 @@ def _versions(
     client: MlflowClient, model: str, candidate: str | None, baseline: str | None
 ) -> tuple[registry.ModelRef, registry.ModelRef | None]:
     """The candidate version and the baseline (None: a first generation, when the default
-    ``@champion`` is not set yet)."""
+    ``@champion`` is not set yet and the model has no version before the candidate; with earlier
+    versions a missing alias is a ModelError, not a silent pass on single-model rules)."""
     cand_ref = registry.resolve_version(client, model, None if candidate is None else str(candidate))
     base_spec = str(baseline or DEFAULT_BASELINE)
     if baseline is None and not registry.alias_exists(client, model, base_spec[1:]):
+        earlier = [v for v in registry.version_numbers(client, model) if v < int(cand_ref.version)]
+        if earlier:  # a model with history and no alias: a mis-wired baseline, never a silent first generation
+            raise ModelError(
+                f"model '{model}' has earlier versions ({', '.join(map(str, earlier[-5:]))}) but no version holds "
+                f"{base_spec}, so v{cand_ref.version} has no baseline to be gated against: pass --baseline VERSION "
+                f"(e.g. --baseline {earlier[-1]}), or set the alias on the version in production "
+                f"(MlflowClient().set_registered_model_alias('{model}', '{base_spec[1:]}', VERSION))"
+            )
         return cand_ref, None
     return cand_ref, registry.resolve_version(client, model, base_spec)
 

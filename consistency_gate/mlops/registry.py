@@ -87,6 +87,22 @@ def resolve_version(client: MlflowClient, name: str, spec: str | None) -> ModelR
     return ModelRef(name, str(mv.version), alias, mv.run_id, dict(mv.tags or {}), logged_model_id(mv))
 
 
+def version_numbers(client: MlflowClient, name: str) -> list[int]:
+    """The registered model's version numbers, in order.
+
+    Example::
+
+        version_numbers(client, "fraud-clf")
+        # [1, 2, 3]
+    """
+    from mlflow.exceptions import MlflowException
+
+    try:
+        return sorted(int(v.version) for v in client.search_model_versions(f"name='{name}'"))
+    except MlflowException as exc:
+        _reraise(exc, f"model '{name}': cannot list its versions")
+
+
 def registered_versions(client: MlflowClient, name: str) -> str:
     """What a registered model holds, for an error message: its versions and aliases.
 
@@ -96,7 +112,7 @@ def registered_versions(client: MlflowClient, name: str) -> str:
         # 'it has versions 1, 2, 3 and the aliases @champion (v2)'
     """
     try:
-        versions = sorted(int(v.version) for v in client.search_model_versions(f"name='{name}'"))
+        versions = version_numbers(client, name)
         aliases = client.get_registered_model(name).aliases or {}
     except Exception:  # noqa: BLE001 - only a hint: the error it joins is the one to report
         return "see its versions in the MLflow UI (Models)"
