@@ -95,6 +95,7 @@ def _allowed_hosts_in_compose() -> str:
     return command[command.index("--allowed-hosts") + 1]
 
 
+@pytest.mark.slow
 def test_a_server_refusing_the_host_header_is_exit_5_with_its_reason(tmp_path):
     server = MlflowServer(tmp_path, extra_args=("--allowed-hosts", "mlflow:5000")).start()
     try:
@@ -108,6 +109,7 @@ def test_a_server_refusing_the_host_header_is_exit_5_with_its_reason(tmp_path):
     assert "not found" not in line
 
 
+@pytest.mark.slow
 def test_compose_flags_let_the_gate_call_http_mlflow_5000(tmp_path):
     """The compose stack's server/gate pair: the server with compose's own --allowed-hosts, the gate
     calling http://mlflow:5000 (a forward proxy on 127.0.0.1 stands in for the compose network)."""

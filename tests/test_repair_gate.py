@@ -18,6 +18,8 @@ from registry_fixtures import MODEL, build_store, check_args
 from consistency_gate.gate.rules import parse_config
 from consistency_gate.gate.run import run_gate
 
+pytestmark = pytest.mark.slow  # models logged, registered and loaded back
+
 RULES = "rules:\n  - {metric: ctoi, max: 0.02}\n  - {metric: acc, min_delta: -0.02}\nks: [1]\n"
 
 

@@ -107,6 +107,7 @@ def test_promotion_lock_waits_for_a_live_holder_and_clears_a_dead_one(store):
 # ---------------------------------------------------------------- item 3: a lost response
 
 
+@pytest.mark.slow
 def test_a_lost_alias_response_does_not_hide_the_promotion(tmp_path):
     server = MlflowServer(tmp_path).start()
     proxy = None

@@ -56,6 +56,7 @@ def _steps(workflow: dict) -> dict[str, str]:
     return {step["name"]: step["run"] for step in job["steps"] if "run" in step and "name" in step}
 
 
+@pytest.mark.slow
 def test_github_workflow_commands_gate_and_block(tmp_path):
     steps = _steps(yaml.safe_load((ROOT / "pipelines/github/consistency-gate.yml").read_text()))
     summary = tmp_path / "summary.md"
@@ -80,6 +81,7 @@ def test_github_workflow_commands_gate_and_block(tmp_path):
     assert bad.returncode == 3 and "invalid evaluation data" in bad.stdout
 
 
+@pytest.mark.slow
 def test_gitlab_job_commands(tmp_path):
     ci = yaml.safe_load((ROOT / "pipelines/gitlab/.gitlab-ci.yml").read_text())
     env = {"GATE_WORKDIR": str(tmp_path / "work")}
@@ -111,6 +113,7 @@ def test_pipeline_recipes_lint_and_say_what_ci_needs():
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
+@pytest.mark.slow
 def test_python_pipeline_step_runs_end_to_end(tmp_path):
     proc = subprocess.run(
         [

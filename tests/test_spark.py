@@ -18,6 +18,8 @@ from consistency_gate.engines.spark import compare_spark  # noqa: E402
 from consistency_gate.errors import DataError  # noqa: E402
 from consistency_gate.gate.run import run_gate  # noqa: E402
 
+pytestmark = pytest.mark.slow  # a local Spark session per module
+
 
 @pytest.fixture(scope="module")
 def files(tmp_path_factory):

@@ -218,6 +218,7 @@ def recipe_dir(store):
     return folder
 
 
+@pytest.mark.slow
 def test_remediation_with_the_users_recipe_registers_an_ensemble_that_serves_elsewhere(store, recipe_dir, tmp_path):
     report = tmp_path / "report.json"
     proc = run_cli(
@@ -291,6 +292,7 @@ def test_focal_distillation_with_the_users_recipe_learns_from_the_baseline_on_it
     assert (ensemble["registered_version"] is not None) == (ensemble["verdict"] == "passed")
 
 
+@pytest.mark.slow
 def test_build_ensemble_api_trains_on_the_users_dataset_and_register_ensemble_registers(store, recipe_dir):
     import importlib
 
