@@ -1,8 +1,9 @@
-"""Retake the README's MLflow UI screenshots from a fresh demo, in a real browser.
+"""Retake the MLflow UI screenshots of docs/mlflow-ui.md from a fresh demo, in a real browser.
 
 Runs ``consistency-gate demo`` in a temporary folder, serves its SQLite store with a real
 ``mlflow server`` on 127.0.0.1, and has headless Chromium photograph:
 
+- ``docs/mlflow-ui-runs.png``: the gate experiment's runs, each named after its verdict;
 - ``docs/mlflow-ui-gate-run.png``: the gate run's page (the verdict as its description, the dataset);
 - ``docs/mlflow-ui-report.png``: the run's ``gate/report.html`` artifact as the UI shows it;
 - ``docs/mlflow-ui-rules-table.png``: the rule table artifact ``gate/rules.json``;
@@ -91,6 +92,7 @@ def _pages(base: str, uri: str) -> dict[str, tuple[str, int]]:
     run = f"{base}/#/experiments/{experiment.experiment_id}/runs/{gate_run.info.run_id}"
     ml = "?workflowType=machine_learning"  # the UI's "Model training" view (its default is GenAI)
     return {
+        "mlflow-ui-runs.png": (f"{base}/#/experiments/{experiment.experiment_id}{ml}", 700),
         "mlflow-ui-gate-run.png": (run + ml, 1500),
         "mlflow-ui-report.png": (f"{run}/artifacts/gate/report.html{ml}", 1500),
         "mlflow-ui-rules-table.png": (f"{run}/artifacts/gate/rules.json{ml}", 800),

@@ -204,5 +204,5 @@ def test_files_gate_run_is_named_after_its_verdict_and_logs_the_report_once(file
         files / "labels.csv", files / "gen1.csv", files / "gen2.parquet", id_column="id", config=cfg, tracking_uri=uri
     )
     run = MlflowClient(tracking_uri=uri).get_run(result.run_id)
-    assert run.info.run_name == f"gate predictions (prediction files): {result.outcome.upper()}"
+    assert run.info.run_name == f"{result.outcome.upper()}: gate predictions (prediction files)"
     assert run.info.status == "FINISHED"

@@ -7,7 +7,7 @@ share, so that they behave the same:
 - connecting to the tracking store (an unreachable server is exit 5 before any work);
 - the gate run: started in the experiment ``consistency-gate/<name>`` (nested under a
   pipeline's own run), tagged with its owner so that a later gate can close it if this process
-  dies, named after its verdict once there is one, and ended FINISHED;
+  dies, renamed with its verdict first once there is one (``FAILED: gate digits v2``), and ended FINISHED;
 - the verdict's artifacts: ``gate/report.json`` (once), ``gate/report.html``, the run's tags
   and its Markdown description;
 - on any error: every run it started ended FAILED (retrying while the server comes back),
@@ -135,7 +135,7 @@ class GateSession:
 
     def log_verdict(self, result: GateResult, decision: Decision, diagnosis: dict | None = None) -> None:
         """The verdict's artifacts in the gate run: ``gate/report.json``, ``gate/report.html`` (kept
-        in ``result.html``), the run's tags, its description, and its name with the verdict."""
+        in ``result.html``), the run's tags, its description, and its name led by the verdict."""
         report = result.to_dict()
         tracking.log_json(report, "gate/report.json")
         result.html = decision.html(report, diagnosis)
@@ -143,7 +143,8 @@ class GateSession:
         tag_run(report)
         tracking.describe_run(verdict_markdown(report))
         run = self.client.get_run(self.run_id)
-        self.client.update_run(self.run_id, name=f"{run.info.run_name}: {result.outcome.upper()}")
+        # the verdict first: the MLflow UI's runs list cuts a long name at its default column width
+        self.client.update_run(self.run_id, name=f"{result.outcome.upper()}: {run.info.run_name}")
 
     def finish(self, result: GateResult) -> GateResult:
         """Write the report and end the gate run FINISHED; returns ``result``."""
