@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
+from consistency_gate.core.evaluation import canonical_classes
 from consistency_gate.ensembles.config import check_k, check_weight
 
 if TYPE_CHECKING:
@@ -111,7 +112,7 @@ def aligned(previous: pd.DataFrame, candidate: pd.DataFrame) -> tuple[np.ndarray
     >>> classes, p.tolist(), c.tolist()
     (['a', 'b', 'c'], [[0.6, 0.4, 0.0]], [[0.5, 0.0, 0.5]])
     """
-    classes = sorted({str(c) for c in previous.columns} | {str(c) for c in candidate.columns})
+    classes = canonical_classes([list(previous.columns), list(candidate.columns)])
 
     def spread(frame: pd.DataFrame) -> np.ndarray:
         frame = frame.set_axis([str(c) for c in frame.columns], axis=1)
