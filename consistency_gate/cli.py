@@ -391,15 +391,22 @@ def config(show_default: bool, check_path: Path | None) -> None:
 )
 @click.option(
     "--confidence",
-    type=click.FloatRange(0, 1, min_open=True, max_open=True),
+    type=click.FloatRange(0.5, 1, min_open=True, max_open=True),
     default=None,
-    help="Level (default: the config's, else 0.95).",
+    help="One-sided level of the rules' bounds (default: the config's, else 0.95).",
+)
+@click.option(
+    "--power",
+    type=click.FloatRange(0, 1, min_open=True, max_open=True),
+    default=0.8,
+    show_default=True,
+    help="The chance that the rule gives the right answer for a model at the expected rate.",
 )
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
-def plan(rules_path: Path, rates: tuple[str, ...], confidence: float | None, fmt: str) -> None:
-    """How many evaluation samples would show each rule at the rates you expect (before building a set)."""
+def plan(rules_path: Path, rates: tuple[str, ...], confidence: float | None, power: float, fmt: str) -> None:
+    """How many evaluation samples each rule needs to pass a model at the rate you expect (before building a set)."""
     from consistency_gate.gate.rules import load_config, plan_sizes
-    from consistency_gate.report.tables import table
+    from consistency_gate.report.tables import fmt_share, table
 
     cfg = load_config(rules_path)
     if not rates:
@@ -418,14 +425,19 @@ def plan(rules_path: Path, rates: tuple[str, ...], confidence: float | None, fmt
         if not sep or not 0.0 <= expected[metric.strip()] <= 1.0:
             raise click.UsageError(f"--rate {item}: expected METRIC=R with R in [0, 1]")
     level = confidence or cfg.confidence
-    rows = plan_sizes(cfg.rules, expected, level)
+    rows = plan_sizes(cfg.rules, expected, level, power)
     if fmt == "json":
-        _echo_json({"confidence": level, "rules": rows})
+        _echo_json({"confidence": level, "power": power, "rules": rows})
         return
-    click.echo(f"Samples needed to show each rule at {level:.0%} (Wilson), at the rates you expect:")
     click.echo(
-        table([[r["rule"], r["rate"], r["samples"], r["note"]] for r in rows], ["rule", "rate", "samples", "note"])
+        f"Samples at which each rule passes a model at the rate you expect with {power:.0%} power "
+        f"(bounds one-sided at {level:.0%}, exact binomial):"
     )
+    cells = [
+        [r["rule"], r["decide"], r["rate"], r["samples"], fmt_share(r["power"]), fmt_share(r["false_pass"]), r["note"]]
+        for r in rows
+    ]
+    click.echo(table(cells, ["rule", "decide", "rate", "samples", "power", "false pass", "note"]))
 
 
 @cli.command()

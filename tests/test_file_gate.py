@@ -63,7 +63,7 @@ def test_files_gate_like_models_without_a_registry(files, tmp_path):
     expected = compare_files(
         files / "labels.csv", files / "gen1.csv", files / "gen2.parquet", id_column="id", ks=[1, 2]
     )
-    ctoi_upper = expected.intervals["ctoi"][1]
+    ctoi_upper = expected.bounds["ctoi"][1]  # the one-sided 95% bound the rule decides on
     assert proc.returncode == (0 if ctoi_upper <= 0.05 and expected.metrics["con"] >= 0.5 else 1), proc.stderr
     assert saved["metrics"] == pytest.approx(expected.metrics)
     assert saved["intervals"]["ctoi"] == pytest.approx(expected.intervals["ctoi"])
@@ -107,7 +107,7 @@ def test_files_gate_html_report_holds_real_tables(files, tmp_path):
     page.feed(proc.stdout)
     assert proc.stdout.startswith("<!doctype html>") and page.images == 3
     rules, metrics, classes, *_ = page.tables
-    assert rules[0] == ["rule", "value", "outcome", "note"]
+    assert rules[0] == ["rule", "value", "outcome", "false pass", "note"]
     outcome = {True: "held", False: "FAILED", None: "skipped"}
     assert [(row[0], row[2]) for row in rules[1:]] == [
         (f"{r['quantity']} {r['condition']}", outcome[r["held"]]) for r in saved["rules"]

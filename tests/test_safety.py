@@ -157,6 +157,51 @@ def test_candidate_equal_to_baseline_is_nothing_to_decide(store, tmp_path):
     assert (len(client.search_runs([experiment.experiment_id])) if experiment else 0) == runs_before
 
 
+def test_a_baseline_registered_again_as_the_candidate_is_a_warning_in_the_report_and_the_run(tmp_path):
+    """Issue 30 part 3: the same logged model registered twice (the most common champion-challenger
+    wiring bug) passes every consistency rule trivially; the gate says so in the report, the tables,
+    the HTML and a run tag."""
+    from consistency_gate.gate.run import run_gate
+
+    built = build_store(tmp_path)
+    client = _client(built)
+    model_id = registry.logged_model_id(client.get_model_version(MODEL, "1"))
+    again = mlflow.register_model(f"models:/{model_id}", MODEL)
+    config = rules.parse_config("rules:\n  - {metric: ctoi, max: 0.02}\n")
+    report_path = tmp_path / "report.json"
+    result = run_gate(
+        MODEL, built["data"], candidate=again.version, config=config, tracking_uri=built["uri"], report_path=report_path
+    )
+    report = read_report(report_path)
+    assert report["verdict"] == "passed" and len(report["warnings"]) == 2
+    assert f"v{again.version} and the baseline v1 are the same logged model ({model_id})" in report["warnings"][0]
+    assert "answered exactly as the baseline on every sample" in report["warnings"][1]
+    assert "<strong>Warning:</strong> the candidate v" in result.html and "answered exactly" in result.html
+    tags = client.get_run(result.run_id).data.tags
+    assert "same logged model" in tags["consistency_gate.warning"]
+
+
+def test_a_prediction_file_gated_against_itself_is_a_warning(tmp_path):
+    labels, scores = tmp_path / "labels.csv", tmp_path / "scores.csv"
+    labels.write_text("label\n" + "a\nb\n" * 20)
+    scores.write_text("a,b\n" + "0.9,0.1\n0.2,0.8\n" * 20)
+    config = tmp_path / "gate.yaml"
+    config.write_text("ks: [1]\nrules:\n  - {metric: ctoi, max: 0.02}\n")
+    proc = run_cli(
+        "check", "--labels", labels, "--previous-predictions", scores, "--candidate-predictions", scores,
+        "--config", config, "--name", "nightly",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert "Warning: the candidate answered exactly as the baseline on every sample" in proc.stdout
+    other = tmp_path / "other.csv"
+    other.write_text("a,b\n" + "0.9,0.1\n0.3,0.7\n" * 20)  # the same labels, other scores: a real retrain
+    proc = run_cli(
+        "check", "--labels", labels, "--previous-predictions", scores, "--candidate-predictions", other,
+        "--config", config, "--name", "nightly",
+    )  # fmt: skip
+    assert proc.returncode == 0 and "Warning" not in proc.stdout
+
+
 # ---------------------------------------------------------------- item 7: diagnose's tracking URI
 
 

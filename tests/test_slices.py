@@ -90,7 +90,7 @@ def test_a_column_of_ids_is_refused():
 
 
 def _slice(value: str, n: int, ctoi: float, interval: list[float]) -> SliceResult:
-    return SliceResult("region", value, n, {"ctoi": ctoi}, {"ctoi": interval})
+    return SliceResult("region", value, n, {"ctoi": ctoi}, {"ctoi": interval}, {"ctoi": interval})
 
 
 SLICES = [

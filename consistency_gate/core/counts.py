@@ -101,6 +101,7 @@ class ConsistencyCounts:
     cosine_sum: float = _state(0.0)
     cosine_sq: float = _state(0.0)
     cosine_n: int = _state()
+    same_scores: int = _state()  # samples whose two score vectors are equal: a baseline gated against itself
     previous_has_scores: bool | None = _state(None, merge="same")
     candidate_has_scores: bool | None = _state(None, merge="same")
 
@@ -319,9 +320,7 @@ class ConsistencyCounts:
         }
         found["pearson"] = ci.mean_interval(self.pearson_sum, self.pearson_sq, self.pearson_n, level)
         found["cosine"] = ci.mean_interval(self.cosine_sum, self.cosine_sq, self.cosine_n, level)
-        # Com's per-sample value is +1 (CtoC, ItoC), -1 (CtoI) or 0 (ItoI)
-        com_sq = self.ctoc + self.itoc + self.ctoi
-        found["com"] = ci.mean_interval(self.ctoc + self.itoc - self.ctoi, com_sq, n, level)
+        found["com"] = ci.com_interval(*self.flip_counts, level)
         found["rel_nfr"] = ci.rel_nfr_interval(*self.flip_counts, level)
         found["acc_delta"] = ci.newcombe_paired(*self.flip_counts, level)
         return {
@@ -330,6 +329,31 @@ class ConsistencyCounts:
             if bounds is not None and (key == "acc_delta" or values.get(key) is not None)
             for low, high in [bounds]
         }
+
+    @property
+    def identical(self) -> bool:
+        """Whether the two generations answered alike on every sample: the same label, and the same
+        scores where both gave scores (the sign of a baseline gated against itself).
+
+        >>> same = Outputs.from_labels(np.array([0, 1]))
+        >>> ConsistencyCounts().update(np.array([0, 0]), same, same).identical
+        True
+        """
+        scored = bool(self.previous_has_scores and self.candidate_has_scores)
+        return self.n > 0 and self.agree == self.n and (not scored or self.same_scores == self.n)
+
+    def bounds(self, level: float = 0.95) -> dict[str, list[float]]:
+        """``{key: [lower, upper]}``, each a one-sided bound at ``level``: what a rule decided on a
+        bound compares. They are the ends of the two-sided interval at ``2 * level - 1``, exact
+        (Clopper-Pearson) for proportions, so a proportion exactly at a threshold passes a strict
+        rule at most ``1 - level`` of the time.
+
+        >>> counts = ConsistencyCounts().update(np.zeros(100, int), Outputs.from_labels(np.zeros(100, int)),
+        ...     Outputs.from_labels(np.r_[np.ones(2, int), np.zeros(98, int)]))
+        >>> [round(v, 4) for v in counts.bounds(0.95)["ctoi"]]
+        [0.0036, 0.0616]
+        """
+        return self.intervals(ci.one_sided(level), "clopper-pearson")
 
     def tests(self) -> dict[str, float]:
         """``{"mcnemar_p": p}``: the exact two-sided McNemar test of CtoI against ItoC, "is the
@@ -379,4 +403,5 @@ def _similarity_values(previous: Outputs, candidate: Outputs) -> dict[str, np.nd
         values[f"{name}_sum"] = np.where(defined, per_row, 0.0)
         values[f"{name}_sq"] = np.where(defined, per_row * per_row, 0.0)
         values[f"{name}_n"] = defined
+    values["same_scores"] = (sq_a == sq_b) & (dot == sq_a)  # |a - b|^2 = sq_a + sq_b - 2 dot = 0
     return values

@@ -160,6 +160,12 @@ class ComparisonResult:
         return self.counts.intervals(self.confidence, self.interval_method) if self.counts else {}
 
     @property
+    def bounds(self) -> dict[str, list[float]]:
+        """``{key: [lower, upper]}``, each a one-sided bound at ``confidence`` (what rules decided
+        on a bound compare)."""
+        return self.counts.bounds(self.confidence) if self.counts else {}
+
+    @property
     def tests(self) -> dict[str, float]:
         """``{"mcnemar_p": p}``: the exact McNemar test of CtoI against ItoC."""
         return self.counts.tests() if self.counts else {}

@@ -8,9 +8,18 @@ merges, so one pass, a stream of chunks and a Spark job give the same intervals.
 - A paired difference of proportions (candidate ACC minus previous ACC = ItoC - CtoI):
   Newcombe's method 10 (:func:`newcombe_paired`), and the exact McNemar test on the
   discordant pairs (:func:`mcnemar_exact`).
-- Means of per-sample values (Pearson, cosine, Com): a normal interval from the sum and
-  the sum of squares (:func:`mean_interval`).
-- The relative negative flip rate: the delta method on the log scale (:func:`rel_nfr_interval`).
+- Means of per-sample values (Pearson, cosine): a normal interval from the sum and the sum of
+  squares (:func:`mean_interval`).
+- Com = ACC_candidate - CtoI: MOVER on the two Wilson intervals (:func:`com_interval`).
+- The relative negative flip rate, written as (1 - BEC) / ACC_previous: MOVER-R (Donner and Zou)
+  on the Wilson intervals of its two proportions (:func:`rel_nfr_interval`).
+
+A rule decided on a bound compares a *one-sided* bound at the configured confidence: each end of the
+two-sided interval at level ``2 * confidence - 1`` (:func:`one_sided`), exact (Clopper-Pearson) for
+proportions, so that a model exactly at the threshold passes at most ``1 - confidence`` of the time.
+:func:`pass_probability` gives that chance exactly for any set size and rate, and
+:func:`samples_needed` the set size at which a rule passes a model at an expected rate with a given
+power (``consistency-gate plan``).
 
 >>> [round(v, 4) for v in wilson(18, 600, 0.95)]
 [0.0191, 0.0469]
@@ -22,6 +31,8 @@ from __future__ import annotations
 
 import functools
 import math
+
+import numpy as np
 
 METHODS = ("wilson", "clopper-pearson")
 
@@ -68,6 +79,24 @@ def clopper_pearson(k: int, n: int, level: float) -> tuple[float, float] | None:
     alpha = 1 - level
     low = 0.0 if k == 0 else float(beta.ppf(alpha / 2, k, n - k + 1))
     high = 1.0 if k == n else float(beta.ppf(1 - alpha / 2, k + 1, n - k))
+    return low, high
+
+
+def jeffreys(k: int, n: int, level: float) -> tuple[float, float] | None:
+    """Jeffreys interval of ``k / n`` (equal tails of the Beta(k + 1/2, n - k + 1/2) posterior, from 0
+    when ``k`` is 0 and to 1 when it is ``n``; Brown, Cai and DasGupta 2001): close to nominal for
+    the few counts of rel_nfr's rare flips, where Wilson's lower bound is too high. None when ``n`` is 0.
+
+    >>> [round(v, 4) for v in jeffreys(1, 1, 0.95)]
+    [0.1467, 1.0]
+    """
+    if n <= 0:
+        return None
+    from scipy.stats import beta
+
+    alpha = 1 - level
+    low = 0.0 if k == 0 else float(beta.ppf(alpha / 2, k + 0.5, n - k + 0.5))
+    high = 1.0 if k == n else float(beta.ppf(1 - alpha / 2, k + 0.5, n - k + 0.5))
     return low, high
 
 
@@ -140,59 +169,164 @@ def mean_interval(
     return max(bounds[0], mean - half), min(bounds[1], mean + half)
 
 
+def com_interval(ctoc: int, ctoi: int, itoc: int, itoi: int, level: float) -> tuple[float, float] | None:
+    """Interval of Com = CtoC + ItoC - CtoI = ACC_candidate - CtoI, a difference of two proportions of
+    the same samples (disjoint events, so negatively correlated): MOVER (Zou and Donner 2008) on their
+    Wilson intervals. A normal interval of the mean of the per-sample values (+1, 0, -1) collapses to a
+    point when nearly every sample is CtoC (64% coverage at accuracy 0.99 on 100 samples). None when
+    there are no samples.
+
+    >>> [round(v, 3) for v in com_interval(100, 0, 0, 0, 0.95)]  # every sample CtoC: still an interval
+    [0.948, 1.0]
+    >>> [round(v, 3) for v in com_interval(500, 20, 30, 50, 0.95)]  # estimate 0.85
+    [0.81, 0.881]
+    """
+    n = ctoc + ctoi + itoc + itoi
+    if n == 0:
+        return None
+    p1, p2 = (ctoc + itoc) / n, ctoi / n
+    (l1, u1), (l2, u2) = wilson(ctoc + itoc, n, level), wilson(ctoi, n, level)
+    spread = p1 * (1 - p1) * p2 * (1 - p2)
+    corr = -p1 * p2 / math.sqrt(spread) if spread > 0 else 0.0
+    below = math.sqrt(max(0.0, (p1 - l1) ** 2 + (u2 - p2) ** 2 - 2 * corr * (p1 - l1) * (u2 - p2)))
+    above = math.sqrt(max(0.0, (u1 - p1) ** 2 + (p2 - l2) ** 2 - 2 * corr * (u1 - p1) * (p2 - l2)))
+    return max(-1.0, p1 - p2 - below), min(1.0, p1 - p2 + above)
+
+
 def rel_nfr_interval(ctoc: int, ctoi: int, itoc: int, itoi: int, level: float) -> tuple[float, float] | None:
-    """Interval of rel_nfr = CtoI / (ACC_previous x (1 - ACC_candidate)), a function of the four
-    flip proportions: the delta method on the log scale (multinomial covariance). Without a
-    negative flip the lower bound is 0 and the upper bound the Wilson upper bound of CtoI over the
-    estimated denominator. None when the denominator is 0.
+    """Interval of rel_nfr = CtoI / (ACC_previous x (1 - ACC_candidate)), None when the denominator is 0.
+
+    rel_nfr is the ratio q / a of two proportions: q = CtoI / (CtoI + ItoI), the share of the
+    candidate's errors the previous generation got right (1 - BEC), and a = ACC_previous. Its
+    interval is MOVER-R (Donner and Zou 2012) on the Jeffreys interval of q (few counts when the
+    candidate is accurate) and the Wilson interval of a: it stays asymmetric and near its level when
+    negative flips are rare, where the delta method on the log scale covered 85% (see
+    ``benchmarks/coverage.py``). q and a rise together with CtoI, so treating them as independent
+    errs on the wide side.
 
     >>> [round(v, 3) for v in rel_nfr_interval(500, 20, 30, 50, 0.95)]  # estimate 0.33
-    [0.231, 0.471]
+    [0.219, 0.461]
+    >>> [round(v, 3) for v in rel_nfr_interval(95, 0, 2, 3, 0.95)]  # no negative flip: from 0
+    [0.0, 0.565]
     """
     n = ctoc + ctoi + itoc + itoi
     a, w = ctoc + ctoi, ctoi + itoi  # previous right; candidate wrong
     if n == 0 or a == 0 or w == 0:
         return None
-    denominator = (a / n) * (w / n)
-    if ctoi == 0:
-        return 0.0, wilson(0, n, level)[1] / denominator
-    p = [ctoc / n, ctoi / n, itoc / n, itoi / n]
-    pa, pw = a / n, w / n
-    # gradient of log g = log p_ci - log(p_cc + p_ci) - log(p_ci + p_ii)
-    grad = [-1 / pa, 1 / p[1] - 1 / pa - 1 / pw, 0.0, -1 / pw]
-    variance = sum(grad[i] * grad[j] * ((p[i] if i == j else 0.0) - p[i] * p[j]) for i in range(4) for j in range(4))
-    half = z_value(level) * math.sqrt(max(0.0, variance) / n)
-    estimate = (ctoi / n) / denominator
-    return estimate * math.exp(-half), estimate * math.exp(half)
+    q, p = ctoi / w, a / n
+    (q_low, q_high), (p_low, p_high) = jeffreys(ctoi, w, level), wilson(a, n, level)
+    qp = q * p
+    low_scale = p_high * (2 * p - p_high)
+    low = 0.0
+    if q > 0 and low_scale > 0:
+        low = (qp - math.sqrt(max(0.0, qp * qp - q_low * p_high * (2 * q - q_low) * (2 * p - p_high)))) / low_scale
+    high_scale = p_low * (2 * p - p_low)
+    if high_scale <= 0:
+        return max(0.0, low), math.inf
+    high = (qp + math.sqrt(max(0.0, qp * qp - q_high * p_low * (2 * q - q_high) * (2 * p - p_low)))) / high_scale
+    return max(0.0, low), high
 
 
-def samples_needed(rate: float, threshold: float, at_most: bool, level: float, limit: int = 10**9) -> int | None:
-    """The smallest evaluation-set size at which a proportion measured at ``rate`` is shown to be
-    at most (``at_most``) or at least ``threshold``: the Wilson bound on that side crosses it.
-    None when no size can show it (the rate is on the wrong side of the threshold, or it needs
-    more than ``limit`` samples).
+def one_sided(level: float) -> float:
+    """The two-sided level whose two ends are each a one-sided bound at ``level`` (0.95 -> 0.90).
+
+    >>> round(one_sided(0.95), 12)
+    0.9
+    """
+    if not 0.5 < level < 1.0:
+        raise ValueError(f"a one-sided confidence level is in (0.5, 1), got {level}")
+    return 2 * level - 1
+
+
+def passing_count(n: int | np.ndarray, threshold: float, decide: str, level: float) -> np.ndarray:
+    """For a rule ``share <= threshold`` on ``n`` samples (an int or an array of them), the largest
+    count that passes it (-1 when none does), as the rule decides: ``estimate`` (count / n <=
+    threshold), ``upper`` (the one-sided exact upper bound at ``level`` <= threshold) or ``lower``
+    (the one-sided exact lower bound <= threshold: benefit of the doubt). Exact bounds are compared
+    through their duality with binomial tails: the upper bound of k is <= t exactly when
+    P(Bin(n, t) <= k) <= 1 - level.
+
+    >>> [int(passing_count(600, 0.02, decide, 0.95)) for decide in ("estimate", "upper", "lower")]
+    [12, 6, 18]
+    """
+    from scipy.stats import binom
+
+    n = np.asarray(n, dtype=np.int64)
+    alpha = 1 - level
+    threshold += 1e-12  # the tolerance of Rule.holds
+    if threshold >= 1:  # every share is at most 1
+        return n
+    if decide == "estimate":
+        count = np.floor(n * threshold + 1e-9).astype(np.int64)
+        return np.minimum(count, n)
+    if decide == "upper":  # the largest k with P(X <= k; t) <= alpha
+        k = binom.ppf(alpha, n, threshold).astype(np.int64)  # smallest k with P(X <= k) >= alpha
+        return np.where(binom.cdf(k, n, threshold) <= alpha, k, k - 1)
+    if decide == "lower":  # the largest k with P(X >= k; t) >= alpha, i.e. P(X <= k - 1) <= 1 - alpha
+        k = binom.ppf(1 - alpha, n, threshold).astype(np.int64)  # smallest k with P(X <= k) >= 1 - alpha
+        return np.minimum(np.where(binom.cdf(k, n, threshold) <= 1 - alpha, k + 1, k), n)
+    raise ValueError(f"decide must be estimate, upper or lower, got {decide!r}")
+
+
+def pass_probability(
+    n: int | np.ndarray, rate: float, threshold: float, at_most: bool, decide: str, level: float
+) -> np.ndarray:
+    """The exact probability that a rule on a share of ``n`` samples passes when the true share is
+    ``rate``: ``share <= threshold`` (``at_most``) or ``share >= threshold``, decided as ``decide``
+    says at one-sided ``level``. At ``rate == threshold`` it is the rule's false-pass rate: at most
+    ``1 - level`` for a strict bound (``upper`` on a max rule, ``lower`` on a min rule).
+
+    >>> round(float(pass_probability(600, 0.02, 0.02, True, "upper", 0.95)), 4)  # false pass, <= 5%
+    0.0443
+    >>> round(float(pass_probability(600, 0.02, 0.02, True, "estimate", 0.95)), 2)  # a coin toss
+    0.58
+    """
+    from scipy.stats import binom
+
+    if not at_most:  # share >= t is (1 - share) <= 1 - t, with the bounds swapped
+        rate, threshold = 1 - rate, 1 - threshold
+        decide = {"upper": "lower", "lower": "upper"}.get(decide, decide)
+    return binom.cdf(passing_count(n, threshold, decide, level), n, rate)
+
+
+def samples_needed(
+    rate: float,
+    threshold: float,
+    at_most: bool,
+    level: float,
+    decide: str = "upper",
+    power: float = 0.8,
+    limit: int = 10**7,
+) -> int | None:
+    """The smallest evaluation-set size at which a rule on a share of the samples gives the right
+    answer with probability ``power`` for a model whose true share is ``rate``: it passes when the
+    rate meets the threshold, fails when it does not (the exact binomial power of the rule as it
+    decides, see :func:`pass_probability`). None when no size up to ``limit`` does (a rate exactly
+    at the threshold, or a strict rule's ``level`` above ``power`` there).
+
+    The binomial is discrete, so the power is a sawtooth in the size: a set a few samples larger can
+    be a point or two below ``power``.
 
     >>> samples_needed(0.01, 0.02, at_most=True, level=0.95)
-    753
-    >>> samples_needed(0.03, 0.02, at_most=True, level=0.95) is None
+    969
+    >>> samples_needed(0.03, 0.02, at_most=True, level=0.95) is None  # an upper bound never passes it
     True
+    >>> samples_needed(0.03, 0.02, at_most=True, level=0.95, decide="lower")  # caught with 80% power
+    1469
     """
-    if (at_most and rate >= threshold) or (not at_most and rate <= threshold):
+    if not 0.0 < power < 1.0:
+        raise ValueError(f"power is in (0, 1), got {power}")
+    meets = rate < threshold if at_most else rate > threshold
+    strict = decide == ("upper" if at_most else "lower")
+    if rate == threshold or (not meets and strict):
         return None
-
-    def shown(n: int) -> bool:
-        z = z_value(level)
-        centre = (rate + z * z / (2 * n)) / (1 + z * z / n)
-        half = z / (1 + z * z / n) * math.sqrt(rate * (1 - rate) / n + z * z / (4 * n * n))
-        return centre + half <= threshold if at_most else centre - half >= threshold
-
-    if not shown(limit):
-        return None
-    low, high = 1, limit  # shown(high); the bound narrows as n grows
-    while low < high:
-        middle = (low + high) // 2
-        if shown(middle):
-            high = middle
-        else:
-            low = middle + 1
-    return low
+    start = 1
+    while start <= limit:
+        sizes = np.arange(start, min(2 * start, limit + 1))
+        passes = pass_probability(sizes, rate, threshold, at_most, decide, level)
+        right = passes if meets else 1 - passes
+        found = np.flatnonzero(right >= power)
+        if found.size:
+            return int(sizes[found[0]])
+        start *= 2
+    return None

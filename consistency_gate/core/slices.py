@@ -33,13 +33,15 @@ MAX_SLICE_VALUES = 10_000
 
 @dataclass(frozen=True)
 class SliceResult:
-    """The metrics of one slice (``column`` = ``value``, ``n`` samples) and their intervals."""
+    """The metrics of one slice (``column`` = ``value``, ``n`` samples), their intervals and the
+    one-sided bounds a per-slice rule decided on a bound compares."""
 
     column: str
     value: str
     n: int
     metrics: dict[str, float | None]
     intervals: dict[str, list[float]]
+    bounds: dict[str, list[float]] = field(default_factory=dict)
 
     @property
     def name(self) -> str:
@@ -112,5 +114,6 @@ class SliceCounts:
         out = []
         for (column, value), counts in sorted(self.parts.items(), key=lambda kv: (columns.index(kv[0][0]), kv[0][1])):
             values, _ = counts.compute()
-            out.append(SliceResult(column, value, counts.n, values, counts.intervals(level, method)))
+            found = SliceResult(column, value, counts.n, values, counts.intervals(level, method), counts.bounds(level))
+            out.append(found)
         return out

@@ -22,6 +22,13 @@ if TYPE_CHECKING:
     from mlflow.data.dataset import Dataset
 
 
+IDENTICAL = (
+    "the candidate answered exactly as the baseline on every sample (same labels, same scores): it looks like "
+    "the baseline itself (the same model registered twice, or the candidate's path pointing at the baseline); "
+    "check what --candidate and the baseline alias point to"
+)
+
+
 @dataclass
 class Decision:
     """One candidate's comparison with the baseline and the verdict of the rules on it."""
@@ -35,6 +42,7 @@ class Decision:
     first_generation: bool  # no baseline: the "comparison" is the candidate against itself
     reported_ks: tuple[int, ...]  # the config's k values
     cost: dict = field(default_factory=dict)  # serving cost (timed, so kept apart from the metrics)
+    warnings: list[str] = field(default_factory=list)  # what the reviewer should know beyond the rules
 
     @classmethod
     def judge(
@@ -64,13 +72,26 @@ class Decision:
             {**comparison.metrics, **cost},
             first_generation=first_generation,
             intervals=comparison.intervals,
+            bounds=comparison.bounds,
             level=cfg.confidence,
             n=comparison.n,
             slices=comparison.slices,
         )
         reported = reported_metrics(comparison.metrics, cfg.ks, first_generation)
+        warnings = []
+        if not first_generation and comparison.counts is not None and comparison.counts.identical:
+            warnings.append(IDENTICAL)
         return cls(
-            comparison, results, rules.verdict(results), samples, list(ks), reported, first_generation, cfg.ks, cost
+            comparison,
+            results,
+            rules.verdict(results),
+            samples,
+            list(ks),
+            reported,
+            first_generation,
+            cfg.ks,
+            cost,
+            warnings,
         )
 
     @property
@@ -165,4 +186,6 @@ def tag_run(report: dict) -> None:
         tags["consistency_gate.promotion"] = report["promotion"]["reason"][:500]
     if report["registered_version"] is not None:
         tags["consistency_gate.ensemble_version"] = report["registered_version"]
+    if report.get("warnings"):
+        tags["consistency_gate.warning"] = "; ".join(report["warnings"])[:500]
     mlflow.set_tags(tags)

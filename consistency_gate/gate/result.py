@@ -50,6 +50,7 @@ class GateResult:
     cost: dict = field(default_factory=dict)  # the candidate's serving cost (mlops/cost.py)
     timings: dict[str, float] = field(default_factory=dict)
     links: dict[str, str] = field(default_factory=dict)  # MLflow UI links (http(s) tracking URIs only)
+    warnings: list[str] = field(default_factory=list)  # e.g. a candidate identical to its baseline
     html: str | None = field(default=None, repr=False)  # the HTML report (gate/report.html), once made
 
     @classmethod
@@ -72,6 +73,7 @@ class GateResult:
             tests=decision.tests,
             slices=decision.slices,
             cost=decision.cost,
+            warnings=list(decision.warnings),
         )
 
     @property
@@ -139,4 +141,5 @@ class GateResult:
             "cost": self.cost,
             "null_reasons": self.null_reasons,
             "links": self.links,
+            "warnings": self.warnings,
         }

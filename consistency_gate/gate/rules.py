@@ -164,8 +164,10 @@ class GateConfig:
 class RuleResult:
     """A rule, the value it was checked against, and the outcome (``held`` None: skipped).
 
-    ``interval`` is the metric's interval (for min_delta: of the difference) when known, and
-    ``compared`` what was compared with the threshold: the value, or the bound ``decide`` names.
+    ``interval`` is the metric's two-sided interval (for min_delta: of the difference) when known,
+    ``compared`` what was compared with the threshold: the value, or the one-sided bound ``decide``
+    names, described by ``judged_on``; ``false_pass`` the chance that a model exactly at the
+    threshold passes this rule on a set of this size (see :func:`false_pass`).
     """
 
     rule: Rule
@@ -175,19 +177,22 @@ class RuleResult:
     interval: list[float] | None = None
     compared: float | None = None
     slices: tuple[dict, ...] = ()  # a per-slice rule: each slice's outcome (value, interval, held)
+    judged_on: str = "estimate"
+    false_pass: float | None = None
 
     def record(self) -> dict:
         """The rule's row in the rule table logged to the run (``gate/rules.json``): short columns,
         the rule and its outcome first, so the MLflow UI shows them whole at its default width;
         numbers to 4 decimals (``gate/report.json`` keeps them whole).
 
-        >>> result = RuleResult(Rule("ctoi", "max", 0.02, decide="upper"), 0.01, False, "", [0.004, 0.03], 0.03)
+        >>> rule = Rule("ctoi", "max", 0.02, decide="upper")
+        >>> result = RuleResult(rule, 0.01, False, "", [0.004, 0.03], 0.027, (), "one-sided 95% upper bound", 0.0443)
         >>> record = result.record()
-        >>> record["rule"], record["outcome"], record["high"], record["judged on"]
-        ('ctoi <= 0.02', 'FAILED', 0.03, 'upper bound')
+        >>> record["rule"], record["outcome"], record["bound"], record["judged on"], record["false pass"]
+        ('ctoi <= 0.02', 'FAILED', 0.027, 'one-sided 95% upper bound', 0.0443)
         """
         low, high = (_rounded(v) for v in (self.interval or (None, None)))
-        judged = "estimate" if self.rule.decide == "estimate" else f"{self.rule.decide} bound"
+        judged = self.judged_on
         if self.rule.per_slice:
             judged += f", worst slice of n >= {self.rule.min_slice_size}"
         return {
@@ -196,7 +201,9 @@ class RuleResult:
             "value": _rounded(self.value),
             "low": low,
             "high": high,
+            "bound": _rounded(self.compared) if self.rule.decide != "estimate" else None,
             "judged on": judged,
+            "false pass": _rounded(self.false_pass),
             "note": self.note,
         }
 
@@ -216,6 +223,8 @@ class RuleResult:
             "value": self.value,
             "interval": self.interval,
             "compared": self.compared,
+            "judged_on": self.judged_on,
+            "false_pass": self.false_pass,
             "held": self.held,
             "note": self.note,
             **extra,
@@ -350,7 +359,7 @@ class _Document(BaseModel):
     ks: Annotated[list[Annotated[int, Field(strict=True, ge=1)]], Field(min_length=1)] = [1, 5]
     remediation: RemediationBlock | None = None
     classes: Annotated[list[StrictStr | StrictInt], Field(min_length=1)] | None = None
-    confidence: Annotated[float, Field(gt=0, lt=1)] = 0.95
+    confidence: Annotated[float, Field(gt=0.5, lt=1)] = 0.95
     intervals: Literal[METHODS] = "wilson"
     slices: Annotated[list[StrictStr], Field(min_length=1)] | None = None
 
@@ -479,19 +488,23 @@ def evaluate_rules(
     metrics: dict[str, float | None],
     first_generation: bool = False,
     intervals: dict[str, list[float]] | None = None,
+    bounds: dict[str, list[float]] | None = None,
     level: float = 0.95,
     n: int = 0,
     slices: Sequence[SliceResult] = (),
 ) -> list[RuleResult]:
-    """Check each rule against the measured metrics (and their ``intervals`` at ``level`` for
-    ``decide: upper/lower``); a null metric, or a missing interval a rule needs, fails its rule.
-    A rule on a share of the ``n`` samples that fails on its bound although its estimate meets the
-    threshold says how many samples would decide it. A ``per_slice`` rule is checked on each of the
+    """Check each rule against the measured metrics; a ``decide: upper/lower`` rule against the
+    one-sided ``bounds`` at ``level`` (``{key: [lower, upper]}``, see
+    :meth:`~consistency_gate.core.counts.ConsistencyCounts.bounds`), reported beside the two-sided
+    ``intervals``. A null metric, or a missing bound a rule needs, fails its rule. A rule on a share
+    of the ``n`` samples that fails on its bound although its estimate meets the threshold says how
+    many samples would pass it with 80% power. A ``per_slice`` rule is checked on each of the
     ``slices`` with at least ``min_slice_size`` samples, and holds when it holds on all of them.
 
     >>> rule = Rule("ctoi", "max", 0.02, decide="upper")
-    >>> [(r.held, r.compared) for r in evaluate_rules([rule], {"ctoi": 0.018}, intervals={"ctoi": [0.01, 0.031]})]
-    [(False, 0.031)]
+    >>> (result,) = evaluate_rules([rule], {"ctoi": 0.018}, bounds={"ctoi": [0.011, 0.029]}, n=600)
+    >>> result.held, result.compared, result.judged_on, round(result.false_pass, 4)
+    (False, 0.029, 'one-sided 95% upper bound (exact binomial)', 0.0443)
     """
     results = []
     for rule in rules:
@@ -500,12 +513,55 @@ def evaluate_rules(
         elif rule.per_slice:
             results.append(_check_slices(rule, slices, level))
         else:
-            results.append(_check(rule, metrics, intervals or {}, level, n))
+            results.append(_check(rule, metrics, intervals or {}, bounds or {}, level, n))
     return results
 
 
+def judged_on(rule: Rule, level: float) -> str:
+    """What a rule compares with its threshold, in words.
+
+    >>> judged_on(Rule("con", "min", 0.9, decide="lower"), 0.95)
+    'one-sided 95% lower bound (exact binomial)'
+    >>> judged_on(Rule("acc", "min_delta", 0, decide="lower"), 0.9)
+    'one-sided 90% lower bound'
+    """
+    if rule.decide == "estimate":
+        return "estimate"
+    exact = " (exact binomial)" if rule.kind != "min_delta" and is_share_of_samples(rule.metric) else ""
+    return f"one-sided {level:.0%} {rule.decide} bound{exact}"
+
+
+def false_pass(rule: Rule, level: float, n: int) -> float | None:
+    """The chance that a model exactly at the threshold passes ``rule`` on ``n`` samples: exact
+    (binomial) for a share of the samples; for other metrics the nominal rate of how it decides
+    (a strict bound ``1 - level``, the estimate 0.5, a lenient bound ``level``); None for a
+    serving cost, which is measured, not sampled.
+
+    >>> round(false_pass(Rule("ctoi", "max", 0.02, decide="upper"), 0.95, 600), 4)
+    0.0443
+    >>> false_pass(Rule("pearson", "min", 0.9, decide="lower"), 0.95, 600)
+    0.05
+    """
+    if rule.metric in COST_METRICS:
+        return None
+    at_most = rule.kind == "max"
+    if rule.kind != "min_delta" and is_share_of_samples(rule.metric):
+        if n <= 0:
+            return None
+        return float(ci.pass_probability(n, rule.threshold, rule.threshold, at_most, rule.decide, level))
+    if rule.decide == "estimate":
+        return 0.5
+    strict = rule.decide == ("upper" if at_most else "lower")
+    return round(1 - level, 12) if strict else level
+
+
 def _check(
-    rule: Rule, metrics: dict[str, float | None], intervals: dict[str, list[float]], level: float, n: int
+    rule: Rule,
+    metrics: dict[str, float | None],
+    intervals: dict[str, list[float]],
+    bounds: dict[str, list[float]],
+    level: float,
+    n: int,
 ) -> RuleResult:
     """One rule on one set of metrics (the whole evaluation set, or one slice)."""
     value = metrics.get(candidate_key(rule.metric))
@@ -513,21 +569,26 @@ def _check(
         previous = metrics.get(candidate_key(rule.metric).replace("candidate", "previous"))
         value = None if previous is None else value - previous
     interval = intervals.get(rule.interval_key)
+    basis = {"judged_on": judged_on(rule, level), "false_pass": false_pass(rule, level, n)}
     if value is None:
-        return RuleResult(rule, None, False, "metric is null: rule fails", interval)
+        return RuleResult(rule, None, False, "metric is null: rule fails", interval, **basis)
     if rule.decide == "estimate":
-        return RuleResult(rule, value, rule.holds(value), "", interval, value)
-    if interval is None:
-        return RuleResult(rule, value, False, "no interval for this metric: rule fails", None)
-    compared = interval[1] if rule.decide == "upper" else interval[0]
+        return RuleResult(rule, value, rule.holds(value), "", interval, value, **basis)
+    bound = bounds.get(rule.interval_key)
+    if bound is None:
+        return RuleResult(rule, value, False, "no bound for this metric: rule fails", interval, **basis)
+    compared = bound[1] if rule.decide == "upper" else bound[0]
     held = rule.holds(compared)
-    return RuleResult(rule, value, held, "" if held else _advice(rule, value, level, n), interval, compared)
+    note = "" if held else _advice(rule, value, level, n)
+    return RuleResult(rule, value, held, note, interval, compared, **basis)
 
 
 def _check_slices(rule: Rule, slices: Sequence[SliceResult], level: float) -> RuleResult:
     """A per-slice rule: checked on every slice of at least ``min_slice_size`` samples; its value,
     interval and compared bound are those of the worst judged slice."""
-    judged = [(s, _check(rule, s.metrics, s.intervals, level, s.n)) for s in slices if s.n >= rule.min_slice_size]
+    judged = [
+        (s, _check(rule, s.metrics, s.intervals, s.bounds, level, s.n)) for s in slices if s.n >= rule.min_slice_size
+    ]
     small = len(slices) - len(judged)
     rows = tuple(
         {"slice": s.name, "n": s.n, "value": r.value, "interval": r.interval, "compared": r.compared, "held": r.held}
@@ -554,7 +615,10 @@ def _check_slices(rule: Rule, slices: Sequence[SliceResult], level: float) -> Ru
         parts.append(under)
     if result.note:
         parts.append(result.note)
-    return RuleResult(rule, result.value, failing == 0, "; ".join(parts), result.interval, result.compared, rows)
+    return RuleResult(
+        rule, result.value, failing == 0, "; ".join(parts), result.interval, result.compared, rows,
+        result.judged_on, result.false_pass,
+    )  # fmt: skip
 
 
 def is_share_of_samples(metric: str) -> bool:
@@ -568,37 +632,54 @@ def is_share_of_samples(metric: str) -> bool:
 
 
 def _advice(rule: Rule, value: float, level: float, n: int) -> str:
-    """How many samples would show the rule at the measured rate; empty if no size would."""
+    """How many samples would pass the rule with 80% power at the measured rate; empty if none would."""
     if rule.kind == "min_delta" or not is_share_of_samples(rule.metric) or not rule.holds(value):
         return ""
-    needed = ci.samples_needed(value, rule.threshold, rule.kind == "max", level)
+    needed = ci.samples_needed(value, rule.threshold, rule.kind == "max", level, rule.decide)
     if needed is None:
         return ""
-    op = OPERATORS[rule.kind]
     return (
-        f"the estimate meets it, its {rule.decide} bound does not: about {needed:,} samples would show "
-        f"{rule.metric} {op} {rule.threshold:g} at {level:.0%} (this set has {n:,})"
+        f"the estimate meets it, its {rule.decide} bound does not: at this rate about {needed:,} samples "
+        f"would pass it with 80% power (this set has {n:,})"
     )
 
 
-def plan_sizes(rules: list[Rule], rates: dict[str, float], level: float) -> list[dict]:
-    """For each rule, the evaluation-set size that would show it at the expected ``rates``
-    (``{metric: rate}``), at confidence ``level``: ``consistency-gate plan``.
+def plan_sizes(rules: list[Rule], rates: dict[str, float], level: float, power: float = 0.8) -> list[dict]:
+    """For each rule, the evaluation-set size at which it gives the right answer with probability
+    ``power`` for a model at the expected ``rates`` (``{metric: rate}``): passes it when the rate
+    meets the threshold, fails it when not, deciding as the rule does at one-sided ``level``
+    (``consistency-gate plan``; exact binomial, see :func:`consistency_gate.core.intervals.samples_needed`).
+    Each row also gives the rule's false-pass rate at that size.
 
-    >>> plan_sizes([Rule("ctoi", "max", 0.02)], {"ctoi": 0.01}, 0.95)[0]["samples"]
-    753
+    >>> row = plan_sizes([Rule("ctoi", "max", 0.02, decide="upper")], {"ctoi": 0.01}, 0.95)[0]
+    >>> row["samples"], round(row["power"], 3), round(row["false_pass"], 3)
+    (969, 0.821, 0.05)
     """
     rows = []
     for rule in rules:
-        row = {"rule": rule.describe(), "rate": rates.get(rule.metric), "samples": None, "note": ""}
+        row = {"rule": rule.describe(), "decide": rule.decide, "rate": rates.get(rule.metric), "samples": None}
+        row |= {"power": None, "false_pass": None, "note": ""}
+        rate, at_most = row["rate"], rule.kind == "max"
         if rule.kind == "min_delta" or not is_share_of_samples(rule.metric):
             row["note"] = "not a share of the samples: no size formula"
-        elif row["rate"] is None:
+        elif rate is None:
             row["note"] = f"give --rate {rule.metric}=R, the rate you expect"
         else:
-            row["samples"] = ci.samples_needed(row["rate"], rule.threshold, rule.kind == "max", level)
+            row["samples"] = ci.samples_needed(rate, rule.threshold, at_most, level, rule.decide, power)
             if row["samples"] is None:
-                row["note"] = "no size shows it: the expected rate does not meet the threshold"
+                meets = rate < rule.threshold if at_most else rate > rule.threshold
+                row["note"] = (
+                    "no size passes it: the expected rate is at or past the threshold"
+                    if not meets or rate == rule.threshold
+                    else "no size up to 10,000,000 reaches the power"
+                )
+            else:
+                passes = float(ci.pass_probability(row["samples"], rate, rule.threshold, at_most, rule.decide, level))
+                meets = rate < rule.threshold if at_most else rate > rule.threshold
+                row["power"] = passes if meets else 1 - passes
+                row["false_pass"] = false_pass(rule, level, row["samples"])
+                if not meets:
+                    row["note"] = "the expected rate breaks the rule: the size that fails it"
         rows.append(row)
     return rows
 

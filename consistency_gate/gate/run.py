@@ -293,6 +293,12 @@ def _gate_in_run(gate: _GateRun) -> GateResult:
         single = comparer.decide(frames[-1], comparer.spark_model(models[-1], frames[-1]), cost)
     baseline = base_ref.to_dict() if base_ref else None
     result = GateResult.of(single, cand_ref.to_dict(), baseline, gate.run_id)
+    if base_ref and base_ref.model_id and base_ref.model_id == cand_ref.model_id:
+        result.warnings.insert(
+            0,
+            f"the candidate v{cand_ref.version} and the baseline v{base_ref.version} are the same logged model "
+            f"({cand_ref.model_id}): the same model registered twice",
+        )
     with gate.timed("logging"):
         single.log(cand_ref.model_id, gate.dataset)
         diagnosis = None if base_scores is None else _log_diagnosis(base_scores, frames[-1], frame[gate.label_column])

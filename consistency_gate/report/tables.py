@@ -49,6 +49,15 @@ def fmt(value: object, digits: int = 4) -> str:
     return str(value)
 
 
+def fmt_share(value: float | None) -> str:
+    """A probability as a percentage for a table ('' when unknown).
+
+    >>> fmt_share(0.04431), fmt_share(None)
+    ('4.4%', '')
+    """
+    return "" if value is None else f"{100 * value:.1f}%"
+
+
 def table(rows: Sequence[Sequence[object]], header: Sequence[str]) -> str:
     """A left-aligned text table with a rule under the header.
 
@@ -189,6 +198,7 @@ class Verdict:
     slices: list[list]  # slice_rows()
     promotion: str | None  # "Promoted: @champion now points to v3 (read back)." or "Not promoted: <why>."
     run_id: str | None
+    warnings: list[str]  # what the reviewer should know beyond the rules (a candidate identical to its baseline)
 
     @classmethod
     def of(cls, report: dict) -> Verdict:
@@ -229,6 +239,7 @@ class Verdict:
             slices=slice_rows(report) if report.get("slices") else [],
             promotion=promotion,
             run_id=report.get("run_id"),
+            warnings=list(report.get("warnings") or []),
         )
 
     def compared(self, gated: str | None = None, against: str | None = None) -> str:
@@ -246,13 +257,14 @@ def verdict_table(report: dict) -> str:
 
     >>> report = {"candidate": {"name": "clf", "version": "2"}, "baseline": {"version": "1", "alias": "champion"},
     ...     "n": 600, "verdict": "failed", "null_reasons": {}, "run_id": "abc123", "rules": [{"metric": "ctoi",
-    ...     "condition": "<= 0.02", "value": 0.025, "interval": [0.015, 0.041], "held": False, "note": ""}]}
+    ...     "condition": "<= 0.02", "value": 0.025, "interval": [0.015, 0.041], "held": False, "false_pass": 0.58,
+    ...     "note": ""}]}
     >>> print(verdict_table(report))
     Gate clf v2 against v1 (@champion) on 600 samples: FAILED
     <BLANKLINE>
-    rule          value                    outcome  note
-    ------------  -----------------------  -------  ----
-    ctoi <= 0.02  0.0250 [0.0150, 0.0410]  FAILED
+    rule          value                    outcome  false pass  note
+    ------------  -----------------------  -------  ----------  ----
+    ctoi <= 0.02  0.0250 [0.0150, 0.0410]  FAILED   58.0%
     <BLANKLINE>
     MLflow run: abc123
     """
@@ -263,6 +275,8 @@ def verdict_table(report: dict) -> str:
     for number, section in enumerate(view.sections):
         title = view.compared() if number == 0 else section.title
         lines += [*([""] if lines else []), f"{title}: {section.verdict}", "", table(section.rules, RULE_HEADER)]
+        if number == 0:
+            lines += [f"\nWarning: {warning}." for warning in view.warnings]
     lines += [f"\n{line}" for line in (view.cost, view.registered) if line]
     if view.attempts:
         lines += ["", "Remediation attempts, in the order tried:", table(view.attempts, ATTEMPT_HEADER)]
@@ -319,25 +333,32 @@ def _served(remedy: dict) -> str:
     return f"the ensemble of {remedy['members']} members"
 
 
-RULE_HEADER = ["rule", "value", "outcome", "note"]
+RULE_HEADER = ["rule", "value", "outcome", "false pass", "note"]
 
 
 def rule_row(r: dict) -> list:
     """A rule's row as every table shows it: the rule as it reads (``acc change >= -0.01`` for a
-    min_delta rule, ``ctoi (worst slice) <= 0.05``), the value with its interval, the outcome, the note.
+    min_delta rule, ``ctoi (worst slice) <= 0.05``), the value with its two-sided interval and the
+    one-sided bound compared, the outcome, the false-pass rate (the chance that a model exactly at
+    the threshold passes on a set of this size), the note.
 
     >>> rule_row({"metric": "acc", "quantity": "acc change", "condition": ">= -0.01", "value": -0.02,
     ...     "interval": None, "held": False, "note": ""})
-    ['acc change >= -0.01', '-0.0200', 'FAILED', '']
+    ['acc change >= -0.01', '-0.0200', 'FAILED', '', '']
+    >>> rule_row({"metric": "ctoi", "condition": "<= 0.02 (upper bound)", "value": 0.0183, "decide": "upper",
+    ...     "interval": [0.0102, 0.0312], "compared": 0.029, "held": False, "false_pass": 0.0443, "note": ""})[1:4]
+    ['0.0183 [0.0102, 0.0312], bound 0.0290', 'FAILED', '4.4%']
     """
     outcome = "skipped" if r["held"] is None else ("held" if r["held"] else "FAILED")
     value = fmt(r["value"])
     if r.get("interval") and r["value"] is not None:
         value += f" [{fmt(r['interval'][0])}, {fmt(r['interval'][1])}]"
+    if r.get("decide", "estimate") != "estimate" and r.get("compared") is not None:
+        value += f", bound {fmt(r['compared'])}"
     quantity = r.get("quantity", r["metric"]) + (
         " (worst slice)" if r.get("per_slice") and r["value"] is not None else ""
     )
-    return [f"{quantity} {r['condition']}", value, outcome, r.get("note", "")]
+    return [f"{quantity} {r['condition']}", value, outcome, fmt_share(r.get("false_pass")), r.get("note", "")]
 
 
 ATTEMPT_HEADER = ["method", "outcome", "CON", "CtoI", "acc", "members", "latency", "train s"]
@@ -474,7 +495,8 @@ def verdict_markdown(report: dict) -> str:
 
     >>> report = {"candidate": {"name": "clf", "version": "2"}, "baseline": {"version": "1", "alias": "champion"},
     ...     "n": 600, "verdict": "failed", "null_reasons": {}, "run_id": "abc123", "rules": [{"metric": "ctoi",
-    ...     "condition": "<= 0.02", "value": 0.025, "interval": [0.015, 0.041], "held": False, "note": ""}]}
+    ...     "condition": "<= 0.02", "value": 0.025, "interval": [0.015, 0.041], "held": False, "false_pass": 0.58,
+    ...     "note": ""}]}
     >>> print(verdict_markdown(report), end="")
     ## ❌ consistency-gate: clf v2 FAILED
     <BLANKLINE>
@@ -482,9 +504,9 @@ def verdict_markdown(report: dict) -> str:
     <BLANKLINE>
     ### The candidate: FAILED
     <BLANKLINE>
-    | rule | value | outcome |
-    | --- | --- | --- |
-    | ctoi <= 0.02 | 0.0250 [0.0150, 0.0410] | FAILED |
+    | rule | value | outcome | false pass |
+    | --- | --- | --- | --- |
+    | ctoi <= 0.02 | 0.0250 [0.0150, 0.0410] | FAILED | 58.0% |
     <BLANKLINE>
     MLflow run: `abc123`
     """
@@ -495,10 +517,11 @@ def verdict_markdown(report: dict) -> str:
     gated = _linked(view.gated, links.get("candidate"))
     against = _linked(view.against, links.get("baseline"))
     lines = [f"## {icon} consistency-gate: {view.headline}", "", f"{view.compared(gated, against)}."]
+    lines += [f"\n> **Warning:** {warning}." for warning in view.warnings]
     for section in view.sections:
         lines += ["", f"### {section.title}: {section.verdict}", ""]
-        lines += ["| rule | value | outcome |", "| --- | --- | --- |"]
-        lines += [f"| {rule} | {value} | {outcome} |" for rule, value, outcome, _ in section.rules]
+        lines += ["| rule | value | outcome | false pass |", "| --- | --- | --- | --- |"]
+        lines += [f"| {rule} | {value} | {outcome} | {chance} |" for rule, value, outcome, chance, _ in section.rules]
     if view.cost:
         lines += ["", view.cost]
     if view.registered:
