@@ -251,8 +251,11 @@ def check(
 ) -> int:
     """Gate a candidate model version against the previous generation (exit 0 pass, 1 fail), or,
     with --labels, --previous-predictions and --candidate-predictions, two prediction files."""
+    from consistency_gate.io.output import check_writable
     from consistency_gate.report.tables import verdict_markdown, verdict_table
 
+    if summary_path:  # before any work: a gate never promotes and then fails to write its summary
+        check_writable(summary_path, "--summary")
     files = {"--labels": labels, "--previous-predictions": previous_predictions}
     files["--candidate-predictions"] = candidate_predictions
     registry_options = {"--model": model, "--data": data, "--candidate": candidate, "--baseline": baseline}

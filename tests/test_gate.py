@@ -74,7 +74,17 @@ def test_passing_candidate_is_logged_tagged_and_reported(store, tmp_path):
     # the logged rule table: the rule first and whole, a min_delta rule named by what it compares
     rules_file = client.download_artifacts(result.run_id, "gate/rules.json", str(tmp_path))
     rule_table = json.loads(Path(rules_file).read_text())
-    assert rule_table["columns"] == ["rule", "outcome", "value", "low", "high", "bound", "judged on", "false pass", "note"]
+    assert rule_table["columns"] == [
+        "rule",
+        "outcome",
+        "value",
+        "low",
+        "high",
+        "bound",
+        "judged on",
+        "false pass",
+        "note",
+    ]
     assert [row[:2] for row in rule_table["data"]] == [["con >= 0.9", "held"], ["acc change >= -0.05", "held"]]
     # the HTML report: the same rules, the plots inline, the two generations' diagnosis
     page = Path(client.download_artifacts(result.run_id, "gate/report.html", str(tmp_path))).read_text()

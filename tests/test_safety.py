@@ -138,6 +138,102 @@ def test_a_lost_alias_response_does_not_hide_the_promotion(tmp_path):
         server.kill()
 
 
+@pytest.mark.slow
+def test_faults_after_the_alias_moved_are_warnings_never_an_error(tmp_path):
+    """Issue 30 part 4: the promotion is the gate's last act. With MLflow's retries off, the proxy drops
+    the first read-back of the alias, the report.json logged after the move and the run's end: the
+    alias moved, so the gate says promoted (read back), exit 0, each fault a warning in the report."""
+    server = MlflowServer(tmp_path).start()
+    proxy = None
+    after_move: list[str] = []
+
+    def drop(method: str, path: str) -> bool:
+        if method == "POST" and path.endswith("registered-models/alias"):
+            after_move.append("moved")
+            return False
+        if not after_move:
+            return False
+        for kind, hit in (
+            ("read-back", method == "GET" and "registered-models/alias" in path),
+            ("report", method == "PUT" and path.endswith("gate/report.json")),
+            ("end", method == "POST" and path.endswith("runs/update")),
+        ):
+            if hit and kind not in after_move:
+                after_move.append(kind)
+                return True
+        return False
+
+    try:
+        store = build_store(tmp_path, uri=server.url)
+        proxy = ForwardProxy(server.port, drop=drop).start()
+        config = tmp_path / "gate.yaml"
+        config.write_text("rules:\n  - {metric: con, min: 0.5}\n")
+        env = {
+            **os.environ, "HTTP_PROXY": proxy.url, "http_proxy": proxy.url, "NO_PROXY": "", "no_proxy": "",
+            "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0",
+        }  # fmt: skip
+        report = tmp_path / "report.json"
+        proc = run_cli(
+            *check_args("2", store["data"], config, server.url, "--id-column", "id", "--promote", "--report", report),
+            env=env,
+        )
+        assert set(after_move) == {"moved", "read-back", "report", "end"}, (after_move, proxy.dropped)
+        client = MlflowClient(tracking_uri=server.url, registry_uri=server.url)
+        assert _champion(client) == "2"
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        written = read_report(report)
+        assert written["verdict"] == "passed" and written["promoted"] is True and written["promotion"]["holds"] == "2"
+        assert any("could not record the promotion" in w for w in written["warnings"]), written["warnings"]
+        assert any("could not be ended" in w for w in written["warnings"]), written["warnings"]
+        tags = client.get_run(written["run_id"]).data.tags
+        assert tags["consistency_gate.verdict"] == "passed"  # logged before the alias moved
+    finally:
+        if proxy is not None:
+            proxy.stop()
+        server.kill()
+
+
+@pytest.mark.slow
+def test_a_run_whose_create_response_was_lost_is_found_and_ended(tmp_path):
+    """Issue 30 part 4: the proxy drops the first runs/create response of each gate. With MLflow's
+    retries the client creates a second run; without them the gate exits 5. Either way no run is left
+    RUNNING: the lost one carries the gate session's tag from its creation and the gate ends it."""
+    server = MlflowServer(tmp_path).start()
+    proxy = None
+    creates: list[str] = []
+
+    def drop(method: str, path: str) -> bool:
+        if method == "POST" and path.endswith("runs/create"):
+            creates.append(path)
+            return len(creates) == 1
+        return False
+
+    try:
+        store = build_store(tmp_path, uri=server.url)
+        proxy = ForwardProxy(server.port, drop=drop).start()
+        config = tmp_path / "gate.yaml"
+        config.write_text("rules:\n  - {metric: con, min: 0.5}\n")
+        env = {**os.environ, "HTTP_PROXY": proxy.url, "http_proxy": proxy.url, "NO_PROXY": "", "no_proxy": ""}
+        client = MlflowClient(tracking_uri=server.url, registry_uri=server.url)
+        for retries, code in (("7", 0), ("0", 5)):
+            creates.clear()
+            proc = run_cli(
+                *check_args("2", store["data"], config, server.url, "--id-column", "id"),
+                env={**env, "MLFLOW_HTTP_REQUEST_MAX_RETRIES": retries},
+            )
+            assert proc.returncode == code, proc.stderr[-3000:]
+            assert proxy.dropped, "the proxy dropped no create response"
+            experiment = client.get_experiment_by_name(f"consistency-gate/{MODEL}")
+            runs = client.search_runs([experiment.experiment_id])
+            assert [r.info.run_id for r in runs if r.info.status == "RUNNING"] == [], retries
+            lost = [r for r in runs if "lost" in r.data.tags.get(tracking.TAG_ERROR, "")]
+            assert lost and all(r.info.status == "FAILED" for r in lost), retries
+    finally:
+        if proxy is not None:
+            proxy.stop()
+        server.kill()
+
+
 # ---------------------------------------------------------------- item 5: the candidate is the baseline
 
 
@@ -200,6 +296,25 @@ def test_a_prediction_file_gated_against_itself_is_a_warning(tmp_path):
         "--config", config, "--name", "nightly",
     )  # fmt: skip
     assert proc.returncode == 0 and "Warning" not in proc.stdout
+
+
+@pytest.mark.parametrize("option", ["--report", "--summary"])
+def test_an_unwritable_report_or_summary_is_refused_before_any_work(store, tmp_path, option):
+    """Issue 30 part 4: a --report or --summary that cannot be written was exit 6 after @champion had
+    moved; now exit 2 before any run, tag or promotion."""
+    config = tmp_path / "gate.yaml"
+    config.write_text("rules:\n  - {metric: con, min: 0.5}\n")
+    client = _client(store)
+    experiment = client.get_experiment_by_name(f"consistency-gate/{MODEL}")
+    runs_before = len(client.search_runs([experiment.experiment_id])) if experiment else 0
+    champion = _champion(client)
+    for target, why in [(tmp_path / "missing" / "out.txt", "does not exist"), (tmp_path, "is a folder")]:
+        proc = run_cli(*check_args("2", store["data"], config, store["uri"], option, target, "--promote"))
+        line = _one_error_line(proc)
+        assert proc.returncode == 2 and f"{option} {target}" in line and why in line, line
+    assert _champion(client) == champion
+    experiment = client.get_experiment_by_name(f"consistency-gate/{MODEL}")
+    assert (len(client.search_runs([experiment.experiment_id])) if experiment else 0) == runs_before
 
 
 # ---------------------------------------------------------------- item 7: diagnose's tracking URI

@@ -28,7 +28,7 @@ from consistency_gate.core.evaluation import evaluate_frames, flip_table, usable
 from consistency_gate.core.slices import TRUE_CLASS
 from consistency_gate.engines.spark import SparkModel, gate_comparison
 from consistency_gate.ensembles.config import REMEDIATION_KINDS, REPAIR_METHODS, RemediationConfig, remediation_kind
-from consistency_gate.errors import DataError, ModelError, UsageError
+from consistency_gate.errors import DataError, ModelError, UsageError, redact_credentials
 from consistency_gate.gate import rules
 from consistency_gate.gate.decision import Decision
 from consistency_gate.gate.result import NOTHING_TO_DECIDE, GateResult
@@ -319,12 +319,6 @@ def _gate_in_run(gate: _GateRun) -> GateResult:
             result.registered_version = result.ensemble["registered_version"]
         promoted_version = result.registered_version
     with gate.timed("logging"):
-        if gate.promote and promoted_version is not None:
-            alias = (base_ref.alias if base_ref else None) or DEFAULT_BASELINE[1:]
-            expected = base_ref.version if base_ref else None
-            promotion = registry.promote(gate.client, cand_ref.name, alias, promoted_version, expected, gate.run_id)
-            result.promoted = promotion.promoted
-            result.promotion = promotion.to_dict()
         versions = {"candidate": cand_ref.version, "baseline": base_ref.version if base_ref else None}
         result.links = tracking.ui_links(
             gate.session.uri,
@@ -333,9 +327,31 @@ def _gate_in_run(gate: _GateRun) -> GateResult:
             cand_ref.name,
             {**versions, "registered": result.registered_version},
         )
-        gate.session.log_verdict(result, single, diagnosis)
+        gate.session.log_verdict(result, single, diagnosis)  # everything is logged before an alias moves
+    if gate.promote and promoted_version is not None:
+        with gate.timed("promotion"):
+            _promote(gate, result, promoted_version, lambda: gate.session.log_report(result, single, diagnosis))
     result.timings = dict(gate.timings)
     return result
+
+
+def _promote(gate: _GateRun, result: GateResult, version: str, record: Callable[[], None]) -> None:
+    """Move the baseline alias to ``version``, the gate's last act, and ``record`` the outcome in
+    the run. The registry is the truth: a fault while recording it is a warning in the report
+    (``promoted`` as read back), never an error that hides what the alias holds."""
+    base_ref = gate.base_ref
+    alias = (base_ref.alias if base_ref else None) or DEFAULT_BASELINE[1:]
+    expected = base_ref.version if base_ref else None
+    promotion = registry.promote(gate.client, gate.cand_ref.name, alias, version, expected, gate.run_id)
+    result.promoted, result.promotion = promotion.promoted, promotion.to_dict()
+    try:
+        record()
+    except Exception as exc:  # noqa: BLE001 - MLflow and requests raise many kinds; the alias is what it is
+        holds = f"v{promotion.holds}" if promotion.holds not in (None, "unknown") else promotion.holds or "unset"
+        result.warnings.append(
+            f"@{alias} holds {holds} (read back from the registry), but the run could not record the promotion "
+            f"({type(exc).__name__}: {redact_credentials(str(exc))[:300]}): its tags and report.json predate it"
+        )
 
 
 def _takes_shaped_tensors(model: scoring.LoadedModel, gate: _GateRun) -> bool:

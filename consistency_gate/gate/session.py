@@ -27,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from types import TracebackType
@@ -34,6 +35,7 @@ from typing import TYPE_CHECKING
 
 from consistency_gate.errors import INTERNAL_ERROR, GateError, TrackingError, redact_credentials
 from consistency_gate.gate.decision import tag_run
+from consistency_gate.io.output import check_writable
 from consistency_gate.mlops import store, tracking
 from consistency_gate.report.schema import SCHEMA_VERSION
 from consistency_gate.report.tables import verdict_markdown
@@ -71,12 +73,13 @@ class GateSession:
     """
 
     def __init__(self, report_path: str | Path | None) -> None:
-        self.report_path = Path(report_path) if report_path else None
+        self.report_path = check_writable(report_path, "--report") if report_path else None
         self.uri = ""
         self.client: MlflowClient | None = None
         self.started: list[str] = []  # the runs this gate opened: the gate run first, then remediation runs
         self.experiment_id = ""
         self.owner = ""  # what the runs it leaves RUNNING belong to, for the error message
+        self.token = uuid.uuid4().hex  # tags every run it creates (tracking.TAG_SESSION)
 
     def __enter__(self) -> GateSession:
         return self
@@ -111,15 +114,20 @@ class GateSession:
         try:
             self.experiment_id = tracking.experiment_id(experiment, self.uri)
             run = mlflow.start_run(
-                experiment_id=self.experiment_id, run_name=run_name, nested=mlflow.active_run() is not None
+                experiment_id=self.experiment_id,
+                run_name=run_name,
+                nested=mlflow.active_run() is not None,
+                tags=tracking.owner_tags(self.token),
             )
         except Exception as exc:  # noqa: BLE001 - MLflow and requests raise many kinds here
+            if self.experiment_id:  # a create that reached the server, its response lost: end that run
+                tracking.close_lost_runs(self.client, self.experiment_id, self.token, self.started)
             raise store.refusal(exc, self.uri) or TrackingError(
                 f"cannot start an MLflow run on {redact_credentials(self.uri)}: {exc}"
             ) from None
         self.started.append(run.info.run_id)
-        mlflow.set_tags(tracking.owner_tags())
         tracking.close_orphaned_runs(self.client, self.experiment_id, run.info.run_id)
+        tracking.close_lost_runs(self.client, self.experiment_id, self.token, self.started)  # a retried create's twin
         return run.info.run_id
 
     @contextlib.contextmanager
@@ -128,31 +136,46 @@ class GateSession:
         ends and FAILED with the gate if it raises; yields its id."""
         import mlflow
 
-        with mlflow.start_run(experiment_id=self.experiment_id, run_name=run_name, nested=True) as child:
+        tags = tracking.owner_tags(self.token)
+        with mlflow.start_run(experiment_id=self.experiment_id, run_name=run_name, nested=True, tags=tags) as child:
             self.started.append(child.info.run_id)
-            mlflow.set_tags(tracking.owner_tags())
             yield child.info.run_id
 
     def log_verdict(self, result: GateResult, decision: Decision, diagnosis: dict | None = None) -> None:
-        """The verdict's artifacts in the gate run: ``gate/report.json``, ``gate/report.html`` (kept
-        in ``result.html``), the run's tags, its description, and its name led by the verdict."""
+        """The verdict's artifacts in the gate run (:meth:`log_report`), and its name led by the verdict."""
+        self.log_report(result, decision, diagnosis)
+        run = self.client.get_run(self.run_id)
+        # the verdict first: the MLflow UI's runs list cuts a long name at its default column width
+        self.client.update_run(self.run_id, name=f"{result.outcome.upper()}: {run.info.run_name}")
+
+    def log_report(self, result: GateResult, decision: Decision, diagnosis: dict | None = None) -> None:
+        """``gate/report.json``, ``gate/report.html`` (kept in ``result.html``), the run's tags and
+        its description, from ``result`` as it stands (logged again after a promotion)."""
         report = result.to_dict()
         tracking.log_json(report, "gate/report.json")
         result.html = decision.html(report, diagnosis)
         tracking.log_html(result.html, "gate/report.html")
         tag_run(report)
         tracking.describe_run(verdict_markdown(report))
-        run = self.client.get_run(self.run_id)
-        # the verdict first: the MLflow UI's runs list cuts a long name at its default column width
-        self.client.update_run(self.run_id, name=f"{result.outcome.upper()}: {run.info.run_name}")
 
     def finish(self, result: GateResult) -> GateResult:
-        """Write the report and end the gate run FINISHED; returns ``result``."""
+        """Write the report and end the gate run FINISHED; returns ``result``. After a promotion a
+        run that cannot be ended is a warning in the report (the next gate marks it FAILED), not an
+        error that would hide what the alias holds."""
         import mlflow
 
         self.write_report(result.to_dict())
         if self.started:
-            mlflow.end_run("FINISHED")
+            try:
+                mlflow.end_run("FINISHED")
+            except Exception as exc:  # noqa: BLE001 - MLflow and requests raise many kinds
+                if result.promotion is None:
+                    raise
+                result.warnings.append(
+                    f"the gate run could not be ended ({type(exc).__name__}: {redact_credentials(str(exc))[:300]}); "
+                    f"the next gate of '{self.owner}' marks it FAILED"
+                )
+                self.write_report(result.to_dict())
         return result
 
     def write_report(self, report: dict) -> None:

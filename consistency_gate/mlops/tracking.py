@@ -321,17 +321,39 @@ def log_pngs(pngs: dict[str, bytes], artifact_path: str) -> None:
 TAG_HOST = "consistency_gate.host"
 TAG_PID = "consistency_gate.pid"
 TAG_ERROR = "consistency_gate.error"
+TAG_SESSION = "consistency_gate.session"  # one gate's runs: finds a run whose create response was lost
 # a gate run RUNNING this long is taken as orphaned even when its process cannot be checked
 ORPHAN_AFTER_S = 24 * 3600
 
 
-def owner_tags() -> dict[str, str]:
-    """Tags that say which process runs a gate run, so a later gate can tell an orphan.
+def owner_tags(session: str) -> dict[str, str]:
+    """Tags that say which process and gate ``session`` run a gate run, set when the run is created,
+    so a later gate can tell an orphan and this gate can find a run whose create response was lost.
 
-    >>> sorted(owner_tags())
-    ['consistency_gate.host', 'consistency_gate.pid']
+    >>> sorted(owner_tags("3f2a"))
+    ['consistency_gate.host', 'consistency_gate.pid', 'consistency_gate.session']
     """
-    return {TAG_HOST: socket.gethostname(), TAG_PID: str(os.getpid())}
+    return {TAG_HOST: socket.gethostname(), TAG_PID: str(os.getpid()), TAG_SESSION: session}
+
+
+def close_lost_runs(client: MlflowClient, experiment_id: str, session: str, known: list[str]) -> list[str]:
+    """Mark FAILED the RUNNING runs of gate ``session`` that it does not know it started (``known``):
+    runs whose create request reached the server while its response was lost (a retried create
+    made a second one). Returns their ids; an unreachable server leaves them to the orphan cleanup.
+
+    Example::
+
+        close_lost_runs(client, experiment_id, session, known=[run_id])
+        # ['9c1b...']
+    """
+    query = f"tags.`{TAG_SESSION}` = '{session}' and attributes.status = 'RUNNING'"
+    try:
+        runs = client.search_runs([experiment_id], filter_string=query, max_results=50)
+    except Exception:  # noqa: BLE001 - the server may be what lost the response: leave them to the next gate
+        return []
+    lost = [run.info.run_id for run in runs if run.info.run_id not in known]
+    why = f"lost: gate session {session} created it but never heard back (a lost response); closed by that gate"
+    return [run_id for run_id in lost if run_id not in close_runs(client, [run_id], "FAILED", why, 0)]
 
 
 def close_runs(client: MlflowClient, run_ids: list[str], status: str, why: str, budget_s: float) -> list[str]:
