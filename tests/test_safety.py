@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import socket
 import time
 
 import mlflow
@@ -88,17 +89,44 @@ def test_promotion_refused_when_the_alias_moved_since_the_comparison(store):
 def test_promotion_lock_waits_for_a_live_holder_and_clears_a_dead_one(store):
     client = _client(store)
     lock = f"{MODEL}{registry.LOCK_SUFFIX}"
-    client.create_registered_model(
-        lock, tags={registry.TAG_LOCK_OWNER: "other", registry.TAG_LOCK_EXPIRES: str(time.time() + 600)}
-    )
+    live = {registry.TAG_LOCK_OWNER: "other", registry.TAG_LOCK_EXPIRES: str(time.time() + 600)}
+    client.create_registered_model(lock, tags={**live, tracking.TAG_HOST: socket.gethostname(), tracking.TAG_PID: "1"})
     try:
         held = registry.promotion_lock(client, MODEL, "me", wait_s=0.5)
         with pytest.raises(ModelError, match="another gate has held the promotion lock"), held:
-            pass
+            pass  # pid 1 lives: the holder is alive
         client.set_registered_model_tag(lock, registry.TAG_LOCK_EXPIRES, str(time.time() - 1))
         with registry.promotion_lock(client, MODEL, "me", wait_s=0.5):
             assert client.get_registered_model(lock).tags[registry.TAG_LOCK_OWNER] == "me"
         assert lock not in {m.name for m in client.search_registered_models()}  # released by its owner
+    finally:
+        if lock in {m.name for m in client.search_registered_models()}:
+            client.delete_registered_model(lock)
+
+
+def test_a_dead_holders_lock_is_taken_over_at_once(store):
+    """Issue 30 part 4: a gate SIGKILLed while holding the lock blocked every promotion of the model
+    for its 10-minute lease; a holder whose process is gone, or whose gate run ended, is taken over."""
+    import subprocess
+    import sys
+
+    client = _client(store)
+    lock = f"{MODEL}{registry.LOCK_SUFFIX}"
+    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    ended = client.create_run(client.get_experiment_by_name("training").experiment_id)
+    client.set_terminated(ended.info.run_id, "KILLED")
+    host, pid, owner = tracking.TAG_HOST, tracking.TAG_PID, registry.TAG_LOCK_OWNER
+    holders = [
+        {owner: "killed-gate", host: socket.gethostname(), pid: gone.stdout.strip()},  # its process is gone
+        {owner: ended.info.run_id, host: "another-host", pid: "1"},  # its gate run ended
+    ]
+    try:
+        for tags in holders:
+            client.create_registered_model(lock, tags={**tags, registry.TAG_LOCK_EXPIRES: str(time.time() + 600)})
+            started = time.monotonic()
+            with registry.promotion_lock(client, MODEL, "me", wait_s=5):
+                assert client.get_registered_model(lock).tags[registry.TAG_LOCK_OWNER] == "me"
+            assert time.monotonic() - started < 3
     finally:
         if lock in {m.name for m in client.search_registered_models()}:
             client.delete_registered_model(lock)

@@ -7,7 +7,9 @@ Nothing here computes a metric or loads a model (:mod:`consistency_gate.mlops.sc
 from __future__ import annotations
 
 import contextlib
+import os
 import random
+import socket
 import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
@@ -15,6 +17,7 @@ from typing import TYPE_CHECKING, NoReturn
 
 from consistency_gate.errors import ModelError, TrackingError, redact_credentials
 from consistency_gate.mlops.store import looks_unreachable, mlflow_tracking_uri, refusal
+from consistency_gate.mlops.tracking import TAG_HOST, TAG_PID, process_alive
 
 if TYPE_CHECKING:
     from mlflow import MlflowClient
@@ -251,6 +254,7 @@ def _reraise(exc: Exception, message: str) -> NoReturn:
 LOCK_SUFFIX = ".consistency-gate-lock"
 TAG_LOCK_OWNER = "consistency_gate.lock_owner"
 TAG_LOCK_EXPIRES = "consistency_gate.lock_expires"
+TAG_LOCK_TAKEOVER = "consistency_gate.lock_takeover"  # a waiter's claim on a dead holder's lock
 
 
 @dataclass
@@ -311,23 +315,26 @@ def promotion_lock(
 ) -> Iterator[None]:
     """Hold the model's promotion lock: a registered model ``NAME.consistency-gate-lock`` that only
     one gate can create (the store refuses a second with RESOURCE_ALREADY_EXISTS). A lock whose
-    lease ran out (its holder died) is removed; a create whose response was lost is recognised by
-    its owner tag. ModelError (exit 4) if another gate holds it for ``wait_s`` seconds.
+    holder is gone (its process on this host ended, its gate run ended, or its lease ran out) is
+    taken over at once: claimed with a tag, checked again, then removed, so two waiters never both
+    remove it. A create whose response was lost is recognised by its owner tag. ModelError (exit 4)
+    if another gate holds it for ``wait_s`` seconds.
 
     Example::
 
-        with promotion_lock(client, "fraud-clf", "champion", owner=run_id):
+        with promotion_lock(client, "fraud-clf", owner=run_id):
             pass  # only this gate moves an alias of fraud-clf here
     """
     from mlflow.exceptions import MlflowException
 
     lock = f"{name}{LOCK_SUFFIX}"
+    holder = {TAG_HOST: socket.gethostname(), TAG_PID: str(os.getpid())}
     deadline = time.monotonic() + wait_s
     while True:
         try:
             client.create_registered_model(
                 lock,
-                tags={TAG_LOCK_OWNER: owner, TAG_LOCK_EXPIRES: str(time.time() + lease_s)},
+                tags={TAG_LOCK_OWNER: owner, TAG_LOCK_EXPIRES: str(time.time() + lease_s), **holder},
                 description=f"consistency-gate: a gate is moving an alias of '{name}'; removed when it is done",
             )
             break
@@ -342,9 +349,9 @@ def promotion_lock(
             raise
         if held.get(TAG_LOCK_OWNER) == owner:
             break  # our own create went through; its response was lost
-        if float(held.get(TAG_LOCK_EXPIRES, "0")) < time.time():
+        if _holder_gone(client, held) and _claimed(client, lock, held, owner):
             with contextlib.suppress(MlflowException):
-                client.delete_registered_model(lock)  # its holder died
+                client.delete_registered_model(lock)
             continue
         if time.monotonic() > deadline:
             raise ModelError(
@@ -357,6 +364,37 @@ def promotion_lock(
     finally:
         with contextlib.suppress(Exception):
             client.delete_registered_model(lock)
+
+
+def _holder_gone(client: MlflowClient, held: dict[str, str]) -> bool:
+    """Whether the gate holding a lock (its tags ``held``) is gone: its lease ran out, its process on
+    this host ended, or its gate run (the owner) ended."""
+    from mlflow.exceptions import MlflowException
+
+    if float(held.get(TAG_LOCK_EXPIRES, "0")) < time.time():
+        return True
+    pid = held.get(TAG_PID, "")
+    if held.get(TAG_HOST) == socket.gethostname() and pid.isdigit() and not process_alive(int(pid)):
+        return True
+    try:
+        return client.get_run(held.get(TAG_LOCK_OWNER, "")).info.status != "RUNNING"
+    except MlflowException:
+        return False  # not a run id (an API caller's owner name), or the server is away: the lease decides
+
+
+def _claimed(client: MlflowClient, lock: str, held: dict[str, str], owner: str) -> bool:
+    """Claim a dead holder's ``lock`` for ``owner``: tag the claim, wait, and read it back; True when
+    the claim stuck and the lock still belongs to the same dead holder (another waiter that claimed
+    it, or took it over meanwhile, wins)."""
+    from mlflow.exceptions import MlflowException
+
+    try:
+        client.set_registered_model_tag(lock, TAG_LOCK_TAKEOVER, owner)
+        time.sleep(0.3)
+        now = client.get_registered_model(lock).tags or {}
+    except MlflowException:
+        return False
+    return now.get(TAG_LOCK_TAKEOVER) == owner and now.get(TAG_LOCK_OWNER) == held.get(TAG_LOCK_OWNER)
 
 
 def promote(client: MlflowClient, name: str, alias: str, version: str, expected: str | None, owner: str) -> Promotion:

@@ -402,7 +402,7 @@ def close_orphaned_runs(client: MlflowClient, experiment_id: str, closer_run_id:
         tags = run.data.tags
         if TAG_PID not in tags:
             continue  # not a gate's run
-        same_host_dead = tags.get(TAG_HOST) == host and not _alive(int(tags[TAG_PID]))
+        same_host_dead = tags.get(TAG_HOST) == host and not process_alive(int(tags[TAG_PID]))
         too_old = time.time() - run.info.start_time / 1000 > ORPHAN_AFTER_S
         if same_host_dead or too_old:
             why = (
@@ -413,7 +413,12 @@ def close_orphaned_runs(client: MlflowClient, experiment_id: str, closer_run_id:
     return closed
 
 
-def _alive(pid: int) -> bool:
+def process_alive(pid: int) -> bool:
+    """Whether process ``pid`` of this host is alive (a process of another user counts as alive).
+
+    >>> process_alive(os.getpid())
+    True
+    """
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
