@@ -17,7 +17,7 @@ from pathlib import Path
 
 import click
 
-from consistency_gate.errors import INTERNAL_ERROR, GateError, UsageError, redact_credentials
+from consistency_gate.errors import INTERNAL_ERROR, GateError, UsageError, redact_credentials, redact_logs
 
 _verbose = False
 
@@ -575,15 +575,23 @@ for _command in (cli, *cli.commands.values()):  # `consistency-gate --verbose ch
     _command.params.append(_verbose_option())
 
 
-# third-party noise the tool's own output replaces: MLflow's INFO lines and artifact progress bars
-QUIET_ENVIRONMENT = {"MLFLOW_LOGGING_LEVEL": "WARNING", "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false"}
+# third-party noise the tool's own output replaces: MLflow's INFO lines, artifact progress bars, and its
+# "View run ... at: URL" lines (the tool prints the run's link itself, credentials redacted; MLflow's
+# print the tracking URI as given, password and all)
+QUIET_ENVIRONMENT = {
+    "MLFLOW_LOGGING_LEVEL": "WARNING",
+    "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false",
+    "MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT": "true",
+}
 
 
 def main(argv: list[str] | None = None) -> None:
     """Entry point: run the CLI and turn GateErrors into one line and their exit code. MLflow's
-    INFO lines and progress bars are off unless the environment sets them (``QUIET_ENVIRONMENT``)."""
+    INFO lines, progress bars and run links are off unless the environment sets them
+    (``QUIET_ENVIRONMENT``); credentials are redacted in every log line."""
     for name, value in QUIET_ENVIRONMENT.items():
         os.environ.setdefault(name, value)
+    redact_logs()
     try:
         code = cli.main(args=argv, standalone_mode=False)
     except GateError as exc:

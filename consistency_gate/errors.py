@@ -11,18 +11,52 @@ from __future__ import annotations
 import re
 
 # the password (or token) of a URI's user:password@ part, anywhere in a text
-_CREDENTIALS = re.compile(r"(\b[A-Za-z][A-Za-z0-9+.-]*://[^\s:/@]*):[^\s/]*@")
+_USERINFO = re.compile(r"(\b[A-Za-z][A-Za-z0-9+.-]*://)([^\s/]+)@")
 
 
 def redact_credentials(text: str) -> str:
-    """``text`` fit to print or log: in every URI, the password of ``user:password@`` becomes ``***``.
+    """``text`` fit to print or log: in every URI, the password of ``user:password@`` becomes
+    ``***``, and a user part without a password (a token, ``https://TOKEN@host``) becomes ``***``.
 
     >>> redact_credentials("https://alice:s3cret@mlflow.example.com/ refused")
     'https://alice:***@mlflow.example.com/ refused'
     >>> redact_credentials("postgresql://mlflow:p@ss@db:5432/x"), redact_credentials("sqlite:///mlflow.db")
     ('postgresql://mlflow:***@db:5432/x', 'sqlite:///mlflow.db')
+    >>> redact_credentials("View run at: https://ghp_T0KEN@mlflow.example.com/#/runs/1 (a@b.c)")
+    'View run at: https://***@mlflow.example.com/#/runs/1 (a@b.c)'
     """
-    return _CREDENTIALS.sub(r"\1:***@", text)
+
+    def hide(match: re.Match) -> str:
+        user, password = match.group(2).split(":", 1) if ":" in match.group(2) else ("", None)
+        return f"{match.group(1)}{user}:***@" if password is not None else f"{match.group(1)}***@"
+
+    return _USERINFO.sub(hide, text)
+
+
+def redact_logs() -> None:
+    """Redact credentials (:func:`redact_credentials`) in every log record of this process from now
+    on, the libraries' included: MLflow's own "View run ... at: URL" line prints the tracking URI
+    as given, password and all.
+
+    Example::
+
+        redact_logs()  # once, at the start of the CLI
+    """
+    import logging
+
+    make = logging.getLogRecordFactory()
+    if getattr(make, "redacts", False):
+        return
+
+    def redacted(*args: object, **kwargs: object) -> logging.LogRecord:
+        record = make(*args, **kwargs)
+        message = record.getMessage()
+        if "@" in message:
+            record.msg, record.args = redact_credentials(message), None
+        return record
+
+    redacted.redacts = True
+    logging.setLogRecordFactory(redacted)
 
 
 def plain(value: object) -> str:

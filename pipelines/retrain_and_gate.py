@@ -5,8 +5,10 @@
     python pipelines/retrain_and_gate.py all   --workdir DIR [--promote]  # both (the default)
 
 It trains on scikit-learn's bundled digits so it runs anywhere; replace `train_generation`
-with your own training. The store is `DIR/mlflow.db` unless MLFLOW_TRACKING_URI is set. The
-first generation registered gets the alias @champion. The exit code is the gate's (SPEC 6).
+with your own training. The store is `DIR/mlflow.db` unless MLFLOW_TRACKING_URI is set. Training
+never sets an alias: with `--promote` the gate moves @champion to the version that passed, so the
+first generation becomes @champion only when it passes the single-model rules (e.g. accuracy). The
+exit code is the gate's (SPEC 6).
 """
 
 from __future__ import annotations
@@ -29,7 +31,6 @@ def train_generation(workdir: Path, seed: int) -> str:
     import numpy as np
     import pandas as pd
     import sklearn
-    from mlflow import MlflowClient
     from mlflow.models import infer_signature
     from sklearn.datasets import load_digits
     from sklearn.linear_model import LogisticRegression
@@ -59,16 +60,10 @@ def train_generation(workdir: Path, seed: int) -> str:
             signature=infer_signature(x_eval, model.predict_proba(x_eval)),
             pip_requirements=[f"scikit-learn=={sklearn.__version__}"],
         )
-    version = str(info.registered_model_version)
-    client = MlflowClient()
-    try:
-        client.get_model_version_by_alias(MODEL, "champion")
-    except mlflow.exceptions.MlflowException:
-        client.set_registered_model_alias(MODEL, "champion", version)
     x_eval.assign(label=y_eval.to_numpy(), id=[f"eval-{i:04d}" for i in range(len(x_eval))]).to_csv(
         workdir / "eval.csv", index=False
     )
-    return version
+    return str(info.registered_model_version)
 
 
 def main(argv: list[str] | None = None) -> int:

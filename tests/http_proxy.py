@@ -15,12 +15,20 @@ _HOP_BY_HOP = {"connection", "keep-alive", "proxy-connection", "transfer-encodin
 
 class ForwardProxy:
     """``drop(method, path)`` True: forward the request, then close the connection unanswered
-    (the upstream did the work; the client never hears of it)."""
+    (the upstream did the work; the client never hears of it). ``fail(method, path)`` a status
+    code: answer it at once without forwarding (a 503 from a gateway; the upstream never saw it)."""
 
-    def __init__(self, upstream_port: int, drop: Callable[[str, str], bool] | None = None) -> None:
+    def __init__(
+        self,
+        upstream_port: int,
+        drop: Callable[[str, str], bool] | None = None,
+        fail: Callable[[str, str], int | None] | None = None,
+    ) -> None:
         self.upstream_port = upstream_port
         self.drop = drop
+        self.fail = fail
         self.dropped: list[str] = []
+        self.failed: list[str] = []
         proxy = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -35,6 +43,13 @@ class ForwardProxy:
                 length = int(self.headers.get("Content-Length") or 0)
                 body = self.rfile.read(length) if length else None
                 headers = {k: v for k, v in self.headers.items() if k.lower() not in _HOP_BY_HOP}
+                status = proxy.fail(self.command, path) if proxy.fail is not None else None
+                if status is not None:
+                    proxy.failed.append(f"{self.command} {path}")
+                    self.send_response(status)
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
                 upstream = http.client.HTTPConnection("127.0.0.1", proxy.upstream_port, timeout=120)
                 upstream.request(self.command, path, body=body, headers=headers)
                 response = upstream.getresponse()

@@ -15,6 +15,7 @@ from registry_fixtures import MODEL, build_store, check_args
 from consistency_gate.errors import DataError, ModelError, TrackingError, UsageError
 from consistency_gate.gate.rules import parse_config
 from consistency_gate.gate.run import run_gate
+from consistency_gate.mlops.registry import TAG_VERDICT
 
 LENIENT = parse_config("rules:\n  - {metric: con, min: 0.9}\n  - {metric: acc, min_delta: -0.05}\n")
 STRICT = parse_config("rules:\n  - {metric: ctoi, max: 0.0}\n  - {metric: con, min: 1.0}\n")
@@ -361,4 +362,25 @@ def test_a_model_with_history_and_no_baseline_alias_is_exit_4_not_a_first_genera
         first = run_gate(MODEL, store["data"], candidate="1", config=LENIENT, tracking_uri=store["uri"], id_column="id")
         assert first.first_generation and first.verdict == "passed"  # v1 has no history: a true first generation
     finally:
+        client.set_registered_model_alias(MODEL, "champion", "1")
+
+
+def test_versions_a_gate_failed_are_no_history(store):
+    """A failed first generation never became @champion: its successor is a first generation too."""
+    client = _client(store)
+    client.delete_registered_model_alias(MODEL, "champion")
+    before = {v: client.get_model_version(MODEL, v).tags.get(TAG_VERDICT) for v in ("1", "2")}
+    try:
+        client.set_model_version_tag(MODEL, "1", TAG_VERDICT, "failed")
+        with pytest.raises(ModelError, match=r"earlier versions \(2\) but no version holds @champion"):
+            run_gate(MODEL, store["data"], candidate="3", config=LENIENT, tracking_uri=store["uri"], id_column="id")
+        client.set_model_version_tag(MODEL, "2", TAG_VERDICT, "failed")
+        third = run_gate(MODEL, store["data"], candidate="3", config=LENIENT, tracking_uri=store["uri"], id_column="id")
+        assert third.first_generation and third.baseline is None
+    finally:
+        for version, verdict in before.items():
+            if verdict is None:
+                client.delete_model_version_tag(MODEL, version, TAG_VERDICT)
+            else:
+                client.set_model_version_tag(MODEL, version, TAG_VERDICT, verdict)
         client.set_registered_model_alias(MODEL, "champion", "1")

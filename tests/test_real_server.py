@@ -44,6 +44,19 @@ def test_gate_over_http_then_server_killed_mid_gate(server, tmp_path):
     versions = f"{server.url}/#/models/{MODEL}/versions"
     assert f"Gate [{MODEL} v2]({versions}/2) against [v1 (@champion)]({versions}/1) on" in first.stdout
     assert http.get_model_version(MODEL, "2").tags["consistency_gate.verdict"] == "passed"
+    # issue 30: a version number past the registry's integers was answered 500 and read as "unreachable";
+    # a wrong path under the server (HTTP 404) was exit 6
+    huge = run_cli(*check_args("12345678901234567890", store["data"], config, server.url))
+    assert huge.returncode == 4 and "version '12345678901234567890' not found" in huge.stderr, huge.stderr[-2000:]
+    wrong = run_cli(*check_args("2", store["data"], config, f"{server.url}/no/such/path"))
+    assert wrong.returncode == 5 and "Traceback" not in wrong.stderr, wrong.stderr[-2000:]
+    # MLflow's own "View run ... at: URL" line printed the password of the tracking URI; with its INFO
+    # lines on, nothing of it is printed either
+    secret = server.url.replace("http://", "http://alice:s3cretPW@")
+    info = {**os.environ, "MLFLOW_LOGGING_LEVEL": "INFO"}
+    chatty = run_cli(*check_args("2", store["data"], config, secret), env=info)
+    assert chatty.returncode == 0 and "View run" not in chatty.stderr, chatty.stderr[-2000:]
+    assert "s3cretPW" not in chatty.stderr + chatty.stdout
 
     # second gate, which would pass and promote v3, loses its server once its run has logged its params,
     # and the server stays away longer than the gate's budget for ending its runs

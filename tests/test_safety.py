@@ -262,6 +262,44 @@ def test_a_run_whose_create_response_was_lost_is_found_and_ended(tmp_path):
         server.kill()
 
 
+@pytest.mark.slow
+def test_a_503_at_the_alias_look_up_or_move_is_exit_5(tmp_path):
+    """Issue 30: a 503 answering the baseline alias look-up was exit 6 ("a bug") with no report, and a
+    503 answering the alias move was exit 4 ("the baseline moved"); both are the server failing: 5."""
+    server = MlflowServer(tmp_path).start()
+    proxy = None
+    failing = {"target": ""}
+
+    def fail(method: str, path: str) -> int | None:
+        hit = {"look-up": method == "GET", "move": method == "POST"}.get(failing["target"], False)
+        return 503 if hit and "registered-models/alias" in path else None
+
+    try:
+        store = build_store(tmp_path, uri=server.url)
+        proxy = ForwardProxy(server.port, fail=fail).start()
+        config = tmp_path / "gate.yaml"
+        config.write_text("rules:\n  - {metric: con, min: 0.5}\n")
+        env = {
+            **os.environ, "HTTP_PROXY": proxy.url, "http_proxy": proxy.url, "NO_PROXY": "", "no_proxy": "",
+            "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0",
+        }  # fmt: skip
+        client = MlflowClient(tracking_uri=server.url, registry_uri=server.url)
+        for target in ("look-up", "move"):
+            failing["target"] = target
+            report = tmp_path / f"{target}.json"
+            args = check_args("2", store["data"], config, server.url, "--promote", "--report", report)
+            proc = run_cli(*args, env=env)
+            assert proc.returncode == 5, (target, proc.stderr[-2000:])
+            assert "Traceback" not in proc.stderr and _champion(client) == "1", target
+            written = read_report(report)
+            assert written.get("promoted") is not True, target
+            assert written.get("exit_code", 5) == 5 and "503" in json.dumps(written), target
+    finally:
+        if proxy is not None:
+            proxy.stop()
+        server.kill()
+
+
 # ---------------------------------------------------------------- item 5: the candidate is the baseline
 
 
@@ -487,6 +525,20 @@ def test_redact_credentials_keeps_everything_but_the_password():
     assert redact_credentials(text) == (
         "cannot reach https://ci:***@mlflow.example.com:443/api (and postgresql://u:***@db/x)"
     )
+    # issue 30: a token without a password was printed whole
+    assert redact_credentials("https://ghp_T0KEN@mlflow.example.com/x") == "https://***@mlflow.example.com/x"
+
+
+def test_log_lines_of_any_library_are_redacted_in_the_cli_process():
+    import subprocess
+    import sys
+
+    code = (
+        "import logging; from consistency_gate.errors import redact_logs; redact_logs(); redact_logs(); "
+        "logging.getLogger('mlflow.store').warning('retrying %s', 'http://alice:s3cretPW@host:5000/api')"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert "retrying http://alice:***@host:5000/api" in proc.stderr and "s3cretPW" not in proc.stderr
 
 
 # ---------------------------------------------------------------- item 11: alias bombs, huge configs
@@ -505,6 +557,62 @@ def test_a_yaml_alias_bomb_is_refused_in_under_a_second(tmp_path):
     huge.write_text("rules:\n  - {metric: con, min: 0.5}\n" + "# padding\n" * 200_000)
     with pytest.raises(UsageError, match="at most"):
         rules.load_config(huge)
+
+
+@pytest.mark.parametrize(
+    ("content", "expected"),
+    [
+        ("rules:\n  - {metric: con, min: 0.5}  # caf\xe9\n".encode("latin-1"), "not UTF-8 text (byte 41"),
+        (b"\x89PNG\r\n\x1a\n\x00\x00", "not UTF-8 text (byte 0"),
+        (("rules: " + "[" * 50_000 + "]" * 50_000).encode(), "nested too deeply"),
+        (("rules:\n" + "  - {metric: con, min: 0.5}\n" * 35_000).encode(), "980,007 characters"),
+        (("ks: [" + "1," * 100_001 + "1]\n").encode(), "it holds more than 100,000 values"),
+    ],
+    ids=["latin-1", "binary", "nested", "35k-rules", "no-aliases"],
+)
+def test_a_config_that_is_not_one_is_a_usage_error_naming_why(tmp_path, content, expected):
+    """Issue 30: a latin-1 or binary config and 50k nested lists were exit 6 (a bug); 35,000 rules were
+    refused as an "alias expansion" after 11.8 s. Each is exit 2 in one line, in seconds."""
+    config = tmp_path / "gate.yaml"
+    config.write_bytes(content)
+    started = time.perf_counter()
+    proc = run_cli("config", "--check", config)
+    line = _one_error_line(proc)
+    assert proc.returncode == 2 and expected in line and str(config) in line, line
+    assert time.perf_counter() - started < 8
+
+
+def test_bad_inputs_that_were_internal_errors_get_their_exit_codes(store, tmp_path):
+    """Issue 30: each of these was exit 6 ("a bug"): a UTF-8 byte-order mark on a CSV (now read as
+    Excel writes it), an .npz whose y is an object array (3), a class label that reads as matplotlib
+    math (plots drawn), a tracking URI that does not parse (2); and duplicate ids in the registry gate's
+    evaluation data were accepted (exit 0; now 3, as compare and the file gate say)."""
+    import numpy as np
+
+    bom = b"\xef\xbb\xbf"
+    (tmp_path / "labels.csv").write_bytes(bom + b"id,label\n2,b\n1,a\n3,$\\foo$\n")
+    (tmp_path / "scores.csv").write_bytes(bom + b"id,a,b,$\\foo$\n1,0.9,0.1,0\n2,0.2,0.8,0\n3,0.1,0.1,0.8\n")
+    (tmp_path / "other.csv").write_bytes(b"id,a,b,$\\foo$\n1,0.9,0.1,0\n2,0.7,0.3,0\n3,0.1,0.1,0.8\n")
+    config = tmp_path / "gate.yaml"
+    config.write_text("ks: [1]\nrules:\n  - {metric: ctoi, max: 0.5}\n")
+    files = ("--labels", tmp_path / "labels.csv", "--previous-predictions", tmp_path / "scores.csv")
+    proc = run_cli(
+        "check", *files, "--candidate-predictions", tmp_path / "other.csv", "--id-column", "id",
+        "--config", config, "--format", "html",
+    )  # fmt: skip
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    assert "$\\foo$" in proc.stdout and "data:image/png;base64" in proc.stdout  # the label, and the plots
+    np.savez(tmp_path / "eval.npz", x=np.zeros((3, 4)), y=np.array(["a", None, "b"], dtype=object))
+    bad_npz = run_cli(*check_args("2", tmp_path / "eval.npz", config, store["uri"]))
+    assert bad_npz.returncode == 3 and "object array" in _one_error_line(bad_npz)
+    bad_uri = run_cli(*check_args("2", store["data"], config, "http://[::1"))
+    assert bad_uri.returncode == 2 and "not a valid URI" in _one_error_line(bad_uri)
+    data = pd.read_csv(store["data"])
+    data["id"] = data["id"].where(data.index != 1, data["id"].iloc[0])  # row 2 repeats row 1's id
+    doubled = tmp_path / "eval.csv"
+    data.to_csv(doubled, index=False)
+    dup = run_cli(*check_args("2", doubled, config, store["uri"], "--id-column", "id"))
+    assert dup.returncode == 3 and "appears more than once in column 'id'" in _one_error_line(dup)
 
 
 # ---------------------------------------------------------------- item 14: spreadsheet formulas

@@ -56,40 +56,58 @@ def _steps(workflow: dict) -> dict[str, str]:
     return {step["name"]: step["run"] for step in job["steps"] if "run" in step and "name" in step}
 
 
+def _champion(workdir: Path) -> str | None:
+    """The version holding @champion in the pipeline's SQLite store (None: not set)."""
+    import mlflow
+    from mlflow import MlflowClient
+
+    client = MlflowClient(tracking_uri=f"sqlite:///{workdir / 'mlflow.db'}")
+    try:
+        return str(client.get_model_version_by_alias("digits-classifier", "champion").version)
+    except mlflow.exceptions.MlflowException:
+        return None
+
+
 @pytest.mark.slow
 def test_github_workflow_commands_gate_and_block(tmp_path):
     steps = _steps(yaml.safe_load((ROOT / "pipelines/github/consistency-gate.yml").read_text()))
     summary = tmp_path / "summary.md"
     outputs = tmp_path / "github-output"
-    env = {"GATE_WORKDIR": str(tmp_path / "work"), "GITHUB_STEP_SUMMARY": str(summary), "GITHUB_OUTPUT": str(outputs)}
+    work = tmp_path / "work"
+    env = {"GATE_WORKDIR": str(work), "GITHUB_STEP_SUMMARY": str(summary), "GITHUB_OUTPUT": str(outputs)}
     env["MLFLOW_TRACKING_URI"] = ""  # what ${{ secrets.MLFLOW_TRACKING_URI }} gives when the secret is unset
     train = _bash(steps["Retrain and register a new generation"], env)
     assert train.returncode == 0, train.stderr
-    gate = _bash(steps["Consistency gate"], env, cwd=tmp_path)  # v1 is @champion: nothing to decide
+    assert _champion(work) is None  # training never sets the alias: only the gate promotes
+    gate = _bash(steps["Consistency gate"], env, cwd=tmp_path)  # v1: a first generation, its own rules
     assert gate.returncode == 0, gate.stdout + gate.stderr
-    assert "nothing to decide" in summary.read_text() and (tmp_path / "gate-report.json").exists()
-    assert outputs.read_text() == "version=\n"  # nothing new passed: the deploy job is skipped
+    assert "consistency gate passed: version 1" in gate.stdout and _champion(work) == "1"
     train = _bash(steps["Retrain and register a new generation"], env)
     assert train.returncode == 0, train.stderr
     gate = _bash(steps["Consistency gate"], env, cwd=tmp_path)  # v2 against v1
     assert gate.returncode == 0, gate.stdout + gate.stderr
-    assert "consistency gate passed: version 2" in gate.stdout
+    assert "consistency gate passed: version 2" in gate.stdout and _champion(work) == "2"
     assert "PASSED" in summary.read_text() and (tmp_path / "gate-report.json").exists()
     assert outputs.read_text().splitlines()[-1] == "version=2"  # the deploy job's input
-    (tmp_path / "work" / "eval.csv").unlink()
+    again = _bash(steps["Consistency gate"], env, cwd=tmp_path)  # v2 is @champion: nothing to decide
+    assert again.returncode == 0 and "nothing to decide" in summary.read_text()
+    assert outputs.read_text().splitlines()[-1] == "version="  # nothing new passed: the deploy job is skipped
+    assert _bash(steps["Retrain and register a new generation"], env).returncode == 0
+    (work / "eval.csv").unlink()
     bad = _bash(steps["Consistency gate"], env, cwd=tmp_path)
-    assert bad.returncode == 3 and "invalid evaluation data" in bad.stdout
+    assert bad.returncode == 3 and "invalid evaluation data" in bad.stdout and _champion(work) == "2"
 
 
 @pytest.mark.slow
 def test_gitlab_job_commands(tmp_path):
     ci = yaml.safe_load((ROOT / "pipelines/gitlab/.gitlab-ci.yml").read_text())
     env = {"GATE_WORKDIR": str(tmp_path / "work")}
-    for _ in range(2):  # the first generation becomes @champion; the second is gated against it
+    for version in ("1", "2"):  # the first generation passes its own rules; the second is gated against it
         for line in ci["retrain"]["script"]:
             assert _bash(line, env).returncode == 0
-    gate = _bash("\n".join(ci["consistency-gate"]["script"]), env, cwd=tmp_path)
-    assert gate.returncode == 0, gate.stdout + gate.stderr
+        gate = _bash("\n".join(ci["consistency-gate"]["script"]), env, cwd=tmp_path)
+        assert gate.returncode == 0, gate.stdout + gate.stderr
+        assert _champion(tmp_path / "work") == version
     assert "| rule | value | outcome |" in (tmp_path / "gate-summary.md").read_text()
     assert (tmp_path / "gate.env").read_text() == "GATE_VERSION=2\n"
     deploy = _bash("\n".join(ci["deploy"]["script"]), {"GATE_VERSION": "2"})
@@ -113,22 +131,28 @@ def test_pipeline_recipes_lint_and_say_what_ci_needs():
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
+def _pipeline_step(workdir: Path, *args: str) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
+    command = [sys.executable, str(ROOT / "pipelines/retrain_and_gate.py"), "all", "--workdir", str(workdir), *args]
+    return subprocess.run(command, capture_output=True, text=True, timeout=600, env=env)
+
+
 @pytest.mark.slow
 def test_python_pipeline_step_runs_end_to_end(tmp_path):
-    proc = subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "pipelines/retrain_and_gate.py"),
-            "all",
-            "--workdir",
-            str(tmp_path),
-            "--report",
-            str(tmp_path / "r.json"),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env={k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"},
-    )
+    proc = _pipeline_step(tmp_path, "--report", str(tmp_path / "r.json"))
     assert proc.returncode == 0, proc.stderr
     assert "registered digits-classifier v1" in proc.stdout and (tmp_path / "r.json").exists()
+    assert _champion(tmp_path) is None  # passed, but promoted only when asked
+
+
+@pytest.mark.slow
+def test_a_first_generation_that_fails_its_rules_is_never_champion(tmp_path):
+    """The pipelines used to make the first generation @champion when it was trained, before any gate ran."""
+    strict = tmp_path / "strict.yaml"
+    strict.write_text("rules:\n  - {metric: acc, min: 0.999}\n")
+    proc = _pipeline_step(tmp_path / "work", "--promote", "--config", str(strict))
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "FAILED" in proc.stdout and _champion(tmp_path / "work") is None
+    proc = _pipeline_step(tmp_path / "work", "--promote", "--seed", "2")  # v2: still a first generation, passes
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert _champion(tmp_path / "work") == "2"

@@ -395,9 +395,7 @@ def _align(frame: pd.DataFrame, truth: pd.DataFrame, id_column: str | None, path
                 f"{len(truth)}; give one row per sample or align with --id-column"
             )
         return frame.reset_index(drop=True)
-    ids = frame[id_column]
-    if ids.duplicated().any():
-        raise DataError(f"{path}: id {plain(ids[ids.duplicated()].iloc[0])} appears more than once")
+    ids = io.unique_ids(frame[id_column], path, id_column)
     missing = ~truth[id_column].isin(ids)
     if missing.any() or len(ids) != len(truth):
         example = truth[id_column][missing].iloc[0] if missing.any() else ids[~ids.isin(truth[id_column])].iloc[0]

@@ -219,16 +219,7 @@ def _row_order(labels: Path, sources: list[io.PredictionSource], id_column: str)
 
 
 def _unique_ids(path: Path, id_column: str) -> pd.Series:
-    ids = io.read_column(path, id_column)
-    if ids.isna().any():
-        row = int(np.argmax(ids.isna().to_numpy())) + 1
-        raise DataError(f"{path}: row {row}, id column '{id_column}' is empty")
-    dup = ids.duplicated()
-    if dup.any():
-        raise DataError(
-            f"{path}: id {plain(ids[dup].iloc[0])} appears more than once in column '{id_column}'; ids must be unique"
-        )
-    return ids.reset_index(drop=True)
+    return io.unique_ids(io.read_column(path, id_column), path, id_column)
 
 
 def _reordered(source: io.PredictionSource, positions: np.ndarray | None, chunk_rows: int) -> Iterator[pd.DataFrame]:

@@ -54,7 +54,7 @@ DECIDE = ("estimate", "upper", "lower")
 DEFAULT_SOURCE = "default config"
 # a per-slice rule judges the slices with at least this many samples (smaller ones are reported only)
 DEFAULT_MIN_SLICE_SIZE = 50
-MAX_CONFIG_BYTES = 1_000_000
+MAX_CONFIG_BYTES = 256_000  # a gate config is a few KB; 1,000 long class names fit
 MAX_CONFIG_NODES = 100_000
 _PER_K = re.compile(r"^(ccon|cacc_previous|cacc_candidate|cacc)@([1-9][0-9]*)$")
 
@@ -250,11 +250,16 @@ def load_config(path: str | Path | None) -> GateConfig:
         return parse_config(default_config_text(), DEFAULT_SOURCE)
     path = Path(path)
     try:
-        text = path.read_text()
+        text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise UsageError(
             f"{path}: cannot read the config file ({exc.strerror}); give a YAML config "
             "(`consistency-gate config --default > gate.yaml` writes the default one to edit)"
+        ) from None
+    except UnicodeDecodeError as exc:
+        raise UsageError(
+            f"{path}: not UTF-8 text (byte {exc.start}: {exc.object[exc.start : exc.start + 1]!r}); a gate config is "
+            "YAML saved as UTF-8: save it so, or check that --config names the config and not a data file"
         ) from None
     return parse_config(text, str(path))
 
@@ -274,11 +279,16 @@ def parse_config(text: str, source: str = "config") -> GateConfig:
     consistency_gate.errors.UsageError: gate.yaml: line 2: unknown key 'mn' in rules[0] (known: decide, max, ...)
     """
     if len(text) > MAX_CONFIG_BYTES:
-        raise UsageError(f"{source}: {len(text):,} bytes; a gate config may hold at most {MAX_CONFIG_BYTES:,}")
-    try:
-        root = yaml.compose(text)
+        raise UsageError(
+            f"{source}: {len(text):,} characters; a gate config needs a few thousand and may hold at most "
+            f"{MAX_CONFIG_BYTES:,}: check that it is the config"
+        )
+    try:  # the pure-Python loader: libyaml's composer overflows the C stack on deep nesting (a crash)
+        root = yaml.compose(text, Loader=yaml.SafeLoader)
         _check_expanded_size(root, source)
         data = yaml.safe_load(text)
+    except RecursionError:
+        raise UsageError(f"{source}: nested too deeply to be a gate config (thousands of levels)") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark else ""
@@ -412,12 +422,16 @@ def _rule(spec: _RuleSpec, source: str, line: int, ks: tuple[int, ...]) -> Rule:
 
 
 def _check_expanded_size(root: yaml.Node | None, source: str) -> None:
-    """Refuse a document whose aliases expand it past ``MAX_CONFIG_NODES`` values, counting each
-    node once (linear in the document, however deep the aliases nest)."""
+    """Refuse a document of more than ``MAX_CONFIG_NODES`` values once its YAML aliases are expanded
+    (an "alias bomb"), counting each node once (linear in the document, however deep the aliases
+    nest); the message says whether aliases made it so."""
     sizes: dict[int, int] = {}
+    shared = False
 
     def size(node: yaml.Node) -> int:
+        nonlocal shared
         if id(node) in sizes:
+            shared = True
             return sizes[id(node)]
         sizes[id(node)] = 1  # a recursive alias counts once
         if isinstance(node, yaml.SequenceNode):
@@ -430,9 +444,9 @@ def _check_expanded_size(root: yaml.Node | None, source: str) -> None:
         return sizes[id(node)]
 
     if root is not None and size(root) > MAX_CONFIG_NODES:
+        what = "its YAML aliases expand it to" if shared else "it holds"
         raise UsageError(
-            f"{source}: its YAML aliases expand to more than {MAX_CONFIG_NODES:,} values; a gate config needs "
-            "a few dozen: refused"
+            f"{source}: {what} more than {MAX_CONFIG_NODES:,} values; a gate config needs a few dozen: refused"
         )
 
 

@@ -177,11 +177,12 @@ def _versions(
 ) -> tuple[registry.ModelRef, registry.ModelRef | None]:
     """The candidate version and the baseline (None: a first generation, when the default
     ``@champion`` is not set yet and the model has no version before the candidate; with earlier
-    versions a missing alias is a ModelError, not a silent pass on single-model rules)."""
+    versions that may be in production a missing alias is a ModelError, not a silent pass on
+    single-model rules; versions a gate failed never were)."""
     cand_ref = registry.resolve_version(client, model, None if candidate is None else str(candidate))
     base_spec = str(baseline or DEFAULT_BASELINE)
     if baseline is None and not registry.alias_exists(client, model, base_spec[1:]):
-        earlier = [v for v in registry.version_numbers(client, model) if v < int(cand_ref.version)]
+        earlier = registry.possible_baselines(client, model, int(cand_ref.version))
         if earlier:  # a model with history and no alias: a mis-wired baseline, never a silent first generation
             raise ModelError(
                 f"model '{model}' has earlier versions ({', '.join(map(str, earlier[-5:]))}) but no version holds "

@@ -98,7 +98,7 @@ def file_columns(path: str | Path) -> list[str]:
 
 def _csv_header(path: Path) -> list[str]:
     """The header row of a CSV file as written (pandas would rename a repeated name to ``name.1``)."""
-    with open(path, newline="", encoding="utf-8") as fh:
+    with open(path, newline="", encoding="utf-8-sig") as fh:  # -sig: a byte-order mark is not part of a name
         header = next(csv.reader(fh), None)
     if not header:
         raise pd.errors.EmptyDataError("no header")
@@ -204,8 +204,7 @@ def iter_frames(
             for batch in pq.ParquetFile(path, pre_buffer=False).iter_batches(batch_size=chunk_rows, columns=columns)
         )
     else:
-        dtypes = dict.fromkeys(text_columns, str)
-        batches = pd.read_csv(path, usecols=columns, dtype=dtypes, chunksize=chunk_rows, keep_default_na=True)
+        batches = _csv_batches(path, columns, chunk_rows, text_columns)
     start = 0
     chunks = _rechunk(batches, chunk_rows)
     while True:
@@ -223,6 +222,16 @@ def iter_frames(
         frame.index = pd.RangeIndex(start, start + len(frame))
         start += len(frame)
         yield frame
+
+
+def _csv_batches(
+    path: Path, columns: list[str], chunk_rows: int, text_columns: tuple[str, ...]
+) -> Iterator[pd.DataFrame]:
+    """pandas' chunked CSV reader, as a generator: its errors, the header's included, come from ``next``."""
+    dtypes = dict.fromkeys(text_columns, str)
+    yield from pd.read_csv(
+        path, usecols=columns, dtype=dtypes, chunksize=chunk_rows, keep_default_na=True, encoding="utf-8-sig"
+    )
 
 
 def read_column(path: str | Path, column: str) -> pd.Series:
@@ -396,7 +405,10 @@ def read_evaluation_data(
     frames = [f for f in frames if f is not None and len(f)]
     if not frames:
         raise DataError(f"{path}: the file has a header but no rows; nothing to evaluate")
-    return _named(pd.concat(frames), path)
+    frame = pd.concat(frames)
+    if id_column:  # the flip table names samples by id
+        unique_ids(frame[id_column], path, id_column)
+    return _named(frame, path)
 
 
 def evaluation_frame(
@@ -420,7 +432,29 @@ def evaluation_frame(
     frame = frame.reset_index(drop=True)
     for name in dict.fromkeys((label_column, *([id_column] if id_column else []), *slices)):
         frame[name] = as_text(frame[name])
+    if id_column:  # the flip table names samples by id
+        unique_ids(frame[id_column], source, id_column)
     return _named(frame, source)
+
+
+def unique_ids(ids: pd.Series, source: str | Path, id_column: str) -> pd.Series:
+    """``ids`` numbered from 0, or a DataError naming ``source``, the row of an empty id, or an id that
+    appears twice (rows align by id, so each must name one sample).
+
+    >>> unique_ids(pd.Series(["a", "b", "a"]), "labels.csv", "id")
+    Traceback (most recent call last):
+    ...
+    consistency_gate.errors.DataError: labels.csv: id 'a' appears more than once in column 'id'; ids must be unique
+    """
+    if ids.isna().any():
+        row = int(np.argmax(ids.isna().to_numpy())) + 1
+        raise DataError(f"{source}: row {row}, id column '{id_column}' is empty")
+    dup = ids.duplicated()
+    if dup.any():
+        raise DataError(
+            f"{source}: id {plain(ids[dup].iloc[0])} appears more than once in column '{id_column}'; ids must be unique"
+        )
+    return ids.reset_index(drop=True)
 
 
 def _require_evaluation_columns(

@@ -167,7 +167,13 @@ def read_npz(path: Path, label_column: str, id_column: str | None) -> pd.DataFra
                 )
         if id_column and "ids" not in names:
             raise DataError(f"{path}: --id-column {id_column} is given but the archive has no array 'ids'")
-        x, y = archive["x"], archive["y"]
+        try:
+            x, y = archive["x"], archive["y"]
+        except ValueError as exc:  # an object array: numpy would unpickle it, which runs code; never here
+            raise DataError(
+                f"{path}: x or y is an object array ({exc}); save numbers or fixed-width strings, e.g. "
+                "np.savez(path, x=x.astype('float32'), y=y.astype(str))"
+            ) from None
         if x.ndim < 2 or y.ndim != 1 or len(x) != len(y):
             raise DataError(
                 f"{path}: x must be (samples, ...) and y (samples,) with one label per sample; "

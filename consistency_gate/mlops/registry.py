@@ -83,6 +83,8 @@ def resolve_version(client: MlflowClient, name: str, spec: str | None) -> ModelR
             alias = None
             if not spec.isdigit():
                 raise ModelError(f"version '{spec}' of model '{name}': expected a number or @alias")
+            if int(spec) > MAX_VERSION:  # a server answers 500 for a number its database cannot hold
+                raise ModelError(f"model '{name}': version '{spec}' not found; {registered_versions(client, name)}")
             mv = client.get_model_version(name, spec)
     except MlflowException as exc:
         what = f"alias '@{spec[1:]}' is not set" if spec and spec.startswith("@") else f"version '{spec}' not found"
@@ -98,10 +100,28 @@ def version_numbers(client: MlflowClient, name: str) -> list[int]:
         version_numbers(client, "fraud-clf")
         # [1, 2, 3]
     """
+    return sorted(int(v.version) for v in _search_versions(client, name))
+
+
+def possible_baselines(client: MlflowClient, name: str, before: int) -> list[int]:
+    """The versions before ``before`` that may be in production, in order: all but those a gate
+    failed (a failed first generation never became the baseline, so its successor is a first
+    generation too).
+
+    Example::
+
+        possible_baselines(client, "fraud-clf", 3)  # v1 failed its gate
+        # [2]
+    """
+    versions = _search_versions(client, name)
+    return sorted(int(v.version) for v in versions if int(v.version) < before and v.tags.get(TAG_VERDICT) != "failed")
+
+
+def _search_versions(client: MlflowClient, name: str) -> list:
     from mlflow.exceptions import MlflowException
 
     try:
-        return sorted(int(v.version) for v in client.search_model_versions(f"name='{name}'"))
+        return list(client.search_model_versions(f"name='{name}'"))
     except MlflowException as exc:
         _reraise(exc, f"model '{name}': cannot list its versions")
 
@@ -231,7 +251,7 @@ def alias_exists(client: MlflowClient, name: str, alias: str) -> bool:
     except MlflowException as exc:
         if _is_not_found(exc):
             return False
-        raise
+        _reraise(exc, f"model '{name}': cannot read its alias @{alias}")
 
 
 def _is_not_found(exc: Exception) -> bool:
@@ -254,6 +274,7 @@ def _reraise(exc: Exception, message: str) -> NoReturn:
 LOCK_SUFFIX = ".consistency-gate-lock"
 TAG_LOCK_OWNER = "consistency_gate.lock_owner"
 TAG_LOCK_EXPIRES = "consistency_gate.lock_expires"
+MAX_VERSION = 2**31 - 1  # the registry stores version numbers as 32-bit integers
 TAG_LOCK_TAKEOVER = "consistency_gate.lock_takeover"  # a waiter's claim on a dead holder's lock
 
 
@@ -262,7 +283,8 @@ class Promotion:
     """What a promotion did, as read back from the registry.
 
     ``promoted`` is True only when the alias was read back pointing to ``version``; ``holds`` is
-    the version the alias points to now (None if unset, ``"unknown"`` if it could not be read).
+    the version the alias points to now (None if unset, ``"unknown"`` if it could not be read);
+    ``refused`` is True when the gate did not move it because the baseline had moved.
     """
 
     alias: str
@@ -270,13 +292,19 @@ class Promotion:
     promoted: bool
     holds: str | None
     reason: str = ""
+    refused: bool = False
 
     @property
     def exit_code(self) -> int:
-        """0 promoted; 4 refused (the baseline moved); 5 the registry could not be read back."""
+        """0 promoted; 4 refused (the baseline moved); 5 the registry failed the move or could not
+        be read back.
+
+        >>> Promotion("champion", "3", False, "2", "moving failed (503)").exit_code
+        5
+        """
         if self.promoted:
             return 0
-        return 5 if self.holds == "unknown" else 4
+        return 4 if self.refused else 5
 
     def to_dict(self) -> dict:
         """As in the JSON report's ``promotion``."""
@@ -422,6 +450,7 @@ def promote(client: MlflowClient, name: str, alias: str, version: str, expected:
                 current,
                 f"@{alias} is {now}, not {was} as when this gate compared against it (another gate or a person "
                 f"moved it): not moved; gate v{version} again against the new baseline",
+                refused=True,
             )
         error = None
         try:

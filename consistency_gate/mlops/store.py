@@ -72,14 +72,24 @@ def check_store_uri(uri: str) -> None:
     TrackingError (exit 5) for a SQLite URI on a file that is not a database, or a database whose
     driver is not installed (with the package to install).
 
+    >>> check_store_uri("http://[::1")
+    Traceback (most recent call last):
+    ...
+    consistency_gate.errors.UsageError: tracking URI 'http://[::1' is not a valid URI (Invalid IPv6 URL); e.g. ...
     >>> check_store_uri("ftp://host/mlflow")  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
     consistency_gate.errors.UsageError: tracking URI 'ftp://host/mlflow': scheme 'ftp' is not one MLflow keeps...
     """
-    parsed = urlparse(uri)
-    scheme = parsed.scheme.split("+", 1)[0]
     shown = redact_credentials(uri)
+    try:
+        parsed = urlparse(uri)
+        parsed.port  # noqa: B018 - parses the host and port: raises on 'http://[::1' or a port of letters
+    except ValueError as exc:
+        raise UsageError(
+            f"tracking URI '{shown}' is not a valid URI ({exc}); e.g. http://127.0.0.1:5000 or sqlite:///mlflow.db"
+        ) from None
+    scheme = parsed.scheme.split("+", 1)[0]
     if scheme in ("", "file") or (len(scheme) == 1 and os.name == "nt"):
         if os.environ.get("MLFLOW_ALLOW_FILE_STORE", "").lower() in ("true", "1"):
             return
@@ -197,6 +207,14 @@ def check_access(client: MlflowClient, uri: str) -> None:
             raise refused from None
         if looks_unreachable(exc):
             raise TrackingError(f"tracking server {redact_credentials(uri)} is unreachable: {exc}") from None
+        status = getattr(exc, "get_http_status_code", lambda: None)()
+        if status == 404:  # something answers there, but not MLflow's REST API
+            path = urlparse(uri).path
+            where = f" (the URI has the path '{path}': MLflow's API is under the server's root)" if path else ""
+            raise TrackingError(
+                f"tracking URI {redact_credentials(uri)} answered 404 Not Found for MLflow's REST API{where}; give the "
+                "server's root URL, e.g. http://127.0.0.1:5000"
+            ) from None
         raise
 
 
@@ -207,6 +225,9 @@ def looks_unreachable(exc: BaseException) -> bool:
     (True, False)
     """
     if isinstance(exc, ConnectionError | TimeoutError):
+        return True
+    status = getattr(exc, "get_http_status_code", lambda: None)()
+    if isinstance(status, int) and status in (502, 503, 504):  # a gateway or a server not ready: away
         return True
     text = f"{type(exc).__name__} {exc}".lower()
     return any(s in text for s in ("connection", "max retries", "timed out", "refused", "unreachable"))

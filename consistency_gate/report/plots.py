@@ -11,6 +11,16 @@ import pandas as pd  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
 
+def literal(values: object) -> list[str]:
+    r"""Labels as matplotlib must show them: as written, never as math (a class named ``$\alpha$``
+    is drawn as those characters, and ``$\foo$`` does not stop the figure with a mathtext error).
+
+    >>> literal(["cat", "$x$"])
+    ['cat', '\\$x\\$']
+    """
+    return [str(v).replace("$", r"\$") for v in values]
+
+
 def flips_per_class(samples: pd.DataFrame, top: int = 20) -> Figure:
     """Negative (CtoI) and positive (ItoC) flips per true class, the `top` classes with most flips.
 
@@ -24,7 +34,7 @@ def flips_per_class(samples: pd.DataFrame, top: int = 20) -> Figure:
     x = np.arange(len(counts))
     ax.bar(x - 0.2, counts["CtoI"], width=0.4, color="#c0392b", label="CtoI (negative flip)")
     ax.bar(x + 0.2, counts["ItoC"], width=0.4, color="#27ae60", label="ItoC (positive flip)")
-    ax.set_xticks(x, counts.index.astype(str), rotation=45, ha="right")
+    ax.set_xticks(x, literal(counts.index), rotation=45, ha="right")
     ax.set_ylabel("samples")
     ax.set_title(f"Flips per true class (top {len(counts)} by flips)")
     ax.legend()
@@ -93,7 +103,7 @@ def disagreement_confidence(names: list[str], probs: np.ndarray) -> Figure:
     differ = (preds != preds[0]).any(axis=0)
     fig, ax = plt.subplots(figsize=(6, 4))
     for name, p in zip(names, probs, strict=True):
-        ax.hist(p[differ].max(axis=1), bins=20, range=(0, 1), alpha=0.5, label=name)
+        ax.hist(p[differ].max(axis=1), bins=20, range=(0, 1), alpha=0.5, label=literal([name])[0])
     ax.set_xlabel("top probability on disagreements")
     ax.set_ylabel("samples")
     ax.set_title(f"Confidence where members disagree ({int(differ.sum())} samples)")
@@ -115,7 +125,7 @@ def class_disagreement(classes: list[str], probs: np.ndarray, y: np.ndarray, top
     rate = counts.mean().sort_values(ascending=False).head(top)
     fig, ax = plt.subplots(figsize=(max(6, 0.4 * len(rate) + 2), 4))
     ax.bar(range(len(rate)), rate.to_numpy(), color="#8e44ad")
-    ax.set_xticks(range(len(rate)), rate.index.astype(str), rotation=45, ha="right")
+    ax.set_xticks(range(len(rate)), literal(rate.index), rotation=45, ha="right")
     ax.set_ylabel("share of samples with disagreement")
     ax.set_title(f"Disagreement per true class (top {len(rate)} of {len(counts)})")
     fig.tight_layout()
