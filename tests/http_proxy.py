@@ -16,7 +16,8 @@ _HOP_BY_HOP = {"connection", "keep-alive", "proxy-connection", "transfer-encodin
 class ForwardProxy:
     """``drop(method, path)`` True: forward the request, then close the connection unanswered
     (the upstream did the work; the client never hears of it). ``fail(method, path)`` a status
-    code: answer it at once without forwarding (a 503 from a gateway; the upstream never saw it)."""
+    code: answer it at once without forwarding (a 503 from a gateway; the upstream never saw it), or
+    0: close the connection without forwarding or answering (a reset)."""
 
     def __init__(
         self,
@@ -46,6 +47,9 @@ class ForwardProxy:
                 status = proxy.fail(self.command, path) if proxy.fail is not None else None
                 if status is not None:
                     proxy.failed.append(f"{self.command} {path}")
+                    if status == 0:  # a reset: the connection closes, nothing forwarded or answered
+                        self.close_connection = True
+                        return
                     self.send_response(status)
                     self.send_header("Content-Length", "0")
                     self.end_headers()

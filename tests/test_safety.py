@@ -170,7 +170,8 @@ def test_a_lost_alias_response_does_not_hide_the_promotion(tmp_path):
 def test_faults_after_the_alias_moved_are_warnings_never_an_error(tmp_path):
     """Issue 30 part 4: the promotion is the gate's last act. With MLflow's retries off, the proxy drops
     the first read-back of the alias, the report.json logged after the move and the run's end: the
-    alias moved, so the gate says promoted (read back), exit 0, each fault a warning in the report."""
+    alias moved, so the gate says promoted (read back), exit 0, the report's fault a warning, and the
+    run's end retried (it had ended: a lost answer)."""
     server = MlflowServer(tmp_path).start()
     proxy = None
     after_move: list[str] = []
@@ -212,8 +213,9 @@ def test_faults_after_the_alias_moved_are_warnings_never_an_error(tmp_path):
         written = read_report(report)
         assert written["verdict"] == "passed" and written["promoted"] is True and written["promotion"]["holds"] == "2"
         assert any("could not record the promotion" in w for w in written["warnings"]), written["warnings"]
-        assert any("could not be ended" in w for w in written["warnings"]), written["warnings"]
-        tags = client.get_run(written["run_id"]).data.tags
+        run = client.get_run(written["run_id"])  # its end, retried, found the run ended: no warning
+        assert run.info.status == "FINISHED" and not any("could not be ended" in w for w in written["warnings"])
+        tags = run.data.tags
         assert tags["consistency_gate.verdict"] == "passed"  # logged before the alias moved
     finally:
         if proxy is not None:

@@ -201,7 +201,7 @@ def rel_nfr_interval(ctoc: int, ctoi: int, itoc: int, itoi: int, level: float) -
     interval is MOVER-R (Donner and Zou 2012) on the Jeffreys interval of q (few counts when the
     candidate is accurate) and the Wilson interval of a: it stays asymmetric and near its level when
     negative flips are rare, where the delta method on the log scale covered 85% (see
-    ``benchmarks/coverage.py``). q and a rise together with CtoI, so treating them as independent
+    ``benchmarks/interval_coverage.py``). q and a rise together with CtoI, so treating them as independent
     errs on the wide side.
 
     >>> [round(v, 3) for v in rel_nfr_interval(500, 20, 30, 50, 0.95)]  # estimate 0.33

@@ -160,8 +160,8 @@ class GateSession:
 
     def finish(self, result: GateResult) -> GateResult:
         """Write the report and end the gate run FINISHED; returns ``result``. After a promotion a
-        run that cannot be ended is a warning in the report (the next gate marks it FAILED), not an
-        error that would hide what the alias holds."""
+        run that cannot be ended (retried for ``END_RUN_RETRY_S``) is a warning in the report (the
+        next gate marks it FAILED), not an error that would hide what the alias holds."""
         import mlflow
 
         self.write_report(result.to_dict())
@@ -171,6 +171,8 @@ class GateSession:
             except Exception as exc:  # noqa: BLE001 - MLflow and requests raise many kinds
                 if result.promotion is None:
                     raise
+                if not tracking.close_runs(self.client, self.started[:1], "FINISHED", None, END_RUN_RETRY_S):
+                    return result  # ended on a later try
                 result.warnings.append(
                     f"the gate run could not be ended ({type(exc).__name__}: {redact_credentials(str(exc))[:300]}); "
                     f"the next gate of '{self.owner}' marks it FAILED"

@@ -356,9 +356,9 @@ def close_lost_runs(client: MlflowClient, experiment_id: str, session: str, know
     return [run_id for run_id in lost if run_id not in close_runs(client, [run_id], "FAILED", why, 0)]
 
 
-def close_runs(client: MlflowClient, run_ids: list[str], status: str, why: str, budget_s: float) -> list[str]:
-    """Set each run's final status (tagging ``why``), retrying for ``budget_s`` seconds while the
-    tracking server is away; returns the ids that could not be closed (left RUNNING).
+def close_runs(client: MlflowClient, run_ids: list[str], status: str, why: str | None, budget_s: float) -> list[str]:
+    """Set each run's final status (tagging ``why``, the error, if given), retrying for ``budget_s``
+    seconds while the tracking server is away; returns the ids that could not be closed (left RUNNING).
 
     Example::
 
@@ -372,7 +372,8 @@ def close_runs(client: MlflowClient, run_ids: list[str], status: str, why: str, 
         for run_id in list(left):
             try:
                 if client.get_run(run_id).info.status == "RUNNING":
-                    client.set_tag(run_id, TAG_ERROR, why[:500])
+                    if why is not None:
+                        client.set_tag(run_id, TAG_ERROR, why[:500])
                     client.set_terminated(run_id, status)
                 left.remove(run_id)
             except Exception:  # noqa: BLE001 - the server is still away: try again

@@ -15,7 +15,7 @@ call) are then checked against the truth:
   ``con >= t`` on the strict bound (false pass: at most 5%), the same on the lenient bound (false
   fail: at most 5%), ``acc min_delta`` on Newcombe's lower bound and rel_nfr on its upper bound.
 
-    python benchmarks/coverage.py [--sims 10000] [--seed 0] [--markdown FILE]
+    python benchmarks/interval_coverage.py [--sims 10000] [--seed 0] [--markdown FILE]
 """
 
 from __future__ import annotations

@@ -1,0 +1,135 @@
+"""Every request of a promoting gate failed once in turn: is any promotion wrong or misreported?
+
+    python benchmarks/fault_sweep.py [--kinds 503 reset lost] [--retries 0 default] [--every 1]
+
+Starts a real ``mlflow server`` on 127.0.0.1 with the test suite's iris model (v1 @champion, v2 a
+candidate that passes ``con >= 0.5``), and a proxy in front of it. One clean ``check --candidate 2
+--promote`` counts the requests a passing promotion makes; then, for each request number i and each
+fault kind, @champion is put back on v1 and a gate runs whose i-th request fails:
+
+- ``503``: the proxy answers 503 without forwarding (a gateway that lost the server);
+- ``reset``: the proxy closes the connection without forwarding;
+- ``lost``: the proxy forwards the request, the server acts on it, and the answer never comes back.
+
+Each run is judged from what the registry and the tracking server hold afterwards: a **wrong**
+promotion moves @champion when the gate did not pass; a **misreported** one is a report whose
+``promoted`` is not what @champion holds (or an exit code other than 0 while @champion moved, with no
+report saying so); **running** counts runs left RUNNING. With ``--retries default`` MLflow's own retries
+are on; ``0`` turns them off (every fault reaches the gate). Prints, per kind and retry setting, the
+exit codes seen and the three counts (all three should be 0).
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+TESTS = Path(__file__).resolve().parents[1] / "tests"
+sys.path.insert(0, str(TESTS))
+
+from http_proxy import ForwardProxy  # noqa: E402 - the test suite's proxy and fixtures
+from mlflow_server import MlflowServer  # noqa: E402
+from registry_fixtures import MODEL, build_store, check_args  # noqa: E402
+
+KINDS = {"503": 503, "reset": 0}
+
+
+class Injector:
+    """Fails the ``at``-th request (1-based) of the next gate with ``kind``; counts requests."""
+
+    def __init__(self) -> None:
+        self.at, self.kind, self.seen = 0, "", 0
+
+    def arm(self, at: int, kind: str) -> None:
+        self.at, self.kind, self.seen = at, kind, 0
+
+    def fail(self, method: str, path: str) -> int | None:
+        self.seen += 1
+        return KINDS[self.kind] if self.seen == self.at and self.kind in KINDS else None
+
+    def drop(self, method: str, path: str) -> bool:
+        return self.seen == self.at and self.kind == "lost"
+
+
+def _gate(store: dict, config: Path, uri: str, report: Path, env: dict) -> subprocess.CompletedProcess:
+    args = check_args("2", store["data"], config, uri, "--id-column", "id", "--promote", "--report", report, "--quiet")
+    command = [sys.executable, "-m", "consistency_gate", *map(str, args)]
+    return subprocess.run(command, capture_output=True, text=True, env=env, timeout=600)
+
+
+def _judge(client, proc: subprocess.CompletedProcess, report: Path, experiment_id: str) -> dict:
+    holds = str(client.get_model_version_by_alias(MODEL, "champion").version)
+    moved = holds == "2"
+    written = json.loads(report.read_text()) if report.exists() else None
+    passed = written is not None and written.get("verdict") == "passed"
+    # no report: misreported when the alias moved and nothing says so
+    misreported = bool(written.get("promoted")) != moved if written is not None else moved
+    running = len(client.search_runs([experiment_id], "attributes.status = 'RUNNING'"))
+    return {"code": proc.returncode, "wrong": moved and not passed, "misreported": misreported, "running": running}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--kinds", nargs="+", default=["503", "reset", "lost"], choices=["503", "reset", "lost"])
+    parser.add_argument("--retries", nargs="+", default=["0", "default"], choices=["0", "default"])
+    parser.add_argument("--every", type=int, default=1, help="fail every Nth request number only (a quicker sweep)")
+    args = parser.parse_args()
+    from mlflow import MlflowClient
+
+    with tempfile.TemporaryDirectory(prefix="fault-sweep-") as tmp:
+        root = Path(tmp)
+        server = MlflowServer(root).start()
+        injector = Injector()
+        proxy = ForwardProxy(server.port, drop=injector.drop, fail=injector.fail).start()
+        try:
+            store = build_store(root, uri=server.url)
+            config = root / "gate.yaml"
+            config.write_text("rules:\n  - {metric: con, min: 0.5}\n")
+            client = MlflowClient(tracking_uri=server.url, registry_uri=server.url)
+            base_env = {**os.environ, "HTTP_PROXY": proxy.url, "http_proxy": proxy.url, "NO_PROXY": "", "no_proxy": ""}
+            base_env.pop("MLFLOW_HTTP_REQUEST_MAX_RETRIES", None)
+            report = root / "report.json"
+            injector.arm(0, "")
+            clean = _gate(store, config, server.url, report, base_env)
+            if clean.returncode != 0:
+                sys.exit(f"the clean gate failed (exit {clean.returncode}): {clean.stderr[-2000:]}")
+            requests = injector.seen
+            experiment_id = client.get_experiment_by_name(f"consistency-gate/{MODEL}").experiment_id
+            print(f"a passing check --promote makes {requests} requests; each fails once in turn")
+            header = ("kind", "retries", "faults", "exit codes", "wrong", "misreported", "running")
+            print("{:>6} {:>8} {:>6}  {:<28} {:>5} {:>11} {:>7}".format(*header))
+            for retries in args.retries:
+                env = dict(base_env)
+                if retries == "0":
+                    env["MLFLOW_HTTP_REQUEST_MAX_RETRIES"] = "0"
+                for kind in args.kinds:
+                    codes: collections.Counter = collections.Counter()
+                    wrong = misreported = running = faults = 0
+                    for at in range(1, requests + 1, args.every):
+                        client.set_registered_model_alias(MODEL, "champion", "1")
+                        report.unlink(missing_ok=True)
+                        injector.arm(at, kind)
+                        proc = _gate(store, config, server.url, report, env)
+                        seen = _judge(client, proc, report, experiment_id)
+                        faults += 1
+                        codes[seen["code"]] += 1
+                        wrong += seen["wrong"]
+                        misreported += seen["misreported"]
+                        running = max(running, seen["running"])
+                        if seen["wrong"] or seen["misreported"] or seen["running"]:
+                            print(f"  request {at} ({kind}, retries {retries}): {seen}; {proc.stderr.strip()[-300:]}")
+                    shown = ", ".join(f"{code}: {n}" for code, n in sorted(codes.items()))
+                    print(f"{kind:>6} {retries:>8} {faults:>6}  {shown:<28} {wrong:>5} {misreported:>11} {running:>7}")
+        finally:
+            proxy.stop()
+            server.kill()
+
+
+if __name__ == "__main__":
+    main()
