@@ -227,6 +227,11 @@ def generations(labels: Path, generations: tuple[str, ...], label_column: str, i
     help="Append the verdict as Markdown to this file (e.g. $GITHUB_STEP_SUMMARY).",
 )
 @click.option("--quiet", is_flag=True, help="No progress bars (they are off anyway when stderr is not a terminal).")
+@click.option(
+    "--cost",
+    is_flag=True,
+    help="Measure the candidate's serving cost (timed predictions, size on disk) even when no rule or repair needs it.",
+)
 @_engine_options("spark: predict and count on Apache Spark with mlflow.pyfunc.spark_udf (needs pyspark).")
 def check(
     model: str,
@@ -246,6 +251,7 @@ def check(
     fmt: str,
     summary_path: Path | None,
     quiet: bool,
+    cost: bool,
     engine: str,
     partitions: int | None,
 ) -> int:
@@ -263,7 +269,7 @@ def check(
         if any(v is not None for v in files.values()):
             from consistency_gate.gate.files import DEFAULT_NAME, run_file_gate
 
-            _require_only(files, {**registry_options, "--promote": promote or None}, engine)
+            _require_only(files, {**registry_options, "--promote": promote or None, "--cost": cost or None}, engine)
             result = run_file_gate(
                 labels,
                 previous_predictions,
@@ -294,6 +300,7 @@ def check(
                 quiet=quiet,
                 engine=engine,
                 partitions=partitions,
+                cost=cost,
             )
     report = result.to_dict()
     if summary_path:

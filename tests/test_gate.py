@@ -126,7 +126,17 @@ def test_first_generation_checks_only_single_model_rules(store):
     assert "first generation" in result.rules[1].note
     assert result.verdict == "passed"
     assert set(result.metrics) == {"acc_candidate", "cacc_candidate@1"}
+    assert result.cost == {} and "cost" not in result.timings  # no rule, no repair and no --cost asked for it
+
+
+def test_serving_cost_is_measured_when_asked(store):
+    config = parse_config("rules:\n  - {metric: acc, min: 0.9}\n")
+    result = run_gate("iris-torch", store["data"], config=config, tracking_uri=store["uri"], id_column="id", cost=True)
     assert set(result.cost) == {"latency_ms_per_1000", "size_mb", "members", "latency_ratio", "size_ratio"}
+    assert result.cost["latency_ratio"] == 1.0 and result.timings["cost"] > 0
+    ruled = parse_config("rules:\n  - {metric: acc, min: 0.9}\n  - {metric: latency_ratio, max: 2}\n")
+    result = run_gate("iris-torch", store["data"], config=ruled, tracking_uri=store["uri"], id_column="id")
+    assert result.cost["latency_ratio"] == 1.0 and [r.held for r in result.rules] == [True, True]
 
 
 def test_torch_candidate_against_sklearn_baseline(store, tmp_path):

@@ -79,8 +79,9 @@ class _GateRun:
     engine: str
     partitions: int | None
     timings: dict[str, float]
+    measure_cost: bool = False  # measure the candidate's serving cost before any remediation asks
     dataset: Dataset | None = None  # the evaluation data as logged to the run (metrics are linked to it)
-    cost: ServingCost | None = None  # the candidate's serving cost
+    cost: ServingCost | None = None  # the candidate's serving cost, once measured
 
     @property
     def run_id(self) -> str:
@@ -123,6 +124,7 @@ def run_gate(
     quiet: bool = False,
     engine: str = "local",
     partitions: int | None = None,
+    cost: bool = False,
 ) -> GateResult:
     """Run the gate on registered model ``model``; see the module docstring.
 
@@ -132,7 +134,9 @@ def run_gate(
     ``data`` is a file (CSV, Parquet, ``.npz``) or a pandas DataFrame with the same columns.
     ``engine="spark"`` predicts and counts on Apache Spark (``mlflow.pyfunc.spark_udf``), for
     evaluation sets past one machine; the driver then reads only the first ``SPARK_SAMPLE_ROWS``
-    rows, to validate them and for the two-generation diagnosis.
+    rows, to validate them and for the two-generation diagnosis. The candidate's serving cost
+    (timed predictions, size on disk) is measured when ``cost`` is True, a rule is on a cost
+    metric, or remediation builds something whose cost is compared with it.
     Raises a :class:`~consistency_gate.errors.GateError` with its exit code (2 usage, 3 data,
     4 model, 5 tracking) on error.
 
@@ -167,7 +171,7 @@ def run_gate(
         session.start(tracking.experiment_name(name), f"gate {name} v{cand_ref.version}", owner=name)
         gate = _GateRun(
             session, cfg, cand_ref, base_ref, frame, Path(data), label_column, id_column, promote, quiet, engine,
-            partitions, timings,
+            partitions, timings, measure_cost=cost or any(r.metric in rules.COST_METRICS for r in cfg.rules),
         )  # fmt: skip
         return session.finish(_gate_in_run(gate))
 
@@ -285,12 +289,12 @@ def _gate_in_run(gate: _GateRun) -> GateResult:
             gate.dataset = tracking.log_evaluation_data(frame, gate.data_path, gate.label_column)
     with gate.timed("predict"):  # on Spark: the sample only (classes, diagnosis); the job predicts the rest
         frames = [scoring.predict(m, frame, gate.non_features) for m in models]
-    with gate.timed("cost"):
-        gate.cost = _serving_cost(lambda f: scoring.predict(models[-1], f, gate.non_features), frame, cand_ref.uri)
+    if gate.measure_cost:
+        _measure_cost(gate, models[-1])
     base_scores = frames[0] if base_ref else None
     comparer = _Comparer(gate, models[0] if base_ref else None, base_scores)
     with gate.timed("metrics"):
-        cost = gate.cost.metrics(gate.cost)
+        cost = gate.cost.metrics(gate.cost) if gate.cost else None
         single = comparer.decide(frames[-1], comparer.spark_model(models[-1], frames[-1]), cost)
     baseline = base_ref.to_dict() if base_ref else None
     result = GateResult.of(single, cand_ref.to_dict(), baseline, gate.run_id)
@@ -313,6 +317,9 @@ def _gate_in_run(gate: _GateRun) -> GateResult:
                 file=sys.stderr,
                 flush=True,
             )
+        if gate.cost is None:  # what remediation builds is weighed against the candidate's cost
+            _measure_cost(gate, models[-1])
+            result.cost = gate.cost.metrics(gate.cost)
         with gate.timed("remediation"):
             result.ensemble, result.attempts = _remediate_in_turn(gate, comparer, models[-1], frames[-1])
         if result.ensemble is not None:  # None: every method was skipped (the attempts say why)
@@ -353,6 +360,16 @@ def _promote(gate: _GateRun, result: GateResult, version: str, record: Callable[
             f"@{alias} holds {holds} (read back from the registry), but the run could not record the promotion "
             f"({type(exc).__name__}: {redact_credentials(str(exc))[:300]}): its tags and report.json predate it"
         )
+
+
+def _measure_cost(gate: _GateRun, candidate: scoring.LoadedModel) -> None:
+    """The candidate's serving cost, in ``gate.cost``."""
+
+    def predict(frame: pd.DataFrame) -> object:
+        return scoring.predict(candidate, frame, gate.non_features)
+
+    with gate.timed("cost"):
+        gate.cost = _serving_cost(predict, gate.frame, gate.cand_ref.uri)
 
 
 def _takes_shaped_tensors(model: scoring.LoadedModel, gate: _GateRun) -> bool:
