@@ -27,6 +27,8 @@ pays the compilation.
 
 from __future__ import annotations
 
+import threading
+
 import numba
 import numpy as np
 
@@ -198,3 +200,15 @@ def precompile() -> None:
     top = np.zeros((2, 2), dtype=np.int64)
     first_shared_ranks(top, top)
     true_class_ranks(np.zeros(2, dtype=np.int64), top)
+
+
+def load_in_background() -> threading.Thread:
+    """Start :func:`precompile` in a thread: numba's start-up in a fresh process (about 0.3 s for its
+    compiler, then each kernel from the cache) then overlaps the reading of the files, whose
+    pyarrow readers release the GIL. A kernel called before it is done waits for numba's lock.
+
+    >>> load_in_background().join()
+    """
+    thread = threading.Thread(target=precompile, name="consistency-gate-kernels", daemon=True)
+    thread.start()
+    return thread

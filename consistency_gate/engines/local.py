@@ -7,14 +7,17 @@
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
-from consistency_gate.core.evaluation import ComparisonResult, Evaluation, usable_ks
+from consistency_gate.core import kernels
+from consistency_gate.core.evaluation import ComparisonResult, Evaluation, canonical_classes, usable_ks
 from consistency_gate.core.slices import TRUE_CLASS
-from consistency_gate.errors import DataError, plain
+from consistency_gate.errors import DataError
+from consistency_gate.io import matrices
 from consistency_gate.io import predictions as io
 
 
@@ -121,11 +124,13 @@ def evaluate_files(
     >>> evaluation.result().metrics["itoc"]
     0.5
     """
+    kernels.load_in_background()
     labels = Path(labels)
     label_cols = io.file_columns(labels)
     data_slices = [c for c in slices if c != TRUE_CLASS]
     io.require_columns(labels, label_cols, [label_column] + ([id_column] if id_column else []) + data_slices)
-    sources = [io.inspect_prediction_file(path, id_column) for path in generations.values()]
+    # score columns read in the canonical class order: no column permutation per chunk
+    sources = [_canonical(io.inspect_prediction_file(path, id_column)) for path in generations.values()]
     evaluation = Evaluation(
         list(generations),
         [s.classes for s in sources],
@@ -133,19 +138,16 @@ def evaluate_files(
         slices=tuple(slices),
         keep_samples=keep_samples,
     )
-    label_fields = ([id_column] if id_column else []) + [label_column] + data_slices
+    label_fields = [label_column] + data_slices  # the ids were read once, by row_order
     label_frames = io.iter_frames(labels, label_fields, chunk_rows, text_columns=tuple(label_fields))
-    order = _row_order(labels, sources, id_column) if id_column else None
-    if order is None:
-        streams = [_frames(s, chunk_rows) for s in sources]
-    else:
-        streams = [_reordered(s, positions, chunk_rows) for s, positions in zip(sources, order, strict=True)]
+    order = matrices.row_order(labels, sources, id_column) if id_column else [None] * len(sources)
+    streams = [_outputs(s, positions, chunk_rows) for s, positions in zip(sources, order, strict=True)]
     n = 0
     for chunk in label_frames:
         batch = [_next_chunk(stream, s, labels, len(chunk), n) for stream, s in zip(streams, sources, strict=True)]
         evaluation.add(
             io.labels_present(chunk[label_column], labels),
-            [_body(f, s) for f, s in zip(batch, sources, strict=True)],
+            batch,
             where=str(labels),
             slices={c: chunk[c] for c in data_slices},
         )
@@ -162,16 +164,36 @@ def evaluate_files(
     return evaluation
 
 
-def _frames(source: io.PredictionSource, chunk_rows: int) -> Iterator[pd.DataFrame]:
-    text = (source.id_column,) if source.id_column else ()
-    if not source.has_scores:
-        text += (io.HARD_LABEL_COLUMN,)
-    return io.iter_frames(source.path, source.columns, chunk_rows, text_columns=text)
+def _canonical(source: io.PredictionSource) -> io.PredictionSource:
+    return source if source.classes is None else replace(source, classes=tuple(canonical_classes([source.classes])))
+
+
+def _outputs(
+    source: io.PredictionSource, positions: np.ndarray | None, chunk_rows: int
+) -> Iterator[np.ndarray | pd.Series]:
+    """A prediction file in chunks (in the labels' id order where ``positions`` says so): score
+    matrices, or hard labels as text."""
+    if source.has_scores:
+        return matrices.score_chunks(source, chunk_rows, positions)
+    return _hard_labels(source, positions, chunk_rows)
+
+
+def _hard_labels(source: io.PredictionSource, positions: np.ndarray | None, chunk_rows: int) -> Iterator[pd.Series]:
+    """A hard-label file's predictions in chunks; a file out of the labels' order is read whole."""
+    text = ((source.id_column,) if source.id_column else ()) + (io.HARD_LABEL_COLUMN,)
+    frames = io.iter_frames(source.path, source.columns, chunk_rows, text_columns=text)
+    if positions is None:
+        yield from (io.hard_labels(frame, source) for frame in frames)
+        return
+    whole = io.hard_labels(pd.concat(list(frames)), source)
+    for start in range(0, len(positions), chunk_rows):
+        part = whole.iloc[positions[start : start + chunk_rows]]
+        yield part.set_axis(pd.RangeIndex(start, start + len(part)))
 
 
 def _next_chunk(
-    stream: Iterator[pd.DataFrame], source: io.PredictionSource, labels: Path, rows: int, seen: int
-) -> pd.DataFrame:
+    stream: Iterator[np.ndarray | pd.Series], source: io.PredictionSource, labels: Path, rows: int, seen: int
+) -> np.ndarray | pd.Series:
     frame = next(stream, None)
     if frame is None or len(frame) < rows:
         have = seen + (0 if frame is None else len(frame))
@@ -180,55 +202,3 @@ def _next_chunk(
             "give files with one row per sample, or align them with --id-column"
         )
     return frame
-
-
-def _body(frame: pd.DataFrame, source: io.PredictionSource) -> pd.DataFrame | pd.Series:
-    if source.has_scores:
-        return pd.DataFrame(io.score_matrix(frame, source), index=frame.index)
-    return io.hard_labels(frame, source)
-
-
-def _row_order(labels: Path, sources: list[io.PredictionSource], id_column: str) -> list[np.ndarray | None] | None:
-    """For each prediction file, the row positions that put it in the labels file's id order.
-
-    None where a file is already in that order (it is then streamed); the ids must be
-    unique and the same set in every file.
-    """
-    reference = _unique_ids(labels, id_column)
-    order: list[np.ndarray | None] = []
-    for source in sources:
-        ids = _unique_ids(source.path, id_column)
-        if len(ids) == len(reference) and (ids.to_numpy() == reference.to_numpy()).all():
-            order.append(None)
-            continue
-        position = pd.Series(np.arange(len(ids)), index=ids)
-        missing = reference[~reference.isin(position.index)]
-        if len(missing):
-            raise DataError(
-                f"{source.path}: id {plain(missing.iloc[0])} of {labels} is missing "
-                f"({len(missing)} ids in all); every file needs the same ids"
-            )
-        extra = ids[~ids.isin(reference)]
-        if len(extra):
-            raise DataError(
-                f"{source.path}: id {plain(extra.iloc[0])} is not in {labels} "
-                f"({len(extra)} such ids); every file needs the same ids"
-            )
-        order.append(position.loc[reference].to_numpy())
-    return order
-
-
-def _unique_ids(path: Path, id_column: str) -> pd.Series:
-    return io.unique_ids(io.read_column(path, id_column), path, id_column)
-
-
-def _reordered(source: io.PredictionSource, positions: np.ndarray | None, chunk_rows: int) -> Iterator[pd.DataFrame]:
-    """Chunks of a prediction file in the labels' id order. A file out of order is read whole."""
-    if positions is None:
-        yield from _frames(source, chunk_rows)
-        return
-    whole = pd.concat(list(_frames(source, chunk_rows)))
-    for start in range(0, len(positions), chunk_rows):
-        part = whole.iloc[positions[start : start + chunk_rows]]
-        part.index = pd.RangeIndex(start, start + len(part))
-        yield part

@@ -69,7 +69,7 @@ def file_columns(path: str | Path) -> list[str]:
         raise DataError(f"{path}: file not found")
     if path.is_dir():
         return _directory_columns(path)
-    fmt = _format(path)
+    fmt = file_format(path)
     if fmt == "npz":
         raise DataError(
             f"{path}: an .npz archive is evaluation data for a tensor model (x, y, ids); labels and "
@@ -198,7 +198,7 @@ def iter_frames(
 
         parts = ds.dataset(path, format="parquet").to_batches(columns=columns, batch_size=chunk_rows)
         batches = (batch.to_pandas() for batch in parts)
-    elif _format(path) == "parquet":
+    elif file_format(path) == "parquet":
         batches = (
             batch.to_pandas()
             for batch in pq.ParquetFile(path, pre_buffer=False).iter_batches(batch_size=chunk_rows, columns=columns)
@@ -244,25 +244,32 @@ def read_column(path: str | Path, column: str) -> pd.Series:
     >>> read_column(folder / "gen2.parquet", "id").tolist()
     ['s1', 's2', 's3']
     """
-    if _format(Path(path)) == "csv" and not Path(path).is_dir():
-        fast = _csv_text_column(Path(path), column)
+    if file_format(Path(path)) == "csv" and not Path(path).is_dir():
+        fast = csv_text_column(Path(path), column)
         if fast is not None:
-            return fast
+            return fast.to_pandas().astype(object).rename(column)
     parts = list(iter_frames(path, [column], text_columns=(column,)))
     return pd.concat(parts)[column] if parts else pd.Series([], dtype=str)
 
 
 # pandas' default missing-value markers, so that both CSV readers agree on what is empty
-_CSV_NULLS = [
+CSV_NULLS = [
     "", "#N/A", "#N/A N/A", "#NA", "-1.#IND", "-1.#QNAN", "-NaN", "-nan", "1.#IND", "1.#QNAN", "<NA>", "N/A", "NA",
     "NULL", "NaN", "None", "n/a", "nan", "null",
 ]  # fmt: skip
 
 
-def _csv_text_column(path: Path, column: str) -> pd.Series | None:
+def csv_text_column(path: Path, column: str) -> pa.Array | None:
     """One CSV column as text through pyarrow's multithreaded reader (several times faster than
     pandas' on a wide file); None where pyarrow cannot read it (not UTF-8, a ragged row, no such
-    column), so that the pandas reader reports what is wrong, as it words it."""
+    column), so that the pandas reader reports what is wrong, as it words it.
+
+    >>> import tempfile
+    >>> path = Path(tempfile.mkdtemp()) / "ids.csv"
+    >>> _ = path.write_text("id,score\\n007,0.5\\nNA,0.5\\n")
+    >>> csv_text_column(path, "id").to_pylist()
+    ['007', None]
+    """
     import pyarrow as pa
     import pyarrow.csv as pacsv
 
@@ -272,13 +279,13 @@ def _csv_text_column(path: Path, column: str) -> pd.Series | None:
             convert_options=pacsv.ConvertOptions(
                 include_columns=[column],
                 column_types={column: pa.string()},
-                null_values=_CSV_NULLS,
+                null_values=CSV_NULLS,
                 strings_can_be_null=True,
             ),
         )
     except (pa.ArrowException, OSError, UnicodeDecodeError):
         return None
-    return table.column(0).to_pandas().astype(object).rename(column)
+    return table.column(0).combine_chunks()
 
 
 def _rechunk(frames: Iterator[pd.DataFrame], rows: int) -> Iterator[pd.DataFrame]:
@@ -366,7 +373,12 @@ def labels_present(labels: pd.Series, path: Path, what: str = "a true label") ->
     return labels
 
 
-def _format(path: Path) -> str:
+def file_format(path: Path) -> str:
+    """A file's kind by its suffix: ``csv``, ``parquet`` or ``npz`` (DataError for any other).
+
+    >>> file_format(Path("gen2.PARQUET"))
+    'parquet'
+    """
     suffix = path.suffix.lower()
     if suffix in (".parquet", ".pq"):
         return "parquet"
@@ -394,7 +406,7 @@ def read_evaluation_data(
     >>> frame.dtypes.astype(str).to_dict()
     {'x1': 'float64', 'x2': 'float64', 'region': 'object', 'label': 'object'}
     """
-    if path.is_file() and _format(path) == "npz":
+    if path.is_file() and file_format(path) == "npz":
         frame = read_npz(path, label_column, id_column)
         return evaluation_frame(frame.head(max_rows) if max_rows else frame, label_column, id_column, slices, path)
     columns = file_columns(path)

@@ -1,0 +1,367 @@
+"""Score columns straight into float matrices, and rows aligned by id, with pyarrow.
+
+What ``compare`` and the prediction-file gate spend their time on: reading a file's class columns
+(pyarrow's multithreaded readers, one float matrix per chunk, no pandas frame of 100 columns) and
+putting a file's rows in the labels file's id order (a hash look-up of every id, no pandas index).
+Where pyarrow cannot read a file as numbers (a text value among the scores, a CSV it cannot parse),
+or ids of different types are to be matched as text, the pandas readers of
+:mod:`consistency_gate.io.predictions` take over: they word the error, or read what pyarrow would not.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from consistency_gate.errors import DataError, plain
+from consistency_gate.io import predictions as io
+
+if TYPE_CHECKING:
+    import pandas as pd
+    import pyarrow.csv as pacsv
+
+
+def score_chunks(
+    source: io.PredictionSource, chunk_rows: int = io.DEFAULT_CHUNK_ROWS, positions: np.ndarray | None = None
+) -> Iterator[np.ndarray]:
+    """A score file's class columns, in the order of ``source.classes``, as C-contiguous (rows,
+    classes) float matrices of ``chunk_rows`` rows (the last may be shorter), each value checked
+    (finite, not negative); in file order, or, with ``positions``, row ``positions[i]`` of the file as
+    the i-th row (the file is then read whole). Float32 files stay float32. Errors name the file,
+    its 1-based data row and the column. The next chunk is read in a thread while this one is used
+    (pyarrow's readers release the GIL); each matrix is valid until the next one is read (they
+    share a few buffers: fresh memory costs more than the copy).
+
+    >>> import tempfile
+    >>> import pandas as pd
+    >>> folder = Path(tempfile.mkdtemp())
+    >>> pd.DataFrame({"id": ["s1", "s2", "s3"], "cat": [0.9, 0.2, 0.6], "dog": [0.1, 0.8, 0.4]}).to_csv(
+    ...     folder / "gen2.csv", index=False)
+    >>> source = io.inspect_prediction_file(folder / "gen2.csv", id_column="id")
+    >>> [m.tolist() for m in score_chunks(source, chunk_rows=2)]
+    [[[0.9, 0.1], [0.2, 0.8]], [[0.6, 0.4]]]
+    >>> [m.tolist() for m in score_chunks(source, positions=np.array([2, 0, 1]))]
+    [[[0.6, 0.4], [0.9, 0.1], [0.2, 0.8]]]
+    """
+    assert source.classes is not None
+    chunks = _in_order(source, chunk_rows) if positions is None else _reordered(source, chunk_rows, positions)
+    return _one_ahead(chunks)
+
+
+def _one_ahead(chunks: Iterator[np.ndarray]) -> Iterator[np.ndarray]:
+    """``chunks``, each produced in a thread while the one before is used; an error in the thread
+    is raised here, where the chunk it was reading is asked for."""
+    ready: queue.Queue = queue.Queue(maxsize=1)
+    stop = threading.Event()
+
+    def put(item: tuple[str, object]) -> bool:
+        while not stop.is_set():
+            try:
+                ready.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def produce() -> None:
+        try:
+            for chunk in chunks:
+                if not put(("chunk", chunk)):
+                    return
+            put(("end", None))
+        except BaseException as exc:  # noqa: BLE001 - handed to the reader, which raises it
+            put(("error", exc))
+
+    threading.Thread(target=produce, name="consistency-gate-reader", daemon=True).start()
+    try:
+        while True:
+            kind, item = ready.get()
+            if kind == "end":
+                return
+            if kind == "error":
+                raise item
+            yield item
+    finally:
+        stop.set()  # a reader that stops early lets the thread end
+
+
+def _in_order(source: io.PredictionSource, chunk_rows: int) -> Iterator[np.ndarray]:
+    buffer: _Buffer | None = None
+    start = 0
+    try:
+        for table in _tables(source, chunk_rows):
+            buffer = buffer or _Buffer(table, source.classes, chunk_rows)
+            matrix = buffer.rows(table)
+            _check(matrix, source, start)
+            yield matrix
+            start += len(matrix)
+    except pa.ArrowException:  # a value pyarrow cannot read as a number: go on with pandas, which words it
+        for frame in io.iter_frames(source.path, source.columns, chunk_rows):
+            if frame.index[0] >= start:
+                yield io.score_matrix(frame, source)
+
+
+def _reordered(source: io.PredictionSource, chunk_rows: int, positions: np.ndarray) -> Iterator[np.ndarray]:
+    """The file's rows in the order of ``positions``: each chunk gathered column by column from the
+    file's columns, read whole (a column of a million float32 scores is 4 MB and stays in cache)."""
+    table = _whole_table(source)
+    if table is None:  # pyarrow cannot read it as numbers: pandas reads it whole, or says why
+        import pandas as pd
+
+        whole = io.score_matrix(pd.concat(io.iter_frames(source.path, source.columns, chunk_rows)), source)
+        out = np.empty((min(chunk_rows, len(positions)), whole.shape[1]), dtype=whole.dtype)
+        for start in range(0, len(positions), chunk_rows):
+            rows = positions[start : start + chunk_rows]
+            yield np.take(whole, rows, axis=0, out=out[: len(rows)])
+        return
+    buffer = _Buffer(table, source.classes, chunk_rows)
+    dtype = buffer.dtype  # no copy of a column of one float chunk; integers converted once
+    columns = [np.asarray(table.column(name).to_numpy(), dtype=dtype) for name in source.classes]
+    del table
+    for start in range(0, len(positions), chunk_rows):
+        rows = positions[start : start + chunk_rows]
+        matrix = buffer.gather(columns, rows)
+        _check(matrix, source, rows)
+        yield matrix
+
+
+class _Buffer:
+    """Matrices reused chunk after chunk: the chunk's columns as read, then its rows, in turn in
+    three matrices (one being used, one waiting, one being filled: see :func:`_one_ahead`)."""
+
+    def __init__(self, table: pa.Table, classes: tuple[str, ...], rows: int) -> None:
+        float32 = all(table.column(name).type == pa.float32() for name in classes)
+        self.dtype = np.dtype(np.float32 if float32 else np.float64)
+        self.classes = classes
+        self.by_column = np.empty((len(classes), rows), dtype=self.dtype)
+        self.by_rows = [np.empty((rows, len(classes)), dtype=self.dtype) for _ in range(3)]
+        self.turn = 0
+
+    def rows(self, table: pa.Table) -> np.ndarray:
+        """The table's class columns as a C-contiguous (rows, classes) matrix (nulls as NaN)."""
+        n = table.num_rows
+        for i, name in enumerate(self.classes):
+            at = 0
+            for chunk in table.column(name).chunks:  # no copy of a float chunk without nulls
+                self.by_column[i, at : at + len(chunk)] = chunk.to_numpy(zero_copy_only=False)
+                at += len(chunk)
+        return self._transposed(n)
+
+    def gather(self, columns: list[np.ndarray], rows: np.ndarray) -> np.ndarray:
+        """Rows ``rows`` of the whole file's ``columns`` as a C-contiguous (rows, classes) matrix."""
+        for i, column in enumerate(columns):
+            np.take(column, rows, out=self.by_column[i, : len(rows)])
+        return self._transposed(len(rows))
+
+    def _transposed(self, n: int) -> np.ndarray:
+        self.turn = (self.turn + 1) % len(self.by_rows)
+        matrix = self.by_rows[self.turn][:n]
+        matrix[...] = self.by_column[:, :n].T
+        return matrix
+
+
+def _is_csv(path: Path) -> bool:
+    return not path.is_dir() and io.file_format(path) == "csv"
+
+
+def _numeric(schema: pa.Schema, classes: tuple[str, ...]) -> bool:
+    """Whether every class column of a Parquet schema holds numbers (not text, not booleans)."""
+    types = [schema.field(name).type for name in classes]
+    return all(pa.types.is_integer(t) or pa.types.is_floating(t) for t in types)
+
+
+def _parquet_schema(path: Path) -> pa.Schema:
+    if path.is_dir():
+        import pyarrow.dataset as ds
+
+        return ds.dataset(path, format="parquet").schema
+    import pyarrow.parquet as pq
+
+    return pq.read_schema(path)
+
+
+def _csv_options(classes: tuple[str, ...]) -> pacsv.ConvertOptions:
+    import pyarrow.csv as pacsv
+
+    return pacsv.ConvertOptions(
+        include_columns=list(classes), column_types=dict.fromkeys(classes, pa.float64()), null_values=io.CSV_NULLS
+    )
+
+
+def _whole_table(source: io.PredictionSource) -> pa.Table | None:
+    """The class columns of the whole file, or None where pyarrow cannot read them as numbers."""
+    classes = source.classes
+    if _is_csv(source.path):
+        import pyarrow.csv as pacsv
+
+        try:
+            return pacsv.read_csv(source.path, convert_options=_csv_options(classes))
+        except pa.ArrowException:
+            return None
+    if not _numeric(_parquet_schema(source.path), classes):
+        return None
+    if source.path.is_dir():
+        import pyarrow.dataset as ds
+
+        return ds.dataset(source.path, format="parquet").to_table(columns=list(classes))
+    import pyarrow.parquet as pq
+
+    return pq.read_table(source.path, columns=list(classes))
+
+
+def _tables(source: io.PredictionSource, chunk_rows: int) -> Iterator[pa.Table]:
+    """The class columns in tables of exactly ``chunk_rows`` rows (the last may be shorter), read
+    a row group (Parquet) or a block (CSV) at a time; ArrowInvalid where a value is not a number."""
+    classes = list(source.classes)
+    if _is_csv(source.path):
+        import pyarrow.csv as pacsv
+
+        batches = pacsv.open_csv(source.path, convert_options=_csv_options(source.classes))
+    else:
+        if not _numeric(_parquet_schema(source.path), source.classes):
+            raise pa.ArrowInvalid("a class column is not numeric")
+        if source.path.is_dir():
+            import pyarrow.dataset as ds
+
+            batches = ds.dataset(source.path, format="parquet").to_batches(columns=classes, batch_size=chunk_rows)
+        else:
+            import pyarrow.parquet as pq
+
+            # a row group at a time (pyarrow decodes a whole one for any batch of it), its columns in parallel
+            parquet = pq.ParquetFile(source.path, pre_buffer=False)
+            groups = (parquet.read_row_group(i, columns=classes) for i in range(parquet.num_row_groups))
+            batches = (batch for group in groups for batch in group.to_batches())
+    held: list[pa.RecordBatch] = []
+    count = 0
+    for batch in batches:
+        held.append(batch)
+        count += batch.num_rows
+        while count >= chunk_rows:
+            table = pa.Table.from_batches(held)
+            yield table.slice(0, chunk_rows)
+            rest = table.slice(chunk_rows)
+            held, count = rest.to_batches(), rest.num_rows
+    if count:
+        yield pa.Table.from_batches(held)
+
+
+def _check(matrix: np.ndarray, source: io.PredictionSource, rows: int | np.ndarray) -> None:
+    """DataError at the first value that is NaN, infinite or negative, naming its row in the file
+    (``rows``: the file's 0-based row of the matrix's first row, or of each of its rows). Two
+    reductions when every value is fine."""
+    if matrix.size == 0 or (matrix.min() >= 0 and np.isfinite(matrix.max())):  # NaN fails both
+        return
+    for bad, what in (
+        (~np.isfinite(matrix), "is NaN or infinite; scores must be finite numbers"),
+        (matrix < 0, "is negative; scores must be probabilities or non-negative scores"),
+    ):
+        if bad.any():
+            r, c = np.argwhere(bad)[0]
+            row = rows + r if isinstance(rows, int) else rows[r]
+            raise DataError(
+                f"{source.path}: row {int(row) + 1}, column '{source.classes[c]}': value {plain(matrix[r, c])} {what}"
+            )
+
+
+def row_order(labels: Path, sources: list[io.PredictionSource], id_column: str) -> list[np.ndarray | None]:
+    """For each prediction file, the row positions that put it in the labels file's id order; None
+    where a file is already in that order. The ids must be unique and the same set in every file
+    (DataError naming the file and the first id that is not).
+
+    >>> import tempfile
+    >>> import pandas as pd
+    >>> folder = Path(tempfile.mkdtemp())
+    >>> pd.DataFrame({"id": [7, 8, 9], "label": ["a", "b", "a"]}).to_parquet(folder / "labels.parquet")
+    >>> pd.DataFrame({"id": [9, 7, 8], "a": [0.1, 0.9, 0.2], "b": [0.9, 0.1, 0.8]}).to_parquet(folder / "g.parquet")
+    >>> pd.DataFrame({"id": [7, 8, 9], "a": [0.1, 0.9, 0.2], "b": [0.9, 0.1, 0.8]}).to_parquet(folder / "h.parquet")
+    >>> files = [io.inspect_prediction_file(folder / f, "id") for f in ("g.parquet", "h.parquet")]
+    >>> [None if p is None else p.tolist() for p in row_order(folder / "labels.parquet", files, "id")]
+    [[1, 2, 0], None]
+    """
+    reference = _ids(labels, id_column)
+    _require_unique(reference, labels, id_column)
+    order: list[np.ndarray | None] = []
+    for source in sources:
+        ids = _ids(source.path, id_column)
+        if not _comparable(ids.type, reference.type):  # e.g. integers and text: matched as text
+            reference, ids = _text_ids(labels, id_column), _text_ids(source.path, id_column)
+        if ids.equals(reference):
+            order.append(None)
+            continue
+        positions = pc.index_in(reference, value_set=ids)
+        if positions.null_count == 0 and len(ids) == len(reference):
+            rows = positions.to_numpy()
+            if np.bincount(rows, minlength=len(rows)).max() == 1:  # each row once: no id repeated
+                order.append(rows)
+                continue
+        _require_unique(ids, source.path, id_column)  # an error below: a repeated id first, as it is named
+        if positions.null_count:
+            missing = pc.is_null(positions)
+            first = str(reference[int(pc.index(missing, True).as_py())].as_py())  # ids are text, as pandas reads them
+            raise DataError(
+                f"{source.path}: id {plain(first)} of {labels} is missing "
+                f"({positions.null_count} ids in all); every file needs the same ids"
+            )
+        if len(ids) != len(reference):
+            extra = pc.invert(pc.is_in(ids, value_set=reference))
+            first = str(ids[int(pc.index(extra, True).as_py())].as_py())
+            raise DataError(
+                f"{source.path}: id {plain(first)} is not in {labels} "
+                f"({len(ids) - len(reference)} such ids); every file needs the same ids"
+            )
+    return order
+
+
+def _comparable(a: pa.DataType, b: pa.DataType) -> bool:
+    """Whether ids of these types match as they are: integers with integers, text with text."""
+    return _id_kind(a) is not None and _id_kind(a) == _id_kind(b)
+
+
+def _id_kind(t: pa.DataType) -> str | None:
+    if pa.types.is_integer(t):
+        return "integer"
+    return "text" if pa.types.is_string(t) else None
+
+
+def _ids(path: Path, column: str) -> pa.Array:
+    """A file's id column: integers or text as stored (CSV: text), anything else as the pandas
+    reader's text."""
+    ids = io.csv_text_column(path, column) if _is_csv(path) else _parquet_column(path, column)
+    if ids is None or _id_kind(ids.type) is None:  # unreadable, or floats, dates...: the pandas reader's text
+        return _text_ids(path, column)
+    return ids
+
+
+def _require_unique(ids: pa.Array, path: Path, column: str) -> None:
+    """DataError naming the row of the first empty id, or an id that appears twice."""
+    if ids.null_count or pc.count_distinct(ids).as_py() != len(ids):
+        io.unique_ids(io.read_column(path, column), path, column)  # raises, naming the row or the id
+
+
+def _text_ids(path: Path, column: str) -> pa.Array:
+    values: pd.Series = io.unique_ids(io.read_column(path, column), path, column)
+    return pa.array(values, type=pa.string(), from_pandas=True)
+
+
+def _parquet_column(path: Path, column: str) -> pa.Array:
+    if path.is_dir():
+        import pyarrow.dataset as ds
+
+        table = ds.dataset(path, format="parquet").to_table(columns=[column])
+    else:
+        import pyarrow.parquet as pq
+
+        table = pq.read_table(path, columns=[column])
+    ids = table.column(0).combine_chunks()
+    if pa.types.is_dictionary(ids.type):
+        ids = ids.dictionary_decode()
+    if pa.types.is_large_string(ids.type):
+        ids = ids.cast(pa.string())
+    return ids

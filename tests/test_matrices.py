@@ -1,0 +1,118 @@
+"""The pyarrow readers of score files and ids agree with the pandas readers they replace."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from consistency_gate.errors import DataError
+from consistency_gate.io import matrices
+from consistency_gate.io import predictions as io
+
+
+def _write(frame: pd.DataFrame, path, row_group_size: int | None = None):
+    if path.suffix == ".csv":
+        frame.to_csv(path, index=False)
+    else:
+        pq.write_table(pa.Table.from_pandas(frame, preserve_index=False), path, row_group_size=row_group_size)
+    return path
+
+
+def _pandas_reader(source: io.PredictionSource) -> np.ndarray:
+    """What compare read before: pandas chunks, then io.score_matrix."""
+    return np.vstack([io.score_matrix(f, source) for f in io.iter_frames(source.path, source.columns)])
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    rows=st.integers(1, 60),
+    chunk=st.integers(1, 25),
+    dtype=st.sampled_from(["float32", "float64", "int64"]),
+    suffix=st.sampled_from([".csv", ".parquet"]),
+    seed=st.integers(0, 10**6),
+)
+def test_score_chunks_equal_the_pandas_reader_in_file_and_id_order(tmp_path, rows, chunk, dtype, suffix, seed):
+    rng = np.random.default_rng(seed)
+    scores = (rng.random((rows, 4)) * 10).astype(dtype)
+    frame = pd.DataFrame(scores, columns=["b", "a", "10", "c"]).assign(id=[f"s{i}" for i in range(rows)])
+    path = _write(frame, tmp_path / f"g{seed}{suffix}", row_group_size=7)
+    source = io.inspect_prediction_file(path, "id")
+    source = io.PredictionSource(path, ("10", "a", "b", "c"), "id")  # read in this column order
+    expected = _pandas_reader(source)
+    got = np.vstack([m.copy() for m in matrices.score_chunks(source, chunk_rows=chunk)])
+    assert got.dtype == expected.dtype and np.array_equal(got, expected)
+    assert all(len(m) == chunk for m in list(matrices.score_chunks(source, chunk_rows=chunk))[:-1])
+    positions = rng.permutation(rows)
+    shuffled = np.vstack([m.copy() for m in matrices.score_chunks(source, chunk_rows=chunk, positions=positions)])
+    assert np.array_equal(shuffled, expected[positions])
+
+
+@pytest.mark.parametrize("suffix", [".csv", ".parquet"])
+@pytest.mark.parametrize(
+    "value, message",
+    [
+        (np.nan, "row 3, column 'dog': value nan is NaN or infinite"),
+        (np.inf, "row 3, column 'dog': value inf is NaN or infinite"),
+        (-0.5, "row 3, column 'dog': value -0.5 is negative"),
+        ("oops", "column 'dog' is not numeric"),  # a text column in Parquet: its first row is named
+    ],
+)
+def test_bad_scores_are_named_by_file_row_and_column_as_before(tmp_path, suffix, value, message):
+    frame = pd.DataFrame({"id": ["s1", "s2", "s3", "s4"], "cat": [0.9, 0.2, 0.6, 0.5], "dog": [0.1, 0.8, 0.4, 0.5]})
+    if isinstance(value, str):
+        frame["dog"] = frame["dog"].astype(str)  # a text column (Parquet types it so)
+    frame.loc[2, "dog"] = value
+    source = io.inspect_prediction_file(_write(frame, tmp_path / f"bad{suffix}"), "id")
+    for positions in (None, np.array([3, 2, 1, 0])):
+        with pytest.raises(DataError, match=f"bad{suffix}: {message}".replace("(", r"\(").replace(")", r"\)")):
+            list(matrices.score_chunks(source, chunk_rows=2, positions=positions))
+    with pytest.raises(DataError) as before:
+        _pandas_reader(source)
+    assert message in str(before.value)
+
+
+def test_a_text_value_after_the_first_chunk_of_a_csv_is_named_by_the_pandas_reader(tmp_path):
+    path = tmp_path / "late.csv"
+    path.write_text("a,b\n" + "0.5,0.5\n" * 5 + "0.5,x\n")
+    source = io.inspect_prediction_file(path)
+    chunks = matrices.score_chunks(source, chunk_rows=2)
+    assert [m.tolist() for m in (next(chunks), next(chunks))] == [[[0.5, 0.5]] * 2] * 2
+    with pytest.raises(DataError, match=r"column 'b' is not numeric \(row 6: 'x'\)"):
+        next(chunks)
+
+
+def _ids_file(tmp_path, name: str, ids: list, suffix: str = ".parquet"):
+    frame = pd.DataFrame({"id": ids, "a": 0.5, "b": 0.5})
+    return io.inspect_prediction_file(_write(frame, tmp_path / f"{name}{suffix}"), "id")
+
+
+@pytest.mark.parametrize("ids", [[7, 8, 9, 10], ["s7", "s8", "s9", "s10"]])
+def test_row_order_puts_each_file_in_the_labels_id_order(tmp_path, ids):
+    labels = _write(pd.DataFrame({"id": ids, "label": "a"}), tmp_path / "labels.parquet")
+    same = _ids_file(tmp_path, "same", ids)
+    moved = _ids_file(tmp_path, "moved", [ids[2], ids[0], ids[3], ids[1]])
+    as_csv = _ids_file(tmp_path, "csv", [ids[3], ids[2], ids[1], ids[0]], ".csv")  # text ids against integers
+    order = matrices.row_order(labels, [same, moved, as_csv], "id")
+    assert order[0] is None and order[1].tolist() == [1, 3, 0, 2] and order[2].tolist() == [3, 2, 1, 0]
+
+
+@pytest.mark.parametrize(
+    "ids, message",
+    [
+        ([1, 2, 3, 5], r"moved.parquet: id '4' of .*labels.parquet is missing \(1 ids in all\)"),
+        ([1, 2, 3, 4, 5], r"moved.parquet: id '5' is not in .*labels.parquet \(1 such ids\)"),
+        ([1, 2, 3, 3], r"moved.parquet: id '3' appears more than once in column 'id'"),
+        ([1, 2, None, 4], r"moved.parquet: row 3, id column 'id' is empty"),
+    ],
+)
+def test_ids_that_do_not_match_are_named(tmp_path, ids, message):
+    labels = _write(pd.DataFrame({"id": [1, 2, 3, 4], "label": "a"}), tmp_path / "labels.parquet")
+    frame = pd.DataFrame({"id": pd.array(ids, dtype="Int64"), "a": 0.5, "b": 0.5})
+    moved = io.inspect_prediction_file(_write(frame, tmp_path / "moved.parquet"), "id")
+    with pytest.raises(DataError, match=message):
+        matrices.row_order(labels, [moved], "id")
