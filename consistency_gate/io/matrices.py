@@ -109,22 +109,26 @@ def _in_order(source: io.PredictionSource, chunk_rows: int) -> Iterator[np.ndarr
 
 
 def _reordered(source: io.PredictionSource, chunk_rows: int, positions: np.ndarray) -> Iterator[np.ndarray]:
-    """The file's rows in the order of ``positions``: each chunk gathered column by column from the
-    file's columns, read whole (a column of a million float32 scores is 4 MB and stays in cache)."""
-    table = _whole_table(source)
-    if table is None:  # pyarrow cannot read it as numbers: pandas reads it whole, or says why
+    """The file's rows in the order of ``positions``: the file is read a row group or block at a
+    time into one matrix per class column (its scores' size in memory, no more), then each chunk
+    is gathered column by column (a column of a million float32 scores is 4 MB and stays in cache)."""
+    buffer: _Buffer | None = None
+    columns = np.empty(0)
+    at = 0
+    try:
+        for table in _tables(source, chunk_rows):
+            if buffer is None:
+                buffer = _Buffer(table, source.classes, chunk_rows)
+                columns = np.empty((len(source.classes), len(positions)), dtype=buffer.dtype)
+            buffer.fill(table, columns[:, at : at + table.num_rows])
+            at += table.num_rows
+    except pa.ArrowException:  # a value pyarrow cannot read as a number: pandas reads it, or says why
         import pandas as pd
 
         whole = io.score_matrix(pd.concat(io.iter_frames(source.path, source.columns, chunk_rows)), source)
-        out = np.empty((min(chunk_rows, len(positions)), whole.shape[1]), dtype=whole.dtype)
         for start in range(0, len(positions), chunk_rows):
-            rows = positions[start : start + chunk_rows]
-            yield np.take(whole, rows, axis=0, out=out[: len(rows)])
+            yield whole[positions[start : start + chunk_rows]]
         return
-    buffer = _Buffer(table, source.classes, chunk_rows)
-    dtype = buffer.dtype  # no copy of a column of one float chunk; integers converted once
-    columns = [np.asarray(table.column(name).to_numpy(), dtype=dtype) for name in source.classes]
-    del table
     for start in range(0, len(positions), chunk_rows):
         rows = positions[start : start + chunk_rows]
         matrix = buffer.gather(columns, rows)
@@ -146,16 +150,20 @@ class _Buffer:
 
     def rows(self, table: pa.Table) -> np.ndarray:
         """The table's class columns as a C-contiguous (rows, classes) matrix (nulls as NaN)."""
-        n = table.num_rows
+        self.fill(table, self.by_column[:, : table.num_rows])
+        return self._transposed(table.num_rows)
+
+    def fill(self, table: pa.Table, out: np.ndarray) -> None:
+        """The table's class columns into the rows of ``out`` (a (classes, rows) matrix)."""
         for i, name in enumerate(self.classes):
             at = 0
             for chunk in table.column(name).chunks:  # no copy of a float chunk without nulls
-                self.by_column[i, at : at + len(chunk)] = chunk.to_numpy(zero_copy_only=False)
+                out[i, at : at + len(chunk)] = chunk.to_numpy(zero_copy_only=False)
                 at += len(chunk)
-        return self._transposed(n)
 
-    def gather(self, columns: list[np.ndarray], rows: np.ndarray) -> np.ndarray:
-        """Rows ``rows`` of the whole file's ``columns`` as a C-contiguous (rows, classes) matrix."""
+    def gather(self, columns: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        """Rows ``rows`` of the whole file's (classes, rows) ``columns`` as a C-contiguous (rows,
+        classes) matrix."""
         for i, column in enumerate(columns):
             np.take(column, rows, out=self.by_column[i, : len(rows)])
         return self._transposed(len(rows))
@@ -193,27 +201,6 @@ def _csv_options(classes: tuple[str, ...]) -> pacsv.ConvertOptions:
     return pacsv.ConvertOptions(
         include_columns=list(classes), column_types=dict.fromkeys(classes, pa.float64()), null_values=io.CSV_NULLS
     )
-
-
-def _whole_table(source: io.PredictionSource) -> pa.Table | None:
-    """The class columns of the whole file, or None where pyarrow cannot read them as numbers."""
-    classes = source.classes
-    if _is_csv(source.path):
-        import pyarrow.csv as pacsv
-
-        try:
-            return pacsv.read_csv(source.path, convert_options=_csv_options(classes))
-        except pa.ArrowException:
-            return None
-    if not _numeric(_parquet_schema(source.path), classes):
-        return None
-    if source.path.is_dir():
-        import pyarrow.dataset as ds
-
-        return ds.dataset(source.path, format="parquet").to_table(columns=list(classes))
-    import pyarrow.parquet as pq
-
-    return pq.read_table(source.path, columns=list(classes))
 
 
 def _tables(source: io.PredictionSource, chunk_rows: int) -> Iterator[pa.Table]:
@@ -341,7 +328,7 @@ def _ids(path: Path, column: str) -> pa.Array:
 
 def _require_unique(ids: pa.Array, path: Path, column: str) -> None:
     """DataError naming the row of the first empty id, or an id that appears twice."""
-    if ids.null_count or pc.count_distinct(ids).as_py() != len(ids):
+    if ids.null_count or len(pc.unique(ids)) != len(ids):  # (count_distinct's hash table is larger)
         io.unique_ids(io.read_column(path, column), path, column)  # raises, naming the row or the id
 
 
@@ -358,7 +345,7 @@ def _parquet_column(path: Path, column: str) -> pa.Array:
     else:
         import pyarrow.parquet as pq
 
-        table = pq.read_table(path, columns=[column])
+        table = pq.ParquetFile(path, pre_buffer=False).read(columns=[column])  # pre_buffer reads 3x the column
     ids = table.column(0).combine_chunks()
     if pa.types.is_dictionary(ids.type):
         ids = ids.dictionary_decode()
