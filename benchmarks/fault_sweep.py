@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import collections
 import json
-import os
 import subprocess
 import sys
 import tempfile
@@ -92,7 +91,7 @@ def main() -> None:
             config = root / "gate.yaml"
             config.write_text("rules:\n  - {metric: con, min: 0.5}\n")
             client = MlflowClient(tracking_uri=server.url, registry_uri=server.url)
-            base_env = {**os.environ, "HTTP_PROXY": proxy.url, "http_proxy": proxy.url, "NO_PROXY": "", "no_proxy": ""}
+            base_env = proxy.env()
             base_env.pop("MLFLOW_HTTP_REQUEST_MAX_RETRIES", None)
             report = root / "report.json"
             injector.arm(0, "")
@@ -105,9 +104,7 @@ def main() -> None:
             header = ("kind", "retries", "faults", "exit codes", "wrong", "misreported", "running")
             print("{:>6} {:>8} {:>6}  {:<28} {:>5} {:>11} {:>7}".format(*header))
             for retries in args.retries:
-                env = dict(base_env)
-                if retries == "0":
-                    env["MLFLOW_HTTP_REQUEST_MAX_RETRIES"] = "0"
+                env = proxy.env("0") if retries == "0" else base_env
                 for kind in args.kinds:
                     codes: collections.Counter = collections.Counter()
                     wrong = misreported = running = faults = 0

@@ -5,6 +5,8 @@ as in docker/compose.yaml), and can drop chosen responses after the upstream has
 from __future__ import annotations
 
 import http.client
+import json
+import os
 import threading
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -16,14 +18,15 @@ _HOP_BY_HOP = {"connection", "keep-alive", "proxy-connection", "transfer-encodin
 class ForwardProxy:
     """``drop(method, path)`` True: forward the request, then close the connection unanswered
     (the upstream did the work; the client never hears of it). ``fail(method, path)`` a status
-    code: answer it at once without forwarding (a 503 from a gateway; the upstream never saw it), or
-    0: close the connection without forwarding or answering (a reset)."""
+    code: answer it at once without forwarding (a 503 from a gateway; the upstream never saw it), a
+    (status, JSON body) pair (an answer the server could give), or 0: close the connection without
+    forwarding or answering (a reset)."""
 
     def __init__(
         self,
         upstream_port: int,
         drop: Callable[[str, str], bool] | None = None,
-        fail: Callable[[str, str], int | None] | None = None,
+        fail: Callable[[str, str], int | tuple[int, dict] | None] | None = None,
     ) -> None:
         self.upstream_port = upstream_port
         self.drop = drop
@@ -44,15 +47,19 @@ class ForwardProxy:
                 length = int(self.headers.get("Content-Length") or 0)
                 body = self.rfile.read(length) if length else None
                 headers = {k: v for k, v in self.headers.items() if k.lower() not in _HOP_BY_HOP}
-                status = proxy.fail(self.command, path) if proxy.fail is not None else None
-                if status is not None:
+                answer = proxy.fail(self.command, path) if proxy.fail is not None else None
+                if answer is not None:
                     proxy.failed.append(f"{self.command} {path}")
+                    status, payload = answer if isinstance(answer, tuple) else (answer, None)
                     if status == 0:  # a reset: the connection closes, nothing forwarded or answered
                         self.close_connection = True
                         return
+                    data = json.dumps(payload).encode() if payload is not None else b""
                     self.send_response(status)
-                    self.send_header("Content-Length", "0")
+                    self.send_header("Content-Type", "application/json")
+                    self.send_header("Content-Length", str(len(data)))
                     self.end_headers()
+                    self.wfile.write(data)
                     return
                 upstream = http.client.HTTPConnection("127.0.0.1", proxy.upstream_port, timeout=120)
                 upstream.request(self.command, path, body=body, headers=headers)
@@ -75,6 +82,14 @@ class ForwardProxy:
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def env(self, retries: str | None = None) -> dict[str, str]:
+        """The environment of a process whose HTTP requests go through this proxy (MLflow's retries
+        set to ``retries`` where given)."""
+        env = {**os.environ, "HTTP_PROXY": self.url, "http_proxy": self.url, "NO_PROXY": "", "no_proxy": ""}
+        if retries is not None:
+            env["MLFLOW_HTTP_REQUEST_MAX_RETRIES"] = retries
+        return env
 
     def start(self) -> ForwardProxy:
         threading.Thread(target=self.server.serve_forever, daemon=True).start()

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import socket
 import time
+from pathlib import Path
 
 import mlflow
 import pandas as pd
@@ -135,6 +135,12 @@ def test_a_dead_holders_lock_is_taken_over_at_once(store):
 # ---------------------------------------------------------------- item 3: a lost response
 
 
+def _con_config(tmp_path) -> Path:
+    config = tmp_path / "gate.yaml"
+    config.write_text("rules:\n  - {metric: con, min: 0.5}\n")
+    return config
+
+
 @pytest.mark.slow
 def test_a_lost_alias_response_does_not_hide_the_promotion(tmp_path):
     server = MlflowServer(tmp_path).start()
@@ -144,9 +150,8 @@ def test_a_lost_alias_response_does_not_hide_the_promotion(tmp_path):
         proxy = ForwardProxy(
             server.port, drop=lambda method, path: method == "POST" and path.endswith("registered-models/alias")
         ).start()
-        config = tmp_path / "gate.yaml"
-        config.write_text("rules:\n  - {metric: con, min: 0.5}\n")
-        env = {**os.environ, "HTTP_PROXY": proxy.url, "http_proxy": proxy.url, "NO_PROXY": "", "no_proxy": ""}
+        config = _con_config(tmp_path)
+        env = proxy.env()
         report = tmp_path / "report.json"
         proc = run_cli(
             *check_args("2", store["data"], config, server.url, "--id-column", "id", "--promote", "--report", report),
@@ -195,12 +200,8 @@ def test_faults_after_the_alias_moved_are_warnings_never_an_error(tmp_path):
     try:
         store = build_store(tmp_path, uri=server.url)
         proxy = ForwardProxy(server.port, drop=drop).start()
-        config = tmp_path / "gate.yaml"
-        config.write_text("rules:\n  - {metric: con, min: 0.5}\n")
-        env = {
-            **os.environ, "HTTP_PROXY": proxy.url, "http_proxy": proxy.url, "NO_PROXY": "", "no_proxy": "",
-            "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0",
-        }  # fmt: skip
+        config = _con_config(tmp_path)
+        env = proxy.env(retries="0")
         report = tmp_path / "report.json"
         proc = run_cli(
             *check_args("2", store["data"], config, server.url, "--id-column", "id", "--promote", "--report", report),
@@ -217,6 +218,37 @@ def test_faults_after_the_alias_moved_are_warnings_never_an_error(tmp_path):
         assert run.info.status == "FINISHED" and not any("could not be ended" in w for w in written["warnings"])
         tags = run.data.tags
         assert tags["consistency_gate.verdict"] == "passed"  # logged before the alias moved
+    finally:
+        if proxy is not None:
+            proxy.stop()
+        server.kill()
+
+
+@pytest.mark.slow
+def test_a_lock_released_while_the_store_refused_it_is_taken_again(tmp_path):
+    """Four gates at once exited 6: MLflow's store answers a create that collides with an existing lock by
+    reading that lock, which its holder can delete in between: RESOURCE_DOES_NOT_EXIST on a create. The
+    proxy gives the gate's first lock create that answer; the gate tries again and promotes."""
+    server = MlflowServer(tmp_path).start()
+    proxy = None
+    creates: list[str] = []
+    gone = {"error_code": "RESOURCE_DOES_NOT_EXIST", "message": f"Registered Model with name={MODEL}.lock not found"}
+
+    def fail(method: str, path: str) -> tuple[int, dict] | None:
+        if method == "POST" and path.endswith("registered-models/create"):
+            creates.append(path)
+            return (404, gone) if len(creates) == 1 else None
+        return None
+
+    try:
+        store = build_store(tmp_path, uri=server.url)
+        proxy = ForwardProxy(server.port, fail=fail).start()
+        report = tmp_path / "report.json"
+        args = check_args("2", store["data"], _con_config(tmp_path), server.url, "--promote", "--report", report)
+        proc = run_cli(*args, "--id-column", "id", env=proxy.env(retries="0"))
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        assert len(creates) == 2 and read_report(report)["promoted"] is True
+        assert _champion(MlflowClient(tracking_uri=server.url, registry_uri=server.url)) == "2"
     finally:
         if proxy is not None:
             proxy.stop()
@@ -241,15 +273,13 @@ def test_a_run_whose_create_response_was_lost_is_found_and_ended(tmp_path):
     try:
         store = build_store(tmp_path, uri=server.url)
         proxy = ForwardProxy(server.port, drop=drop).start()
-        config = tmp_path / "gate.yaml"
-        config.write_text("rules:\n  - {metric: con, min: 0.5}\n")
-        env = {**os.environ, "HTTP_PROXY": proxy.url, "http_proxy": proxy.url, "NO_PROXY": "", "no_proxy": ""}
+        config = _con_config(tmp_path)
         client = MlflowClient(tracking_uri=server.url, registry_uri=server.url)
         for retries, code in (("7", 0), ("0", 5)):
             creates.clear()
             proc = run_cli(
                 *check_args("2", store["data"], config, server.url, "--id-column", "id"),
-                env={**env, "MLFLOW_HTTP_REQUEST_MAX_RETRIES": retries},
+                env=proxy.env(retries),
             )
             assert proc.returncode == code, proc.stderr[-3000:]
             assert proxy.dropped, "the proxy dropped no create response"
@@ -279,12 +309,8 @@ def test_a_503_at_the_alias_look_up_or_move_is_exit_5(tmp_path):
     try:
         store = build_store(tmp_path, uri=server.url)
         proxy = ForwardProxy(server.port, fail=fail).start()
-        config = tmp_path / "gate.yaml"
-        config.write_text("rules:\n  - {metric: con, min: 0.5}\n")
-        env = {
-            **os.environ, "HTTP_PROXY": proxy.url, "http_proxy": proxy.url, "NO_PROXY": "", "no_proxy": "",
-            "MLFLOW_HTTP_REQUEST_MAX_RETRIES": "0",
-        }  # fmt: skip
+        config = _con_config(tmp_path)
+        env = proxy.env(retries="0")
         client = MlflowClient(tracking_uri=server.url, registry_uri=server.url)
         for target in ("look-up", "move"):
             failing["target"] = target

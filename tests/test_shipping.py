@@ -61,7 +61,8 @@ def _champion(workdir: Path) -> str | None:
     import mlflow
     from mlflow import MlflowClient
 
-    client = MlflowClient(tracking_uri=f"sqlite:///{workdir / 'mlflow.db'}")
+    uri = f"sqlite:///{workdir / 'mlflow.db'}"
+    client = MlflowClient(tracking_uri=uri, registry_uri=uri)  # not the registry another test set
     try:
         return str(client.get_model_version_by_alias("digits-classifier", "champion").version)
     except mlflow.exceptions.MlflowException:

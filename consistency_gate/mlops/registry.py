@@ -367,6 +367,8 @@ def promotion_lock(
             )
             break
         except MlflowException as exc:
+            if exc.error_code == "RESOURCE_DOES_NOT_EXIST" and time.monotonic() < deadline:
+                continue  # the store refused it as existing, then found it gone: released meanwhile
             if exc.error_code != "RESOURCE_ALREADY_EXISTS":
                 raise
         try:
