@@ -1,6 +1,7 @@
 """Every request of a promoting gate failed once in turn: is any promotion wrong or misreported?
 
     python benchmarks/fault_sweep.py [--kinds 503 reset lost] [--retries 0 default] [--every 1]
+                                     [--at-once 16] [--rounds 3]
 
 Starts a real ``mlflow server`` on 127.0.0.1 with the test suite's iris model (v1 @champion, v2 a
 candidate that passes ``con >= 0.5``), and a proxy in front of it. One clean ``check --candidate 2
@@ -11,7 +12,9 @@ fault kind, @champion is put back on v1 and a gate runs whose i-th request fails
 - ``reset``: the proxy closes the connection without forwarding;
 - ``lost``: the proxy forwards the request, the server acts on it, and the answer never comes back.
 
-Each run is judged from what the registry and the tracking server hold afterwards: a **wrong**
+First, ``--rounds`` times, ``--at-once`` promoting gates of v2 start together (all compared against
+v1): exactly one may say it promoted. Then each run is judged from what the registry and the
+tracking server hold afterwards: a **wrong**
 promotion moves @champion when the gate did not pass; a **misreported** one is a report whose
 ``promoted`` is not what @champion holds (or an exit code other than 0 while @champion moved, with no
 report saying so); **running** counts runs left RUNNING. With ``--retries default`` MLflow's own retries
@@ -73,11 +76,33 @@ def _judge(client, proc: subprocess.CompletedProcess, report: Path, experiment_i
     return {"code": proc.returncode, "wrong": moved and not passed, "misreported": misreported, "running": running}
 
 
+def _at_once(store: dict, config: Path, uri: str, env: dict, client, experiment_id: str, gates: int, root: Path):
+    """``gates`` promoting gates of v2 against @champion v1 started together: how many say they promoted,
+    what the alias holds, the exit codes, and the runs left RUNNING."""
+    client.set_registered_model_alias(MODEL, "champion", "1")
+    reports = [root / f"at-once-{i}.json" for i in range(gates)]
+    for report in reports:
+        report.unlink(missing_ok=True)
+    procs = []
+    for report in reports:
+        args = check_args("2", store["data"], config, uri, "--id-column", "id", "--promote", "--report", report)
+        command = [sys.executable, "-m", "consistency_gate", *map(str, args), "--quiet"]
+        procs.append(subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+    codes = collections.Counter(proc.wait(timeout=900) for proc in procs)
+    written = [json.loads(r.read_text()) for r in reports if r.exists()]
+    holds = str(client.get_model_version_by_alias(MODEL, "champion").version)
+    promoted = sum(bool(w.get("promoted")) for w in written)
+    running = len(client.search_runs([experiment_id], "attributes.status = 'RUNNING'"))
+    return codes, promoted, holds, running
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--kinds", nargs="+", default=["503", "reset", "lost"], choices=["503", "reset", "lost"])
     parser.add_argument("--retries", nargs="+", default=["0", "default"], choices=["0", "default"])
     parser.add_argument("--every", type=int, default=1, help="fail every Nth request number only (a quicker sweep)")
+    parser.add_argument("--at-once", type=int, default=16, help="gates started together in each round (0: none)")
+    parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
     from mlflow import MlflowClient
 
@@ -100,13 +125,22 @@ def main() -> None:
                 sys.exit(f"the clean gate failed (exit {clean.returncode}): {clean.stderr[-2000:]}")
             requests = injector.seen
             experiment_id = client.get_experiment_by_name(f"consistency-gate/{MODEL}").experiment_id
+            for round_ in range(1, args.rounds + 1 if args.at_once else 1):
+                codes, promoted, holds, running = _at_once(
+                    store, config, server.url, base_env, client, experiment_id, args.at_once, root
+                )
+                shown = ", ".join(f"{code}: {n}" for code, n in sorted(codes.items()))
+                print(
+                    f"round {round_}: {args.at_once} gates at once, exit codes {shown}; {promoted} report(s) say "
+                    f"promoted (1 expected), @champion holds v{holds} (v2 expected), {running} runs left RUNNING"
+                )
             print(f"a passing check --promote makes {requests} requests; each fails once in turn")
             header = ("kind", "retries", "faults", "exit codes", "wrong", "misreported", "running")
             print("{:>6} {:>8} {:>6}  {:<28} {:>5} {:>11} {:>7}".format(*header))
             for retries in args.retries:
                 env = proxy.env("0") if retries == "0" else base_env
                 for kind in args.kinds:
-                    codes: collections.Counter = collections.Counter()
+                    codes = collections.Counter()
                     wrong = misreported = running = faults = 0
                     for at in range(1, requests + 1, args.every):
                         client.set_registered_model_alias(MODEL, "champion", "1")
