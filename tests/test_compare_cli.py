@@ -1,5 +1,7 @@
 """`consistency-gate compare` as a subprocess: the SPEC section 6 contract and bad input."""
 
+import os
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -255,6 +257,18 @@ def test_bad_input_exits_3_with_one_line(case, tmp_path):
     assert len(lines) == 1 and lines[0].startswith("error: "), proc.stderr
     assert expected in lines[0]
     assert "Traceback" not in proc.stderr
+
+
+@pytest.mark.slow
+def test_an_error_before_numba_has_loaded_exits_3_not_an_abort(tmp_path):
+    """compare loads numba's kernels in a thread while it reads; an input error on a machine whose
+    numba cache is cold used to end the process while that thread was in LLVM: "terminate called
+    without an active exception", exit -6, about one run in three."""
+    files = [_write(tmp_path, name, text) for name, text in (("l.csv", "label\na\nz\n"), ("p.csv", "a,b\n1,0\n0,1\n"))]
+    for attempt in range(3):
+        env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path / f"cold-cache-{attempt}")}
+        proc = run_cli("compare", "--labels", files[0], "--previous", files[1], "--candidate", files[1], env=env)
+        assert proc.returncode == 3 and "terminate called" not in proc.stderr, proc.stderr
 
 
 @pytest.mark.parametrize("where", ["before", "after"])

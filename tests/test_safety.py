@@ -256,6 +256,40 @@ def test_a_lock_released_while_the_store_refused_it_is_taken_again(tmp_path):
 
 
 @pytest.mark.slow
+def test_a_dataset_another_gate_logged_at_the_same_moment_is_no_error(tmp_path):
+    """Four gates at once exited 6 once more: two gates logging the same evaluation data to one experiment
+    both insert it, and the store's unique key refuses the later. The proxy gives the gate's first
+    log-inputs that refusal, as a SQLite-backed server words it; the gate logs it again and goes on."""
+    server = MlflowServer(tmp_path).start()
+    proxy = None
+    calls: list[str] = []
+    refused = {
+        "error_code": "BAD_REQUEST",
+        "message": "(sqlite3.IntegrityError) UNIQUE constraint failed: datasets.experiment_id, datasets.name, "
+        "datasets.digest",
+    }
+
+    def fail(method: str, path: str) -> tuple[int, dict] | None:
+        if method == "POST" and path.endswith("runs/log-inputs"):
+            calls.append(path)
+            return (400, refused) if len(calls) == 1 else None
+        return None
+
+    try:
+        store = build_store(tmp_path, uri=server.url)
+        proxy = ForwardProxy(server.port, fail=fail).start()
+        report = tmp_path / "report.json"
+        args = check_args("2", store["data"], _con_config(tmp_path), server.url, "--report", report)
+        proc = run_cli(*args, "--id-column", "id", env=proxy.env(retries="0"))
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        assert len(calls) >= 2 and read_report(report)["verdict"] == "passed"
+    finally:
+        if proxy is not None:
+            proxy.stop()
+        server.kill()
+
+
+@pytest.mark.slow
 def test_a_run_whose_create_response_was_lost_is_found_and_ended(tmp_path):
     """Issue 30 part 4: the proxy drops the first runs/create response of each gate. With MLflow's
     retries the client creates a second run; without them the gate exits 5. Either way no run is left

@@ -6,7 +6,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Generator, Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
 
@@ -124,44 +124,50 @@ def evaluate_files(
     >>> evaluation.result().metrics["itoc"]
     0.5
     """
-    kernels.load_in_background()
-    labels = Path(labels)
-    label_cols = io.file_columns(labels)
-    data_slices = [c for c in slices if c != TRUE_CLASS]
-    io.require_columns(labels, label_cols, [label_column] + ([id_column] if id_column else []) + data_slices)
-    # score columns read in the canonical class order: no column permutation per chunk
-    sources = [_canonical(io.inspect_prediction_file(path, id_column)) for path in generations.values()]
-    evaluation = Evaluation(
-        list(generations),
-        [s.classes for s in sources],
-        ks=resolve_ks(ks, sources, ks_from),
-        slices=tuple(slices),
-        keep_samples=keep_samples,
-    )
-    label_fields = [label_column] + data_slices  # the ids were read once, by row_order
-    label_frames = io.iter_frames(labels, label_fields, chunk_rows, text_columns=tuple(label_fields))
-    order = matrices.row_order(labels, sources, id_column) if id_column else [None] * len(sources)
-    streams = [_outputs(s, positions, chunk_rows) for s, positions in zip(sources, order, strict=True)]
-    n = 0
-    for chunk in label_frames:
-        batch = [_next_chunk(stream, s, labels, len(chunk), n) for stream, s in zip(streams, sources, strict=True)]
-        evaluation.add(
-            io.labels_present(chunk[label_column], labels),
-            batch,
-            where=str(labels),
-            slices={c: chunk[c] for c in data_slices},
+    loader = kernels.load_in_background()
+    streams: list[Generator[np.ndarray | pd.Series, None, None]] = []
+    try:
+        labels = Path(labels)
+        label_cols = io.file_columns(labels)
+        data_slices = [c for c in slices if c != TRUE_CLASS]
+        io.require_columns(labels, label_cols, [label_column] + ([id_column] if id_column else []) + data_slices)
+        # score columns read in the canonical class order: no column permutation per chunk
+        sources = [_canonical(io.inspect_prediction_file(path, id_column)) for path in generations.values()]
+        evaluation = Evaluation(
+            list(generations),
+            [s.classes for s in sources],
+            ks=resolve_ks(ks, sources, ks_from),
+            slices=tuple(slices),
+            keep_samples=keep_samples,
         )
-        n += len(chunk)
-    for stream, source in zip(streams, sources, strict=True):
-        extra = sum(len(f) for f in stream)
-        if extra:
-            raise DataError(
-                f"row counts differ: {labels} has {n} rows but {source.path} has {n + extra}; "
-                "give files with one row per sample, or align them with --id-column"
+        label_fields = [label_column] + data_slices  # the ids were read once, by row_order
+        label_frames = io.iter_frames(labels, label_fields, chunk_rows, text_columns=tuple(label_fields))
+        order = matrices.row_order(labels, sources, id_column) if id_column else [None] * len(sources)
+        streams += [_outputs(s, positions, chunk_rows) for s, positions in zip(sources, order, strict=True)]
+        n = 0
+        for chunk in label_frames:
+            batch = [_next_chunk(stream, s, labels, len(chunk), n) for stream, s in zip(streams, sources, strict=True)]
+            evaluation.add(
+                io.labels_present(chunk[label_column], labels),
+                batch,
+                where=str(labels),
+                slices={c: chunk[c] for c in data_slices},
             )
-    if n == 0:
-        raise DataError(f"{labels}: the file has a header but no rows; nothing to evaluate")
-    return evaluation
+            n += len(chunk)
+        for stream, source in zip(streams, sources, strict=True):
+            extra = sum(len(f) for f in stream)
+            if extra:
+                raise DataError(
+                    f"row counts differ: {labels} has {n} rows but {source.path} has {n + extra}; "
+                    "give files with one row per sample, or align them with --id-column"
+                )
+        if n == 0:
+            raise DataError(f"{labels}: the file has a header but no rows; nothing to evaluate")
+        return evaluation
+    finally:  # the reader threads and numba's loading end before the caller, and maybe the process, does
+        for stream in streams:  # (a thread still in pyarrow's or LLVM's C++ at exit aborts the process)
+            stream.close()
+        loader.join()
 
 
 def _canonical(source: io.PredictionSource) -> io.PredictionSource:
@@ -170,7 +176,7 @@ def _canonical(source: io.PredictionSource) -> io.PredictionSource:
 
 def _outputs(
     source: io.PredictionSource, positions: np.ndarray | None, chunk_rows: int
-) -> Iterator[np.ndarray | pd.Series]:
+) -> Generator[np.ndarray | pd.Series, None, None]:
     """A prediction file in chunks (in the labels' id order where ``positions`` says so): score
     matrices, or hard labels as text."""
     if source.has_scores:
@@ -178,7 +184,9 @@ def _outputs(
     return _hard_labels(source, positions, chunk_rows)
 
 
-def _hard_labels(source: io.PredictionSource, positions: np.ndarray | None, chunk_rows: int) -> Iterator[pd.Series]:
+def _hard_labels(
+    source: io.PredictionSource, positions: np.ndarray | None, chunk_rows: int
+) -> Generator[pd.Series, None, None]:
     """A hard-label file's predictions in chunks; a file out of the labels' order is read whole."""
     text = ((source.id_column,) if source.id_column else ()) + (io.HARD_LABEL_COLUMN,)
     frames = io.iter_frames(source.path, source.columns, chunk_rows, text_columns=text)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import queue
 import threading
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 
 def score_chunks(
     source: io.PredictionSource, chunk_rows: int = io.DEFAULT_CHUNK_ROWS, positions: np.ndarray | None = None
-) -> Iterator[np.ndarray]:
+) -> Generator[np.ndarray, None, None]:
     """A score file's class columns, in the order of ``source.classes``, as C-contiguous (rows,
     classes) float matrices of ``chunk_rows`` rows (the last may be shorter), each value checked
     (finite, not negative); in file order, or, with ``positions``, row ``positions[i]`` of the file as
@@ -56,7 +56,7 @@ def score_chunks(
     return _one_ahead(chunks)
 
 
-def _one_ahead(chunks: Iterator[np.ndarray]) -> Iterator[np.ndarray]:
+def _one_ahead(chunks: Iterator[np.ndarray]) -> Generator[np.ndarray, None, None]:
     """``chunks``, each produced in a thread while the one before is used; an error in the thread
     is raised here, where the chunk it was reading is asked for."""
     ready: queue.Queue = queue.Queue(maxsize=1)
@@ -80,7 +80,8 @@ def _one_ahead(chunks: Iterator[np.ndarray]) -> Iterator[np.ndarray]:
         except BaseException as exc:  # noqa: BLE001 - handed to the reader, which raises it
             put(("error", exc))
 
-    threading.Thread(target=produce, name="consistency-gate-reader", daemon=True).start()
+    thread = threading.Thread(target=produce, name="consistency-gate-reader", daemon=True)
+    thread.start()
     try:
         while True:
             kind, item = ready.get()
@@ -89,8 +90,9 @@ def _one_ahead(chunks: Iterator[np.ndarray]) -> Iterator[np.ndarray]:
             if kind == "error":
                 raise item
             yield item
-    finally:
-        stop.set()  # a reader that stops early lets the thread end
+    finally:  # a reader that stops early ends the thread, after the chunk it is reading
+        stop.set()
+        thread.join()
 
 
 def _in_order(source: io.PredictionSource, chunk_rows: int) -> Iterator[np.ndarray]:
