@@ -102,7 +102,7 @@ def _in_order(source: io.PredictionSource, chunk_rows: int) -> Iterator[np.ndarr
         for table in _tables(source, chunk_rows):
             buffer = buffer or _Buffer(table, source.classes, chunk_rows)
             matrix = buffer.rows(table)
-            _check(matrix, source, start)
+            io.check_scores(matrix, source, start)
             yield matrix
             start += len(matrix)
     except pa.ArrowException:  # a value pyarrow cannot read as a number: go on with pandas, which words it
@@ -135,7 +135,7 @@ def _reordered(source: io.PredictionSource, chunk_rows: int, positions: np.ndarr
     for start in range(0, len(positions), chunk_rows):
         rows = positions[start : start + chunk_rows]
         matrix = buffer.gather(columns, rows)
-        _check(matrix, source, rows)
+        io.check_scores(matrix, source, rows)
         yield matrix
 
 
@@ -240,24 +240,6 @@ def _tables(source: io.PredictionSource, chunk_rows: int) -> Iterator[pa.Table]:
             held, count = rest.to_batches(), rest.num_rows
     if count:
         yield pa.Table.from_batches(held)
-
-
-def _check(matrix: np.ndarray, source: io.PredictionSource, rows: int | np.ndarray) -> None:
-    """DataError at the first value that is NaN, infinite or negative, naming its row in the file
-    (``rows``: the file's 0-based row of the matrix's first row, or of each of its rows). Two
-    reductions when every value is fine."""
-    if matrix.size == 0 or (matrix.min() >= 0 and np.isfinite(matrix.max())):  # NaN fails both
-        return
-    for bad, what in (
-        (~np.isfinite(matrix), "is NaN or infinite; scores must be finite numbers"),
-        (matrix < 0, "is negative; scores must be probabilities or non-negative scores"),
-    ):
-        if bad.any():
-            r, c = np.argwhere(bad)[0]
-            row = rows + r if isinstance(rows, int) else rows[r]
-            raise DataError(
-                f"{source.path}: row {int(row) + 1}, column '{source.classes[c]}': value {plain(matrix[r, c])} {what}"
-            )
 
 
 def row_order(labels: Path, sources: list[io.PredictionSource], id_column: str) -> list[np.ndarray | None]:

@@ -329,23 +329,34 @@ def score_matrix(frame: pd.DataFrame, source: PredictionSource) -> np.ndarray:
                 "for hard labels use a single 'prediction' column)"
             )
     values = block.to_numpy()
-    if values.dtype.kind != "f":
-        values = values.astype(np.float64)
-    finite = np.isfinite(values)
-    if not finite.all():
-        _raise_at(source, frame, block, ~finite, "is NaN or infinite; scores must be finite numbers")
-    negative = values < 0
-    if negative.any():
-        _raise_at(source, frame, block, negative, "is negative; scores must be probabilities or non-negative scores")
-    return values
+    check_scores(values, source, frame.index.to_numpy())
+    return values if values.dtype.kind == "f" else values.astype(np.float64)
 
 
-def _raise_at(source: PredictionSource, frame: pd.DataFrame, block: pd.DataFrame, bad: np.ndarray, what: str) -> None:
-    r, c = np.argwhere(bad)[0]
-    raise DataError(
-        f"{source.path}: row {int(frame.index[r]) + 1}, column '{block.columns[c]}': "
-        f"value {plain(block.iat[r, c])} {what}"
-    )
+def check_scores(matrix: np.ndarray, source: PredictionSource, rows: int | np.ndarray) -> None:
+    """DataError at the first score that is NaN, infinite or negative, naming its row in the file
+    (``rows``: the file's 0-based row of the matrix's first row, or of each of its rows) and its
+    column (``source.classes``). Two reductions when every value is fine.
+
+    >>> source = PredictionSource(Path("gen2.csv"), ("cat", "dog"), None)
+    >>> try:
+    ...     check_scores(np.array([[0.5, -0.1]]), source, 6)
+    ... except DataError as exc:
+    ...     print(str(exc).split(";")[0])
+    gen2.csv: row 7, column 'dog': value -0.1 is negative
+    """
+    if matrix.size == 0 or (matrix.min() >= 0 and np.isfinite(matrix.max())):  # NaN fails both
+        return
+    for bad, what in (
+        (~np.isfinite(matrix), "is NaN or infinite; scores must be finite numbers"),
+        (matrix < 0, "is negative; scores must be probabilities or non-negative scores"),
+    ):
+        if bad.any():
+            r, c = np.argwhere(bad)[0]
+            row = rows + r if isinstance(rows, int) else rows[r]
+            raise DataError(
+                f"{source.path}: row {int(row) + 1}, column '{source.classes[c]}': value {plain(matrix[r, c])} {what}"
+            )
 
 
 def hard_labels(frame: pd.DataFrame, source: PredictionSource) -> pd.Series:
