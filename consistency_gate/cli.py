@@ -59,6 +59,14 @@ def _verbose_option() -> click.Option:
     )
 
 
+def _level_option(flag: str, default: float, help_text: str) -> Callable[[click.Command], click.Command]:
+    """An option for a level strictly between 0 and 1 (a confidence, a power), its default shown."""
+    return click.option(
+        flag, type=click.FloatRange(0, 1, min_open=True, max_open=True), default=default, show_default=True,
+        help=help_text,
+    )  # fmt: skip
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="consistency-gate")
 def cli() -> None:
@@ -73,13 +81,7 @@ def cli() -> None:
 @click.option("--id-column", default=None, help="Column that aligns rows across the files (default: by position).")
 @click.option("--k", "ks", type=int, multiple=True, help="k for top-k metrics; repeat for several (default 1 and 5).")
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
-@click.option(
-    "--confidence",
-    type=click.FloatRange(0, 1, min_open=True, max_open=True),
-    default=0.95,
-    show_default=True,
-    help="Level of the intervals in the JSON (Wilson for proportions).",
-)
+@_level_option("--confidence", 0.95, "Level of the intervals in the JSON (Wilson for proportions).")
 @click.option(
     "--slice",
     "slices",
@@ -405,13 +407,7 @@ def config(show_default: bool, check_path: Path | None) -> None:
     default=None,
     help="One-sided level of the rules' bounds (default: the config's, else 0.95).",
 )
-@click.option(
-    "--power",
-    type=click.FloatRange(0, 1, min_open=True, max_open=True),
-    default=0.8,
-    show_default=True,
-    help="The chance that the rule gives the right answer for a model at the expected rate.",
-)
+@_level_option("--power", 0.8, "The chance that the rule gives the right answer for a model at the expected rate.")
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
 def plan(rules_path: Path, rates: tuple[str, ...], confidence: float | None, power: float, fmt: str) -> None:
     """How many evaluation samples each rule needs to pass a model at the rate you expect (before building a set)."""
