@@ -8,7 +8,7 @@ rest (797) to evaluate. Generation 1 is a SingleBase model of the recipe (``mlp`
 with generation 1 on the evaluation samples:
 
 - SingleBase retrain (a new seed: the regression to repair);
-- focal-distillation FD-KL and FD-LM toward generation 1 (PCT's alpha 1, beta 5, temperature 100;
+- focal-distillation FD-KL and FD-LM toward generation 1 (alpha 1, beta 5, temperature 4;
   generation 1 gives probabilities, so its logits are their logarithms);
 - ensemble-distillation (one student of a DynSnap-cyc ensemble, temperature 4);
 - DynSnap-cyc and ExtBagging ensembles of m members.

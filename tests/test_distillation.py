@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
 from consistency_gate.ensembles.config import Distillation, RemediationConfig, TrainSettings
-from consistency_gate.ensembles.distillation import focal_distillation_loss, logits_of
+from consistency_gate.ensembles.distillation import focal_distillation_loss, logits_of, with_distillation
 from consistency_gate.ensembles.recipes import RecipeSpec, array_recipe
 from consistency_gate.ensembles.remediation import teacher_logits, train_ensemble
 from consistency_gate.ensembles.snapshot import train_members
@@ -22,7 +22,8 @@ from consistency_gate.gate.rules import parse_config
 
 
 def _numpy_focal_distillation(student, teacher, y, d: Distillation) -> float:
-    """The loss of Yan et al. (2021), eq. for FD-KL / FD-LM, written independently in numpy."""
+    """The focal-weighted mean of the per-sample terms of Yan et al. (2021), FD-KL / FD-LM, written
+    independently in numpy."""
     student, teacher = np.asarray(student, np.float64), np.asarray(teacher, np.float64)
     if d.loss == "kl":
         t = d.temperature
@@ -32,7 +33,7 @@ def _numpy_focal_distillation(student, teacher, y, d: Distillation) -> float:
     else:
         per_sample = ((student - teacher) ** 2).mean(axis=1) / 2  # PCT's main.py: mean squared difference / 2
     weights = d.alpha + d.beta * (teacher.argmax(axis=1) == y)
-    return float(d.weight * (weights * per_sample).mean())
+    return float((weights * per_sample).sum() / weights.sum()) if weights.sum() > 0 else 0.0
 
 
 logit_rows = arrays(np.float32, (6, 4), elements=st.floats(-8, 8, width=32))
@@ -44,8 +45,8 @@ logit_rows = arrays(np.float32, (6, 4), elements=st.floats(-8, 8, width=32))
     logit_rows,
     arrays(np.int64, 6, elements=st.integers(0, 3)),
     st.sampled_from(["kl", "lm"]),
-    st.floats(0, 3),
-    st.floats(0, 8),
+    st.one_of(st.just(0.0), st.floats(0.01, 3)),  # float32 weights: no subnormal ones
+    st.one_of(st.just(0.0), st.floats(0.01, 8)),
     st.sampled_from([1.0, 4.0, 100.0]),
 )
 def test_loss_equals_an_independent_implementation(student, teacher, y, loss, alpha, beta, temperature):
@@ -67,16 +68,44 @@ def test_a_student_equal_to_its_teacher_costs_nothing(z, y, loss):
 
 
 def test_focal_weights_by_hand():
-    # FD-LM: sample 1 (teacher right) D = mean((0-4)^2, 0) / 2 = 4 (half, as PCT), weight alpha + beta = 3;
-    # sample 2 (wrong) D = 4, weight alpha = 1: mean (12 + 4) / 2 = 8, times the term's weight 0.5
-    student, teacher, y = torch.zeros(2, 2), torch.tensor([[4.0, 0.0], [4.0, 0.0]]), torch.tensor([0, 1])
+    # FD-LM: sample 1 (teacher right) D = mean((0-4)^2, 0) / 2 = 8 / 2 = 4 (half, as PCT), weight alpha + beta = 3;
+    # sample 2 (wrong) D = mean((0-2)^2, 0) / 2 = 1, weight alpha = 1: (3 * 4 + 1 * 1) / (3 + 1) = 3.25
+    student, teacher, y = torch.zeros(2, 2), torch.tensor([[4.0, 0.0], [2.0, 0.0]]), torch.tensor([0, 1])
     d = Distillation(loss="lm", alpha=1.0, beta=2.0, weight=0.5)
+    assert float(focal_distillation_loss(student, teacher, y, d)) == pytest.approx(3.25)
+    # mixed with a classification loss of 2.0: (2.0 + 0.5 * 3.25) / 1.5
+    assert float(with_distillation(torch.tensor(2.0), student, teacher, y, d)) == pytest.approx(3.625 / 1.5)
+    # only the teacher's right samples count when alpha is 0; none right: the term is 0, not NaN
+    d = Distillation(loss="lm", alpha=0.0, beta=2.0)
     assert float(focal_distillation_loss(student, teacher, y, d)) == pytest.approx(4.0)
+    assert float(focal_distillation_loss(student, teacher, torch.tensor([1, 1]), d)) == 0.0
     # FD-KL at temperature 1 of a uniform student toward [e^4, 1] / (e^4 + 1): sum q log(q / 0.5)
+    teacher = torch.tensor([[4.0, 0.0], [4.0, 0.0]])
     q = np.array([np.exp(4.0), 1.0]) / (np.exp(4.0) + 1)
     kl = float((q * np.log(q / 0.5)).sum())
     d = Distillation(alpha=1.0, beta=0.0, temperature=1.0)
     assert float(focal_distillation_loss(student, teacher, y, d)) == pytest.approx(kl, rel=1e-6)
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    logit_rows,
+    arrays(np.int64, 6, elements=st.integers(0, 3)),
+    st.one_of(st.just(0.0), st.floats(0.01, 3)),
+    st.one_of(st.just(0.0), st.floats(0.01, 8)),
+    st.floats(0, 10),
+)
+def test_the_loss_keeps_the_cross_entropys_scale_whatever_the_focal_weights(student, y, alpha, beta, weight):
+    """Toward a teacher that is right and sure (one-hot at temperature 1), D is the cross-entropy, so
+    the training loss is the cross-entropy itself for any alpha, beta and weight: the focal weights
+    never scale the step SGD takes (PCT's plain sum made it up to 1 + alpha + beta times larger)."""
+    z, labels = torch.from_numpy(student), torch.from_numpy(y)
+    teacher = torch.nn.functional.one_hot(labels, 4).float() * 60.0
+    ce = torch.nn.functional.cross_entropy(z, labels)
+    d = Distillation(alpha=alpha, beta=beta, temperature=1.0, weight=weight)
+    if alpha + beta == 0:
+        return
+    assert float(with_distillation(ce, z, teacher, labels, d)) == pytest.approx(float(ce), rel=1e-4, abs=1e-5)
 
 
 def test_logits_of_probabilities_give_them_back_under_softmax():
@@ -98,7 +127,7 @@ def test_config_block_overrides_the_methods_default():
     # ensemble-distillation's default is plain distillation at temperature 4; the config sets the rest
     assert settings_.distillation_term == Distillation(loss="lm", alpha=1.0, beta=0.0, temperature=4.0, weight=2.0)
     config = parse_config(rule + "remediation:\n  data: t.csv\n  method: focal-distillation\n", "gate.yaml")
-    assert config.remediation.settings.distillation_term == Distillation(alpha=1.0, beta=5.0, temperature=100.0)
+    assert config.remediation.settings.distillation_term == Distillation(alpha=1.0, beta=5.0, temperature=4.0)
     assert config.remediation.settings.distillation_term.clip == 5.0
     config = parse_config(rule + "remediation:\n  data: t.csv\n  distillation: {clip: 0}\n", "gate.yaml")
     assert config.remediation.for_method("focal-distillation").settings.distillation_term.clip is None
@@ -207,3 +236,14 @@ def test_the_gate_refuses_focal_distillation_without_a_usable_teacher(tmp_path):
         train_ensemble(config, None, quiet=True, teacher=broken)
     with pytest.raises(ModelError, match="share none with the training classes"):
         train_ensemble(config, None, quiet=True, teacher=lambda s: pd.DataFrame({"x": [1.0] * len(s)}))
+
+
+def test_the_python_api_takes_the_distillation_block_as_a_dict():
+    """build_ensemble's settings are named as in the config; a distillation dict sets the keys it names
+    over the method's default term, and an unknown key is refused by name."""
+    from consistency_gate.ensembles.config import train_settings
+
+    term = train_settings(method="ensemble-distillation", distillation={"loss": "lm", "clip": 0}).distillation_term
+    assert term == Distillation(loss="lm", beta=0.0, clip=None)
+    with pytest.raises(UsageError, match="unknown distillation setting 'temp'; the settings are loss, alpha"):
+        train_settings(method="focal-distillation", distillation={"temp": 4})

@@ -11,6 +11,7 @@ True
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -74,10 +75,11 @@ class Distillation:
     """The distillation term of ``focal-distillation`` and ``ensemble-distillation`` (see
     :mod:`consistency_gate.ensembles.distillation`): ``loss`` kl (FD-KL) or lm (FD-LM), the focal
     weights ``alpha`` (every sample) and ``beta`` (added where the teacher is right), the
-    ``temperature`` of FD-KL and the term's ``weight`` against the cross-entropy; ``clip``: the largest
-    gradient norm while distilling (None: no clipping). Clipping is ours, not the paper's: with few
-    classes the temperature-100 term is steep (its gradient scales as 1/classes), and SGD at the
-    default lr diverged on digits without it (benchmarks/remediation_tradeoff.py).
+    ``temperature`` of FD-KL and the term's ``weight`` against the cross-entropy (the loss is
+    ``(CE + weight * term) / (1 + weight)``); ``clip``: the largest gradient norm while distilling
+    (None: no clipping). The defaults are PCT's alpha and beta at temperature 4 (PCT: 100; why, in
+    :mod:`~consistency_gate.ensembles.distillation`). Clipping is ours, not the paper's: a guard
+    against the steep high-temperature term under SGD (it diverged on digits without it).
 
     >>> Distillation(beta=-1.0)
     Traceback (most recent call last):
@@ -88,7 +90,7 @@ class Distillation:
     loss: str = "kl"
     alpha: float = 1.0
     beta: float = 5.0
-    temperature: float = 100.0
+    temperature: float = 4.0
     weight: float = 1.0
     clip: float | None = 5.0
 
@@ -108,11 +110,11 @@ class Distillation:
 
 
 # each distillation method's term where the config leaves it out: toward the previous generation PCT's
-# focal distillation (alpha 1, beta 5, temperature 100); toward an ensemble plain knowledge distillation
+# focal distillation (alpha 1, beta 5; temperature 4); toward an ensemble plain knowledge distillation
 # (beta 0) at Hinton's usual temperature 4
 DEFAULT_DISTILLATION = {
     "focal-distillation": Distillation(),
-    "ensemble-distillation": Distillation(beta=0.0, temperature=4.0),
+    "ensemble-distillation": Distillation(beta=0.0),
 }
 
 
@@ -349,11 +351,15 @@ BLOCK_NAMES = {"n_snapshots": "N"}
 def train_settings(**training: object) -> TrainSettings:
     """:class:`TrainSettings` from settings named as in the ``remediation:`` block (``N`` for the
     snapshots per run): the one spelling of training settings, for the config and for
-    :func:`~consistency_gate.ensembles.remediation.build_ensemble`. An unknown name is a UsageError.
+    :func:`~consistency_gate.ensembles.remediation.build_ensemble`; ``distillation`` may be a
+    :class:`Distillation` or a dict of the ``distillation:`` keys (the rest keep the method's
+    default). An unknown name is a UsageError.
 
     >>> settings = train_settings(method="dynsnap-step", m=4, N=2, epochs=6, optimizer="adam")
     >>> settings.n_snapshots, settings.optimizer, settings.snapshot_one_run
     (2, 'adam', True)
+    >>> train_settings(method="focal-distillation", distillation={"temperature": 4}).distillation_term.beta
+    5.0
     >>> train_settings(n=3)
     Traceback (most recent call last):
     ...
@@ -363,6 +369,14 @@ def train_settings(**training: object) -> TrainSettings:
     unknown = [name for name in training if name not in known]
     if unknown:
         raise UsageError(f"unknown training setting '{unknown[0]}'; the settings are {', '.join(known)}")
+    term = training.get("distillation")
+    if isinstance(term, Mapping):  # the block's distillation: keys over the method's default term
+        names = [f.name for f in fields(Distillation)]
+        unknown = [name for name in term if name not in names]
+        if unknown:
+            raise UsageError(f"unknown distillation setting '{unknown[0]}'; the settings are {', '.join(names)}")
+        default = DEFAULT_DISTILLATION.get(str(training.get("method", TrainSettings.method)), Distillation())
+        training = {**training, "distillation": replace(default, **{**term, **_no_clip(term)})}
     fields_by_block_name = {BLOCK_NAMES.get(f.name, f.name): f.name for f in fields(TrainSettings)}
     return TrainSettings(**{fields_by_block_name[name]: value for name, value in training.items()})
 
@@ -377,6 +391,9 @@ def _distillation(block: RemediationBlock) -> Distillation | None:
 def _distillation_overrides(block: RemediationBlock) -> dict:
     """The ``distillation:`` keys the block sets (``clip: 0`` as None: no clipping)."""
     overrides = block.distillation.model_dump(exclude_none=True) if block.distillation else {}
-    if overrides.get("clip") == 0:
-        overrides["clip"] = None
-    return overrides
+    return {**overrides, **_no_clip(overrides)}
+
+
+def _no_clip(term: Mapping) -> dict:
+    """``clip: 0`` as the term spells no clipping (None)."""
+    return {"clip": None} if term.get("clip") == 0 else {}

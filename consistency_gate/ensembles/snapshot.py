@@ -55,7 +55,7 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 from consistency_gate.ensembles.config import SINGLE_RUN_METHODS, TrainSettings
-from consistency_gate.ensembles.distillation import focal_distillation_loss, logits_of
+from consistency_gate.ensembles.distillation import logits_of, with_distillation
 from consistency_gate.ensembles.recipes import TrainingRecipe
 from consistency_gate.errors import UsageError
 
@@ -445,7 +445,7 @@ def _train_run(
             out = model(x)
             loss = loss_fn(out, y)
             if teacher is not None:
-                loss = loss + focal_distillation_loss(out, teacher, y, settings.distillation_term)
+                loss = with_distillation(loss, out, teacher, y, settings.distillation_term)
             loss.backward()
             if teacher is not None and settings.distillation_term.clip is not None:
                 nn.utils.clip_grad_norm_(model.parameters(), settings.distillation_term.clip)
