@@ -28,6 +28,27 @@ def store(tmp_path_factory):
     return build_store(tmp_path_factory.mktemp("store"))
 
 
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    """One real `mlflow server` and its store for the tests behind a faulty proxy (each starts from
+    v1 as @champion: see ``_served``); killed after the module."""
+    root = tmp_path_factory.mktemp("served")
+    server = MlflowServer(root).start()
+    try:
+        yield server, build_store(root, uri=server.url)
+    finally:
+        server.kill()
+
+
+def _served(served) -> tuple[MlflowServer, dict, MlflowClient]:
+    """The shared server, its store and a client, with v1 @champion again (a test before may have
+    promoted v2)."""
+    server, store = served
+    client = MlflowClient(tracking_uri=server.url, registry_uri=server.url)
+    client.set_registered_model_alias(MODEL, "champion", "1")
+    return server, store, client
+
+
 def _client(store) -> MlflowClient:
     return MlflowClient(tracking_uri=store["uri"], registry_uri=store["uri"])
 
@@ -142,11 +163,10 @@ def _con_config(tmp_path) -> Path:
 
 
 @pytest.mark.slow
-def test_a_lost_alias_response_does_not_hide_the_promotion(tmp_path):
-    server = MlflowServer(tmp_path).start()
+def test_a_lost_alias_response_does_not_hide_the_promotion(served, tmp_path):
+    server, store, client = _served(served)
     proxy = None
     try:
-        store = build_store(tmp_path, uri=server.url)
         proxy = ForwardProxy(
             server.port, drop=lambda method, path: method == "POST" and path.endswith("registered-models/alias")
         ).start()
@@ -158,7 +178,6 @@ def test_a_lost_alias_response_does_not_hide_the_promotion(tmp_path):
             env=env,
         )
         assert proxy.dropped, "the proxy dropped no alias response"
-        client = MlflowClient(tracking_uri=server.url, registry_uri=server.url)
         assert _champion(client) == "2"  # the registry moved the alias; the gate must say so
         assert proc.returncode == 0, proc.stderr
         written = read_report(report)
@@ -168,16 +187,15 @@ def test_a_lost_alias_response_does_not_hide_the_promotion(tmp_path):
     finally:
         if proxy is not None:
             proxy.stop()
-        server.kill()
 
 
 @pytest.mark.slow
-def test_faults_after_the_alias_moved_are_warnings_never_an_error(tmp_path):
+def test_faults_after_the_alias_moved_are_warnings_never_an_error(served, tmp_path):
     """Issue 30 part 4: the promotion is the gate's last act. With MLflow's retries off, the proxy drops
     the first read-back of the alias, the report.json logged after the move and the run's end: the
     alias moved, so the gate says promoted (read back), exit 0, the report's fault a warning, and the
     run's end retried (it had ended: a lost answer)."""
-    server = MlflowServer(tmp_path).start()
+    server, store, client = _served(served)
     proxy = None
     after_move: list[str] = []
 
@@ -198,7 +216,6 @@ def test_faults_after_the_alias_moved_are_warnings_never_an_error(tmp_path):
         return False
 
     try:
-        store = build_store(tmp_path, uri=server.url)
         proxy = ForwardProxy(server.port, drop=drop).start()
         config = _con_config(tmp_path)
         env = proxy.env(retries="0")
@@ -208,7 +225,6 @@ def test_faults_after_the_alias_moved_are_warnings_never_an_error(tmp_path):
             env=env,
         )
         assert set(after_move) == {"moved", "read-back", "report", "end"}, (after_move, proxy.dropped)
-        client = MlflowClient(tracking_uri=server.url, registry_uri=server.url)
         assert _champion(client) == "2"
         assert proc.returncode == 0, proc.stderr[-3000:]
         written = read_report(report)
@@ -221,7 +237,6 @@ def test_faults_after_the_alias_moved_are_warnings_never_an_error(tmp_path):
     finally:
         if proxy is not None:
             proxy.stop()
-        server.kill()
 
 
 # answers the store gives a gate when another gate did the same thing at the same moment (MLflow's
@@ -241,11 +256,11 @@ RACES = {
 
 @pytest.mark.slow
 @pytest.mark.parametrize("race", list(RACES))
-def test_an_answer_another_gate_caused_at_the_same_moment_is_tried_again(tmp_path, race):
+def test_an_answer_another_gate_caused_at_the_same_moment_is_tried_again(served, tmp_path, race):
     """Four gates at once exited 6 in both ways. The proxy gives the gate's first such request the
     store's answer in that race; the gate tries again, passes and promotes."""
     endpoint, answer = RACES[race]
-    server = MlflowServer(tmp_path).start()
+    server, store, client = _served(served)
     proxy = None
     calls: list[str] = []
 
@@ -256,26 +271,24 @@ def test_an_answer_another_gate_caused_at_the_same_moment_is_tried_again(tmp_pat
         return None
 
     try:
-        store = build_store(tmp_path, uri=server.url)
         proxy = ForwardProxy(server.port, fail=fail).start()
         report = tmp_path / "report.json"
         args = check_args("2", store["data"], _con_config(tmp_path), server.url, "--promote", "--report", report)
         proc = run_cli(*args, "--id-column", "id", env=proxy.env(retries="0"))
         assert proc.returncode == 0, proc.stderr[-3000:]
         assert len(calls) >= 2 and read_report(report)["promoted"] is True
-        assert _champion(MlflowClient(tracking_uri=server.url, registry_uri=server.url)) == "2"
+        assert _champion(client) == "2"
     finally:
         if proxy is not None:
             proxy.stop()
-        server.kill()
 
 
 @pytest.mark.slow
-def test_a_run_whose_create_response_was_lost_is_found_and_ended(tmp_path):
+def test_a_run_whose_create_response_was_lost_is_found_and_ended(served, tmp_path):
     """Issue 30 part 4: the proxy drops the first runs/create response of each gate. With MLflow's
     retries the client creates a second run; without them the gate exits 5. Either way no run is left
     RUNNING: the lost one carries the gate session's tag from its creation and the gate ends it."""
-    server = MlflowServer(tmp_path).start()
+    server, store, client = _served(served)
     proxy = None
     creates: list[str] = []
 
@@ -286,10 +299,8 @@ def test_a_run_whose_create_response_was_lost_is_found_and_ended(tmp_path):
         return False
 
     try:
-        store = build_store(tmp_path, uri=server.url)
         proxy = ForwardProxy(server.port, drop=drop).start()
         config = _con_config(tmp_path)
-        client = MlflowClient(tracking_uri=server.url, registry_uri=server.url)
         for retries, code in (("7", 0), ("0", 5)):
             creates.clear()
             proc = run_cli(
@@ -306,14 +317,13 @@ def test_a_run_whose_create_response_was_lost_is_found_and_ended(tmp_path):
     finally:
         if proxy is not None:
             proxy.stop()
-        server.kill()
 
 
 @pytest.mark.slow
-def test_a_503_at_the_alias_look_up_or_move_is_exit_5(tmp_path):
+def test_a_503_at_the_alias_look_up_or_move_is_exit_5(served, tmp_path):
     """Issue 30: a 503 answering the baseline alias look-up was exit 6 ("a bug") with no report, and a
     503 answering the alias move was exit 4 ("the baseline moved"); both are the server failing: 5."""
-    server = MlflowServer(tmp_path).start()
+    server, store, client = _served(served)
     proxy = None
     failing = {"target": ""}
 
@@ -322,11 +332,9 @@ def test_a_503_at_the_alias_look_up_or_move_is_exit_5(tmp_path):
         return 503 if hit and "registered-models/alias" in path else None
 
     try:
-        store = build_store(tmp_path, uri=server.url)
         proxy = ForwardProxy(server.port, fail=fail).start()
         config = _con_config(tmp_path)
         env = proxy.env(retries="0")
-        client = MlflowClient(tracking_uri=server.url, registry_uri=server.url)
         for target in ("look-up", "move"):
             failing["target"] = target
             report = tmp_path / f"{target}.json"
@@ -340,7 +348,6 @@ def test_a_503_at_the_alias_look_up_or_move_is_exit_5(tmp_path):
     finally:
         if proxy is not None:
             proxy.stop()
-        server.kill()
 
 
 # ---------------------------------------------------------------- item 5: the candidate is the baseline
