@@ -20,9 +20,8 @@ def free_port() -> int:
 class MlflowServer:
     """Start, kill and restart a tracking server that keeps its store in ``root``."""
 
-    def __init__(self, root: Path, port: int | None = None, extra_args: tuple[str, ...] = (), workers: int = 1) -> None:
-        """``workers``: the server's worker processes (each imports MLflow: the suite's CPU is short)."""
-        self.root, self.port, self.workers = root, port or free_port(), workers
+    def __init__(self, root: Path, port: int | None = None, extra_args: tuple[str, ...] = ()) -> None:
+        self.root, self.port = root, port or free_port()
         self.extra_args = list(extra_args)
         self.url = f"http://127.0.0.1:{self.port}"
         self.db = f"sqlite:///{root / 'server.db'}"
@@ -44,7 +43,7 @@ class MlflowServer:
                 "--artifacts-destination",
                 str(self.root / "artifacts"),
                 "--workers",
-                str(self.workers),
+                "2",
                 *self.extra_args,
             ],
             stdout=subprocess.DEVNULL,
