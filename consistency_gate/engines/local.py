@@ -194,9 +194,8 @@ def _hard_labels(
         yield from (io.hard_labels(frame, source) for frame in frames)
         return
     whole = io.hard_labels(pd.concat(list(frames)), source)
-    for start in range(0, len(positions), chunk_rows):
-        part = whole.iloc[positions[start : start + chunk_rows]]
-        yield part.set_axis(pd.RangeIndex(start, start + len(part)))
+    for start, rows in matrices.position_chunks(positions, chunk_rows):
+        yield whole.iloc[rows].set_axis(pd.RangeIndex(start, start + len(rows)))
 
 
 def _next_chunk(

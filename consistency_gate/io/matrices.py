@@ -129,14 +129,23 @@ def _reordered(source: io.PredictionSource, chunk_rows: int, positions: np.ndarr
         import pandas as pd
 
         whole = io.score_matrix(pd.concat(io.iter_frames(source.path, source.columns, chunk_rows)), source)
-        for start in range(0, len(positions), chunk_rows):
-            yield whole[positions[start : start + chunk_rows]]
+        yield from (whole[rows] for _, rows in position_chunks(positions, chunk_rows))
         return
-    for start in range(0, len(positions), chunk_rows):
-        rows = positions[start : start + chunk_rows]
+    for _, rows in position_chunks(positions, chunk_rows):
         matrix = buffer.gather(columns, rows)
         io.check_scores(matrix, source, rows)
         yield matrix
+
+
+def position_chunks(positions: np.ndarray, chunk_rows: int) -> Iterator[tuple[int, np.ndarray]]:
+    """``(start, positions[start : start + chunk_rows])`` for each chunk of a reordering: the file
+    rows that make chunk rows ``start`` onwards of a file read out of order.
+
+    >>> [(start, rows.tolist()) for start, rows in position_chunks(np.array([2, 0, 1]), 2)]
+    [(0, [2, 0]), (2, [1])]
+    """
+    for start in range(0, len(positions), chunk_rows):
+        yield start, positions[start : start + chunk_rows]
 
 
 class _Buffer:
