@@ -35,8 +35,12 @@ def _pandas_reader(source: io.PredictionSource) -> np.ndarray:
     dtype=st.sampled_from(["float32", "float64", "int64"]),
     suffix=st.sampled_from([".csv", ".parquet"]),
     seed=st.integers(0, 10**6),
+    in_memory=st.sampled_from([matrices.REORDER_IN_MEMORY, 0]),  # 0: reordered through a temporary file
 )
-def test_score_chunks_equal_the_pandas_reader_in_file_and_id_order(tmp_path, rows, chunk, dtype, suffix, seed):
+def test_score_chunks_equal_the_pandas_reader_in_file_and_id_order(
+    tmp_path, monkeypatch, rows, chunk, dtype, suffix, seed, in_memory
+):
+    monkeypatch.setattr(matrices, "REORDER_IN_MEMORY", in_memory)
     rng = np.random.default_rng(seed)
     scores = (rng.random((rows, 4)) * 10).astype(dtype)
     frame = pd.DataFrame(scores, columns=["b", "a", "10", "c"]).assign(id=[f"s{i}" for i in range(rows)])
@@ -62,7 +66,11 @@ def test_score_chunks_equal_the_pandas_reader_in_file_and_id_order(tmp_path, row
         ("oops", "column 'dog' is not numeric"),  # a text column in Parquet: its first row is named
     ],
 )
-def test_bad_scores_are_named_by_file_row_and_column_as_before(tmp_path, suffix, value, message):
+@pytest.mark.parametrize("in_memory", [matrices.REORDER_IN_MEMORY, 0])
+def test_bad_scores_are_named_by_file_row_and_column_as_before(
+    tmp_path, monkeypatch, suffix, value, message, in_memory
+):
+    monkeypatch.setattr(matrices, "REORDER_IN_MEMORY", in_memory)
     frame = pd.DataFrame({"id": ["s1", "s2", "s3", "s4"], "cat": [0.9, 0.2, 0.6, 0.5], "dog": [0.1, 0.8, 0.4, 0.5]})
     if isinstance(value, str):
         frame["dog"] = frame["dog"].astype(str)  # a text column (Parquet types it so)
@@ -99,6 +107,38 @@ def test_row_order_puts_each_file_in_the_labels_id_order(tmp_path, ids):
     as_csv = _ids_file(tmp_path, "csv", [ids[3], ids[2], ids[1], ids[0]], ".csv")  # text ids against integers
     order = matrices.row_order(labels, [same, moved, as_csv], "id")
     assert order[0] is None and order[1].tolist() == [1, 3, 0, 2] and order[2].tolist() == [3, 2, 1, 0]
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    labels_ids=st.lists(st.integers(-(2**40), 2**40), min_size=1, max_size=30, unique=True),
+    text=st.booleans(),
+    sort_labels=st.booleans(),
+    change=st.sampled_from([None, "repeat", "replace", "add"]),
+    seed=st.integers(0, 10**6),
+)
+def test_row_order_agrees_with_a_pandas_index(tmp_path, labels_ids, text, sort_labels, change, seed):
+    """Integer ids (sorted or not) are matched by sorting, text by hashing: either way the positions
+    are pandas' ``get_indexer``, and a file whose ids are not the labels' reordered is refused."""
+    rng = np.random.default_rng(seed)
+    labels_ids = sorted(labels_ids) if sort_labels else labels_ids
+    file_ids = [labels_ids[i] for i in rng.permutation(len(labels_ids))]
+    if change == "repeat" and len(file_ids) > 1:
+        file_ids[-1] = file_ids[0]
+    elif change == "replace":
+        file_ids[-1] = 2**41
+    elif change == "add":
+        file_ids.append(2**41)
+    labels_ids, file_ids = ([f"s{i}" for i in x] if text else x for x in (labels_ids, file_ids))
+    labels = _write(pd.DataFrame({"id": labels_ids, "label": "a"}), tmp_path / f"labels{seed}.parquet")
+    source = _ids_file(tmp_path, f"g{seed}", file_ids)
+    if sorted(file_ids) != sorted(labels_ids):
+        with pytest.raises(DataError, match=f"g{seed}.parquet: id"):
+            matrices.row_order(labels, [source], "id")
+        return
+    (rows,) = matrices.row_order(labels, [source], "id")
+    expected = pd.Index(file_ids).get_indexer(labels_ids)
+    assert (rows is None and file_ids == labels_ids) or rows.tolist() == expected.tolist()
 
 
 @pytest.mark.parametrize(

@@ -11,11 +11,13 @@ or ids of different types are to be matched as text, the pandas readers of
 
 from __future__ import annotations
 
+import contextlib
+import itertools
 import queue
 import threading
 from collections.abc import Generator, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, BinaryIO
 
 import numpy as np
 import pyarrow as pa
@@ -27,6 +29,7 @@ from consistency_gate.io import predictions as io
 if TYPE_CHECKING:
     import pandas as pd
     import pyarrow.csv as pacsv
+    import pyarrow.parquet as pq
 
 
 def score_chunks(
@@ -57,34 +60,37 @@ def score_chunks(
 
 
 def _one_ahead(chunks: Iterator[np.ndarray]) -> Generator[np.ndarray, None, None]:
-    """``chunks``, each produced in a thread while the one before is used; an error in the thread
-    is raised here, where the chunk it was reading is asked for."""
+    """``chunks``, each produced in a thread while the one before is used, and no further ahead:
+    the thread starts on the chunk after next only once this one has been taken (two buffers serve
+    the reader, :class:`_Buffer`). An error in the thread is raised here, where the chunk it was
+    reading is asked for."""
     ready: queue.Queue = queue.Queue(maxsize=1)
+    taken = threading.Semaphore(0)
     stop = threading.Event()
 
-    def put(item: tuple[str, object]) -> bool:
-        while not stop.is_set():
-            try:
-                ready.put(item, timeout=0.1)
-                return True
-            except queue.Full:
-                continue
-        return False
+    def handed(item: tuple[str, object]) -> bool:
+        """Put ``item`` and wait until the reader takes it (False: the reader stopped)."""
+        ready.put(item)
+        while not taken.acquire(timeout=0.1):
+            if stop.is_set():
+                return False
+        return True
 
     def produce() -> None:
         try:
             for chunk in chunks:
-                if not put(("chunk", chunk)):
+                if not handed(("chunk", chunk)):
                     return
-            put(("end", None))
+            handed(("end", None))
         except BaseException as exc:  # noqa: BLE001 - handed to the reader, which raises it
-            put(("error", exc))
+            handed(("error", exc))
 
     thread = threading.Thread(target=produce, name="consistency-gate-reader", daemon=True)
     thread.start()
     try:
         while True:
             kind, item = ready.get()
+            taken.release()
             if kind == "end":
                 return
             if kind == "error":
@@ -102,6 +108,7 @@ def _in_order(source: io.PredictionSource, chunk_rows: int) -> Iterator[np.ndarr
         for table in _tables(source, chunk_rows):
             buffer = buffer or _Buffer(table, source.classes, chunk_rows)
             matrix = buffer.rows(table)
+            del table  # its row group is freed before the next is read
             io.check_scores(matrix, source, start)
             yield matrix
             start += len(matrix)
@@ -111,30 +118,98 @@ def _in_order(source: io.PredictionSource, chunk_rows: int) -> Iterator[np.ndarr
                 yield io.score_matrix(frame, source)
 
 
-def _reordered(source: io.PredictionSource, chunk_rows: int, positions: np.ndarray) -> Iterator[np.ndarray]:
-    """The file's rows in the order of ``positions``: the file is read a row group or block at a
-    time into one matrix per class column (its scores' size in memory, no more), then each chunk
-    is gathered column by column (a column of a million float32 scores is 4 MB and stays in cache)."""
-    buffer: _Buffer | None = None
-    columns = np.empty(0)
-    at = 0
-    try:
-        for table in _tables(source, chunk_rows):
-            if buffer is None:
-                buffer = _Buffer(table, source.classes, chunk_rows)
-                columns = np.empty((len(source.classes), len(positions)), dtype=buffer.dtype)
-            buffer.fill(table, columns[:, at : at + table.num_rows])
-            at += table.num_rows
-    except pa.ArrowException:  # a value pyarrow cannot read as a number: pandas reads it, or says why
-        import pandas as pd
+REORDER_IN_MEMORY = 256 * 2**20
+"""Bytes of scores a file read out of the labels' order may hold in memory. A larger file is put in
+order through a temporary file of its scores' size (in :func:`tempfile.gettempdir`, ``TMPDIR``)."""
 
-        whole = io.score_matrix(pd.concat(io.iter_frames(source.path, source.columns, chunk_rows)), source)
-        yield from (whole[rows] for _, rows in position_chunks(positions, chunk_rows))
-        return
-    for _, rows in position_chunks(positions, chunk_rows):
-        matrix = buffer.gather(columns, rows)
-        io.check_scores(matrix, source, rows)
-        yield matrix
+
+def _reordered(source: io.PredictionSource, chunk_rows: int, positions: np.ndarray) -> Iterator[np.ndarray]:
+    """The file's rows in the order of ``positions``, in memory of at most
+    :data:`REORDER_IN_MEMORY` plus a few chunks, whatever the number of rows."""
+    with contextlib.ExitStack() as cleanup:
+        try:
+            tables = _tables(source, chunk_rows)
+            first = next(tables)
+            buffer = _Buffer(first, source.classes, chunk_rows)
+            tables = itertools.chain([first], tables)
+            del first
+            if len(positions) * len(source.classes) * buffer.dtype.itemsize <= REORDER_IN_MEMORY:
+                placed: _InMemory | _OnDisk = _InMemory(tables, buffer, len(positions))
+            else:
+                import tempfile
+
+                spill = cleanup.enter_context(tempfile.TemporaryFile(prefix="consistency-gate-reorder-"))
+                placed = _OnDisk(tables, buffer, positions, chunk_rows, spill)
+        except pa.ArrowException:  # a value pyarrow cannot read as a number: pandas reads it, or says why
+            import pandas as pd
+
+            whole = io.score_matrix(pd.concat(io.iter_frames(source.path, source.columns, chunk_rows)), source)
+            yield from (whole[rows] for _, rows in position_chunks(positions, chunk_rows))
+            return
+        for i, (_, rows) in enumerate(position_chunks(positions, chunk_rows)):
+            matrix = placed.chunk(i, rows)
+            io.check_scores(matrix, source, rows)
+            yield matrix
+
+
+class _InMemory:
+    """A whole file's scores as one matrix per class column (its scores' size in memory); each
+    chunk is gathered column by column (a column of a million float32 scores is 4 MB and stays in
+    cache)."""
+
+    def __init__(self, tables: Iterator[pa.Table], buffer: _Buffer, rows: int) -> None:
+        self.buffer = buffer
+        self.columns = np.empty((len(buffer.classes), rows), dtype=buffer.dtype)
+        at = 0
+        for table in tables:
+            buffer.fill(table, self.columns[:, at : at + table.num_rows])
+            at += table.num_rows
+
+    def chunk(self, index: int, rows: np.ndarray) -> np.ndarray:
+        """File rows ``rows`` (those of output chunk ``index``) as a (rows, classes) matrix."""
+        return self.buffer.gather(self.columns, rows)
+
+
+class _OnDisk:
+    """A file's rows sorted by the output chunk they belong to, through a temporary file (a bucket
+    sort on disk): each chunk of the file as read is split by output chunk and appended to the file
+    a segment at a time; an output chunk then reads its segments back, which hold its rows in file
+    order, and puts them in its own. Memory: a few chunks, and 10 bytes per row of positions."""
+
+    def __init__(
+        self, tables: Iterator[pa.Table], buffer: _Buffer, positions: np.ndarray, chunk_rows: int, file: BinaryIO
+    ) -> None:
+        self.buffer = buffer
+        count = -(-len(positions) // chunk_rows)
+        destination = np.empty(len(positions), dtype=np.min_scalar_type(count))  # file row -> output chunk
+        destination[positions] = np.arange(len(positions)) // chunk_rows
+        self.segments: list[list[tuple[int, int]]] = [[] for _ in range(count)]  # (offset, rows) per output chunk
+        self.scratch = np.empty((chunk_rows, len(buffer.classes)), dtype=buffer.dtype)
+        self.file = file
+        at = 0
+        for table in tables:
+            rows = buffer.rows(table)
+            chunks = destination[at : at + len(rows)]
+            order = np.argsort(chunks, kind="stable")
+            grouped = np.take(rows, order, axis=0, out=self.scratch[: len(rows)])
+            bounds = np.searchsorted(chunks[order], np.arange(count + 1))
+            for index in np.flatnonzero(np.diff(bounds)):
+                start, end = bounds[index], bounds[index + 1]
+                self.segments[index].append((self.file.tell(), end - start))
+                self.file.write(grouped[start:end])
+            at += len(rows)
+
+    def chunk(self, index: int, rows: np.ndarray) -> np.ndarray:
+        """File rows ``rows`` (those of output chunk ``index``) as a (rows, classes) matrix."""
+        in_file_order = self.scratch[: len(rows)]
+        at = 0
+        for offset, count in self.segments[index]:
+            self.file.seek(offset)
+            self.file.readinto(memoryview(in_file_order[at : at + count]).cast("B"))
+            at += count
+        matrix = self.buffer.next_rows(len(rows))
+        matrix[np.argsort(rows)] = in_file_order  # the i-th smallest file row goes where it is asked for
+        return matrix
 
 
 def position_chunks(positions: np.ndarray, chunk_rows: int) -> Iterator[tuple[int, np.ndarray]]:
@@ -150,14 +225,14 @@ def position_chunks(positions: np.ndarray, chunk_rows: int) -> Iterator[tuple[in
 
 class _Buffer:
     """Matrices reused chunk after chunk: the chunk's columns as read, then its rows, in turn in
-    three matrices (one being used, one waiting, one being filled: see :func:`_one_ahead`)."""
+    two matrices (one being used, one being filled: see :func:`_one_ahead`)."""
 
     def __init__(self, table: pa.Table, classes: tuple[str, ...], rows: int) -> None:
         float32 = all(table.column(name).type == pa.float32() for name in classes)
         self.dtype = np.dtype(np.float32 if float32 else np.float64)
         self.classes = classes
         self.by_column = np.empty((len(classes), rows), dtype=self.dtype)
-        self.by_rows = [np.empty((rows, len(classes)), dtype=self.dtype) for _ in range(3)]
+        self.by_rows = [np.empty((rows, len(classes)), dtype=self.dtype) for _ in range(2)]
         self.turn = 0
 
     def rows(self, table: pa.Table) -> np.ndarray:
@@ -180,9 +255,13 @@ class _Buffer:
             np.take(column, rows, out=self.by_column[i, : len(rows)])
         return self._transposed(len(rows))
 
-    def _transposed(self, n: int) -> np.ndarray:
+    def next_rows(self, n: int) -> np.ndarray:
+        """The next of the (rows, classes) matrices used in turn, ``n`` rows of it."""
         self.turn = (self.turn + 1) % len(self.by_rows)
-        matrix = self.by_rows[self.turn][:n]
+        return self.by_rows[self.turn][:n]
+
+    def _transposed(self, n: int) -> np.ndarray:
+        matrix = self.next_rows(n)
         matrix[...] = self.by_column[:, :n].T
         return matrix
 
@@ -233,22 +312,30 @@ def _tables(source: io.PredictionSource, chunk_rows: int) -> Iterator[pa.Table]:
         else:
             import pyarrow.parquet as pq
 
-            # a row group at a time (pyarrow decodes a whole one for any batch of it), its columns in parallel
-            parquet = pq.ParquetFile(source.path, pre_buffer=False)
-            groups = (parquet.read_row_group(i, columns=classes) for i in range(parquet.num_row_groups))
-            batches = (batch for group in groups for batch in group.to_batches())
+            batches = _row_groups(pq.ParquetFile(source.path, pre_buffer=False), classes)
+    # Each row group (or CSV block) is freed before the next is read: no reference to one is held
+    # past the chunks cut from it (the peak memory does not grow with the number of row groups).
     held: list[pa.RecordBatch] = []
     count = 0
     for batch in batches:
         held.append(batch)
         count += batch.num_rows
+        del batch
         while count >= chunk_rows:
             table = pa.Table.from_batches(held)
-            yield table.slice(0, chunk_rows)
-            rest = table.slice(chunk_rows)
-            held, count = rest.to_batches(), rest.num_rows
+            chunk, held, count = table.slice(0, chunk_rows), table.slice(chunk_rows).to_batches(), count - chunk_rows
+            del table
+            yield chunk
+            del chunk
     if count:
         yield pa.Table.from_batches(held)
+
+
+def _row_groups(parquet: pq.ParquetFile, classes: list[str]) -> Iterator[pa.RecordBatch]:
+    """A Parquet file's class columns a row group at a time (pyarrow decodes a whole one for any
+    batch of it), its columns in parallel."""
+    for i in range(parquet.num_row_groups):
+        yield from parquet.read_row_group(i, columns=classes).to_batches()
 
 
 def row_order(labels: Path, sources: list[io.PredictionSource], id_column: str) -> list[np.ndarray | None]:
@@ -276,28 +363,64 @@ def row_order(labels: Path, sources: list[io.PredictionSource], id_column: str) 
         if ids.equals(reference):
             order.append(None)
             continue
-        positions = pc.index_in(reference, value_set=ids)
-        if positions.null_count == 0 and len(ids) == len(reference):
-            rows = positions.to_numpy()
-            if np.bincount(rows, minlength=len(rows)).max() == 1:  # each row once: no id repeated
-                order.append(rows)
-                continue
-        _require_unique(ids, source.path, id_column)  # an error below: a repeated id first, as it is named
-        if positions.null_count:
-            missing = pc.is_null(positions)
-            first = str(reference[int(pc.index(missing, True).as_py())].as_py())  # ids are text, as pandas reads them
-            raise DataError(
-                f"{source.path}: id {plain(first)} of {labels} is missing "
-                f"({positions.null_count} ids in all); every file needs the same ids"
-            )
-        if len(ids) != len(reference):
-            extra = pc.invert(pc.is_in(ids, value_set=reference))
-            first = str(ids[int(pc.index(extra, True).as_py())].as_py())
-            raise DataError(
-                f"{source.path}: id {plain(first)} is not in {labels} "
-                f"({len(ids) - len(reference)} such ids); every file needs the same ids"
-            )
+        rows = _positions(reference, ids)
+        if rows is None:
+            _mismatch(reference, ids, labels, source.path, id_column)
+        order.append(rows)
     return order
+
+
+def _positions(reference: pa.Array, ids: pa.Array) -> np.ndarray | None:
+    """The row of ``ids`` that holds each id of ``reference`` (unique, no nulls), where ``ids``
+    holds the same ids, each once; None where it does not. Integer ids are matched by sorting
+    (a few vectors of 8 bytes a row), text by a hash look-up.
+
+    >>> _positions(pa.array([7, 8, 9]), pa.array([9, 7, 8])).tolist(), _positions(pa.array([7, 8]), pa.array([7, 7]))
+    ([1, 2, 0], None)
+    >>> _positions(pa.array(["b", "a"]), pa.array(["a", "b"])).tolist()
+    [1, 0]
+    """
+    if len(ids) != len(reference) or ids.null_count:
+        return None
+    if pa.types.is_integer(ids.type):
+        wanted, values = reference.to_numpy(), ids.to_numpy()
+        rows = np.argsort(values, kind="stable")  # the rows of ids in increasing id order
+        if _increasing(wanted):
+            return rows if np.array_equal(values[rows], wanted) else None
+        by_reference = np.argsort(wanted, kind="stable")  # the reference in increasing id order
+        if not np.array_equal(values[rows], wanted[by_reference]):
+            return None
+        in_reference_order = np.empty_like(rows)
+        in_reference_order[by_reference] = rows
+        return in_reference_order
+    positions = pc.index_in(reference, value_set=ids)
+    if positions.null_count:
+        return None
+    rows = positions.to_numpy()
+    return rows if np.bincount(rows, minlength=len(rows)).max() == 1 else None  # each row once: no id repeated
+
+
+def _mismatch(reference: pa.Array, ids: pa.Array, labels: Path, path: Path, id_column: str) -> None:
+    """DataError naming the first id that keeps ``ids`` from being ``reference`` reordered: a
+    repeated id, an id missing from ``path``, or one that is not in ``labels``."""
+    _require_unique(ids, path, id_column)
+    missing = pc.invert(pc.is_in(reference, value_set=ids))
+    if pc.any(missing).as_py():
+        first = str(reference[int(pc.index(missing, True).as_py())].as_py())  # ids are text, as pandas reads them
+        raise DataError(
+            f"{path}: id {plain(first)} of {labels} is missing "
+            f"({pc.sum(missing).as_py()} ids in all); every file needs the same ids"
+        )
+    extra = pc.invert(pc.is_in(ids, value_set=reference))
+    first = str(ids[int(pc.index(extra, True).as_py())].as_py())
+    raise DataError(
+        f"{path}: id {plain(first)} is not in {labels} "
+        f"({len(ids) - len(reference)} such ids); every file needs the same ids"
+    )
+
+
+def _increasing(values: np.ndarray) -> bool:
+    return bool(np.all(values[1:] > values[:-1]))
 
 
 def _comparable(a: pa.DataType, b: pa.DataType) -> bool:
@@ -322,6 +445,8 @@ def _ids(path: Path, column: str) -> pa.Array:
 
 def _require_unique(ids: pa.Array, path: Path, column: str) -> None:
     """DataError naming the row of the first empty id, or an id that appears twice."""
+    if ids.null_count == 0 and pa.types.is_integer(ids.type) and _increasing(ids.to_numpy()):
+        return  # ids in increasing order, as most are: no hash table of a million ids
     if ids.null_count or len(pc.unique(ids)) != len(ids):  # (count_distinct's hash table is larger)
         io.unique_ids(io.read_column(path, column), path, column)  # raises, naming the row or the id
 
