@@ -592,6 +592,8 @@ def main(argv: list[str] | None = None) -> None:
     """Entry point: run the CLI and turn GateErrors into one line and their exit code. MLflow's
     INFO lines, progress bars and run links are off unless the environment sets them
     (``QUIET_ENVIRONMENT``); credentials are redacted in every log line."""
+    global _verbose
+    _verbose = False  # set by this call's --verbose only (main may run more than once in a process)
     for name, value in QUIET_ENVIRONMENT.items():
         os.environ.setdefault(name, value)
     redact_logs()

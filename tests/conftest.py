@@ -1,4 +1,5 @@
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -38,16 +39,47 @@ def _reports_match_the_schema(monkeypatch):
     monkeypatch.setattr(GateResult, "to_dict", lambda self: assert_valid_report(to_dict(self)))
 
 
-def run_cli(*args: str, cwd: Path | None = None, env: dict | None = None, timeout: float = 300):
-    """Run ``consistency-gate`` as a subprocess; returns the CompletedProcess."""
-    return subprocess.run(
-        [sys.executable, "-m", "consistency_gate", *map(str, args)],
-        capture_output=True,
-        text=True,
-        cwd=cwd,
-        env=env,
-        timeout=timeout,
-    )
+def run_cli(
+    *args: str, cwd: Path | None = None, env: dict | None = None, timeout: float = 300, process: bool = False
+) -> subprocess.CompletedProcess:
+    """Run ``consistency-gate`` and return what it printed and its exit code, as a CompletedProcess.
+
+    It runs in this process (``consistency_gate.cli.main``, the console script's entry point, with
+    stdout and stderr captured), which pays the imports once per worker instead of once per call,
+    unless the test needs a process of its own: another environment (``env``), or ``process=True``
+    where what it checks is the process (everything a library prints to stderr, a timeout, a kill)."""
+    if env is not None or process:
+        return subprocess.run(
+            [sys.executable, "-m", "consistency_gate", *map(str, args)],
+            capture_output=True,
+            text=True,
+            cwd=cwd,
+            env=env,
+            timeout=timeout,
+        )
+    return _run_in_process([str(a) for a in args], cwd)
+
+
+def _run_in_process(argv: list[str], cwd: Path | None) -> subprocess.CompletedProcess:
+    from click.testing import CliRunner
+
+    from consistency_gate.cli import main
+
+    environment, folder = dict(os.environ), os.getcwd()
+    with CliRunner().isolation() as (stdout, stderr, _):
+        try:
+            if cwd is not None:
+                os.chdir(cwd)
+            main(argv)
+            code = 0
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else int(exc.code is not None)
+        finally:  # main sets MLflow's quiet environment: this process's stays as it was
+            os.chdir(folder)
+            os.environ.clear()
+            os.environ.update(environment)
+        out, err = stdout.getvalue().decode(), stderr.getvalue().decode()
+    return subprocess.CompletedProcess(["consistency-gate", *argv], code, out, err)
 
 
 def start_cli(*args: str, env: dict | None = None) -> subprocess.Popen:

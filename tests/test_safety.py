@@ -563,7 +563,8 @@ def test_unusable_tracking_uris_are_refused_in_one_line_without_secrets(store, t
         uri = f"sqlite:///{tmp_path / 'notes.db'}"
     config = tmp_path / "gate.yaml"
     config.write_text("rules:\n  - {metric: con, min: 0.5}\n")
-    proc = run_cli(*check_args("2", store["data"], config, uri), cwd=tmp_path)
+    # its own process: no library may print the secret to stderr either
+    proc = run_cli(*check_args("2", store["data"], config, uri), cwd=tmp_path, process=True)
     assert proc.returncode == code, proc.stderr
     line = _one_error_line(proc)
     assert expected in line and "s3cret" not in proc.stderr

@@ -224,7 +224,7 @@ def test_remediation_with_the_users_recipe_registers_an_ensemble_that_serves_els
     proc = run_cli(
         "check", "--model", MODEL, "--candidate", "2", "--data", store["npz"], "--id-column", "id",
         "--config", recipe_dir / "gate.yaml", "--tracking-uri", store["uri"], "--report", report,
-        cwd=recipe_dir,
+        cwd=recipe_dir, process=True,  # its own process: what the libraries print to stderr is checked
     )  # fmt: skip
     assert proc.returncode == 0, proc.stdout + proc.stderr
     # the tool's own output only, and why the ensemble trains before it does (issue 17)
