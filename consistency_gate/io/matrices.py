@@ -153,21 +153,20 @@ def _reordered(source: io.PredictionSource, chunk_rows: int, positions: np.ndarr
 
 
 class _InMemory:
-    """A whole file's scores as one matrix per class column (its scores' size in memory); each
-    chunk is gathered column by column (a column of a million float32 scores is 4 MB and stays in
-    cache)."""
+    """A whole file's scores as one (rows, classes) matrix (its scores' size in memory); each chunk
+    is gathered from it row by row."""
 
     def __init__(self, tables: Iterator[pa.Table], buffer: _Buffer, rows: int) -> None:
         self.buffer = buffer
-        self.columns = np.empty((len(buffer.classes), rows), dtype=buffer.dtype)
+        self.rows = np.empty((rows, len(buffer.classes)), dtype=buffer.dtype)
         at = 0
         for table in tables:
-            buffer.fill(table, self.columns[:, at : at + table.num_rows])
+            self.rows[at : at + table.num_rows] = buffer.rows(table)
             at += table.num_rows
 
     def chunk(self, index: int, rows: np.ndarray) -> np.ndarray:
         """File rows ``rows`` (those of output chunk ``index``) as a (rows, classes) matrix."""
-        return self.buffer.gather(self.columns, rows)
+        return np.take(self.rows, rows, axis=0, out=self.buffer.next_rows(len(rows)))
 
 
 class _OnDisk:
@@ -247,13 +246,6 @@ class _Buffer:
             for chunk in table.column(name).chunks:  # no copy of a float chunk without nulls
                 out[i, at : at + len(chunk)] = chunk.to_numpy(zero_copy_only=False)
                 at += len(chunk)
-
-    def gather(self, columns: np.ndarray, rows: np.ndarray) -> np.ndarray:
-        """Rows ``rows`` of the whole file's (classes, rows) ``columns`` as a C-contiguous (rows,
-        classes) matrix."""
-        for i, column in enumerate(columns):
-            np.take(column, rows, out=self.by_column[i, : len(rows)])
-        return self._transposed(len(rows))
 
     def next_rows(self, n: int) -> np.ndarray:
         """The next of the (rows, classes) matrices used in turn, ``n`` rows of it."""
