@@ -230,3 +230,20 @@ def test_different_class_sets_align_by_id():
     a0, b0 = np.array([0.3, 0.7, 0.0]), np.array([0.1, 0.1, 0.8])
     expected = np.mean([np.corrcoef(a0, b0)[0, 1], np.corrcoef(a1, b1)[0, 1]])
     assert values["pearson"] == pytest.approx(expected)
+
+
+@settings(max_examples=50, deadline=None)
+@given(
+    st.lists(st.integers(0, 12), min_size=1, max_size=40),
+    st.lists(st.integers(0, 9), min_size=2, max_size=6, unique=True),
+    st.integers(0, 10**6),
+)
+def test_unknown_labels_are_those_no_column_holds(y, columns, seed):
+    """A sample's true class counts as unknown to a generation exactly when none of its score
+    columns is that class (cross-checked with numpy's isin)."""
+    y, columns = np.array(y), np.array(columns)
+    scores = np.random.default_rng(seed).random((len(y), len(columns)))
+    known = Outputs.from_scores(scores, columns, k_max=1)
+    values = ConsistencyCounts(ks=(1,)).sample_values(y, known, Outputs.from_labels(y))
+    assert values["unknown_previous"].tolist() == (~np.isin(y, columns)).tolist()
+    assert not values["unknown_candidate"].any()

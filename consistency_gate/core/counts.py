@@ -384,7 +384,11 @@ def _unknown(y_true: np.ndarray, out: Outputs) -> np.ndarray:
     """Per sample: its true class is not a class of this generation's scores."""
     if out.columns is None:
         return np.zeros(y_true.size, dtype=bool)
-    return ~np.isin(y_true, out.columns)
+    if y_true.size == 0 or y_true.min() < 0:
+        return ~np.isin(y_true, out.columns)
+    known = np.zeros(max(int(y_true.max()), int(out.columns.max(initial=0))) + 1, dtype=bool)
+    known[out.columns] = True  # a look-up table of class ids: one gather, where isin sorts
+    return ~known[y_true]
 
 
 def _similarity_values(previous: Outputs, candidate: Outputs) -> dict[str, np.ndarray]:

@@ -134,15 +134,8 @@ def rowwise_pearson(
     >>> rowwise_pearson(*sums, 3).tolist()
     [-1.0]
     """
-    cov = dot_ab - sum_a * sum_b / width
-    var_a = sq_a - sum_a**2 / width
-    var_b = sq_b - sum_b**2 / width
-    tol = rel_tol * width
-    defined = (var_a > tol * sq_a) & (var_b > tol * sq_b)
-    denom = np.sqrt(np.clip(var_a, 0, None) * np.clip(var_b, 0, None))
-    with np.errstate(invalid="ignore", divide="ignore"):
-        r = np.where(defined, cov / denom, np.nan)
-    return np.clip(r, -1.0, 1.0)
+    sums = [np.ascontiguousarray(v, dtype=np.float64) for v in (sum_a, sum_b, sq_a, sq_b, dot_ab)]
+    return kernels.pearson_rows(*sums, int(width), float(rel_tol * width))
 
 
 def rounding_tolerance(*arrays: np.ndarray) -> float:
@@ -160,7 +153,5 @@ def rowwise_cosine(sq_a: np.ndarray, sq_b: np.ndarray, dot_ab: np.ndarray) -> np
     >>> rowwise_cosine(np.array([1.0, 0.0]), np.array([4.0, 1.0]), np.array([2.0, 0.0])).tolist()
     [1.0, nan]
     """
-    denom = np.sqrt(sq_a * sq_b)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        c = np.where(denom > 0, dot_ab / denom, np.nan)
-    return np.clip(c, -1.0, 1.0)
+    sums = [np.ascontiguousarray(v, dtype=np.float64) for v in (sq_a, sq_b, dot_ab)]
+    return kernels.cosine_rows(*sums)
