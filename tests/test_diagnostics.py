@@ -126,6 +126,7 @@ def test_augmented_loss():
         dec.augmented_loss(logits, target, 1.5)
 
 
+@pytest.mark.slow  # trains seed000's two members
 def test_seed000_weaker_member_adds_almost_nothing():
     probs, y = seed000_members()
     report = diagnose(["A", "B"], probs, y, [str(i) for i in range(1000)])

@@ -43,6 +43,7 @@ def test_dockerfile_installs_as_ci_does():
     assert PRECOMPILE in dockerfile and "NUMBA_CACHE_DIR=/opt/numba-cache" in dockerfile
 
 
+@pytest.mark.slow  # compiles every kernel in a fresh cache
 def test_kernels_precompile_into_the_cache_dir(tmp_path):
     """What the image build runs: the kernels land in NUMBA_CACHE_DIR for later processes."""
     env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path)}
