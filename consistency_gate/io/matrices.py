@@ -3,7 +3,8 @@
 What ``compare`` and the prediction-file gate spend their time on: reading a file's class columns
 (pyarrow, a Parquet row group or CSV block at a time, into one float matrix per chunk, no pandas frame
 of 100 columns; the next chunk read in a thread) and putting a file's rows in the labels file's id
-order (a hash look-up of every id, no pandas index).
+order (integer ids by sorting, text ids by a hash look-up; no pandas index), in memory or, for a large
+file, through a temporary file (:data:`REORDER_IN_MEMORY`).
 Where pyarrow cannot read a file as numbers (a text value among the scores, a CSV it cannot parse),
 or ids of different types are to be matched as text, the pandas readers of
 :mod:`consistency_gate.io.predictions` take over: they word the error, or read what pyarrow would not.
