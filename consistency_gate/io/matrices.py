@@ -198,6 +198,8 @@ class _OnDisk:
                 self.segments[index].append((self.file.tell(), end - start))
                 self.file.write(grouped[start:end])
             at += len(rows)
+            del table  # pyarrow's allocator keeps what its decoding threads freed unless told: 745 -> 665 MB
+            pa.default_memory_pool().release_unused()  # at 1,000,000 shuffled rows, for about 5% of the time
 
     def chunk(self, index: int, rows: np.ndarray) -> np.ndarray:
         """File rows ``rows`` (those of output chunk ``index``) as a (rows, classes) matrix."""
