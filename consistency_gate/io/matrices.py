@@ -18,7 +18,7 @@ import queue
 import threading
 from collections.abc import Generator, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, BinaryIO
+from typing import TYPE_CHECKING, BinaryIO, TypeVar
 
 import numpy as np
 import pyarrow as pa
@@ -31,6 +31,8 @@ if TYPE_CHECKING:
     import pandas as pd
     import pyarrow.csv as pacsv
     import pyarrow.parquet as pq
+
+T = TypeVar("T")
 
 
 def score_chunks(
@@ -60,7 +62,7 @@ def score_chunks(
     return _one_ahead(chunks)
 
 
-def _one_ahead(chunks: Iterator[np.ndarray]) -> Generator[np.ndarray, None, None]:
+def _one_ahead(chunks: Iterator[T]) -> Generator[T, None, None]:
     """``chunks``, each produced in a thread while the one before is used, and no further ahead:
     the thread starts on the chunk after next only once this one has been taken (two buffers serve
     the reader, :class:`_Buffer`). An error in the thread is raised here, where the chunk it was
@@ -130,6 +132,8 @@ def _reordered(source: io.PredictionSource, chunk_rows: int, positions: np.ndarr
     with contextlib.ExitStack() as cleanup:
         try:
             tables = _tables(source, chunk_rows)
+            if _is_csv(source.path):  # a CSV block parses on one core: the next one while this one is placed
+                tables = _one_ahead(tables)
             first = next(tables)
             buffer = _Buffer(first, source.classes, chunk_rows)
             tables = itertools.chain([first], tables)
