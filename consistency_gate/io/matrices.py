@@ -64,9 +64,9 @@ def score_chunks(
 
 def _one_ahead(chunks: Iterator[T]) -> Generator[T, None, None]:
     """``chunks``, each produced in a thread while the one before is used, and no further ahead:
-    the thread starts on the chunk after next only once this one has been taken (two buffers serve
-    the reader, :class:`_Buffer`). An error in the thread is raised here, where the chunk it was
-    reading is asked for."""
+    the thread starts on the chunk after next only once this one has been taken (so a producer that
+    reuses its buffers needs two, as :class:`_Buffer` does). An error in the thread is raised here,
+    where the chunk it was reading is asked for."""
     ready: queue.Queue = queue.Queue(maxsize=1)
     taken = threading.Semaphore(0)
     stop = threading.Event()
