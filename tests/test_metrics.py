@@ -79,21 +79,44 @@ def test_top_k_kernel_equals_stable_sort_on_wide_rows(p, k, seed):
         )
     )
 )
-def test_ranks_equal_their_set_definitions(case):
-    """first_shared_rank is the least k whose top-k sets meet; true_class_rank the least k whose
-    top-k set holds the class (k_max + 1 when none does)."""
+def test_pair_indicators_equal_their_set_definitions(case):
+    """Each indicator row of pair_indicators is its definition on sets: the flips from who is right,
+    CACC-k the true class in a list's first k, CCON-k the first k of both lists sharing a class."""
     top_a, top_b = case
     n = min(len(top_a), len(top_b))
     top_a, top_b = top_a[:n], top_b[:n]
     k_max = top_a.shape[1]
-    shared = [
-        next((k for k in range(1, k_max + 1) if set(a[:k]) & set(b[:k])), k_max + 1)
-        for a, b in zip(top_a, top_b, strict=True)
-    ]
-    assert rows.first_shared_rank(top_a, top_b).tolist() == shared
-    y = top_b[:, 0] if n else np.zeros(0, dtype=np.int64)
-    truth = [next((k for k in range(1, k_max + 1) if t in a[:k]), k_max + 1) for t, a in zip(y, top_a, strict=True)]
-    assert rows.true_class_rank(y, top_a).tolist() == truth
+    y = top_b[:, -1] if n else np.zeros(0, dtype=np.int64)
+    ks = list(range(1, k_max + 1))
+    table = rows.pair_indicators(y, top_a, top_b, ks)
+    assert table.shape == (len(rows.INDICATORS) + 3 * k_max, n) and table.dtype == bool
+    named = dict(zip(rows.INDICATORS, table[: len(rows.INDICATORS)], strict=True))
+    right_a, right_b = top_a[:, 0] == y, top_b[:, 0] == y
+    expected = {
+        "ctoc": right_a & right_b,
+        "ctoi": right_a & ~right_b,
+        "itoc": ~right_a & right_b,
+        "itoi": ~right_a & ~right_b,
+        "correct_previous": right_a,
+        "correct_candidate": right_b,
+        "agree": top_a[:, 0] == top_b[:, 0],
+    }
+    for name, want in expected.items():
+        assert named[name].tolist() == want.tolist(), name
+    cacc_a, cacc_b, ccon = np.split(table[len(rows.INDICATORS) :], 3)
+    for j, k in enumerate(ks):
+        assert cacc_a[j].tolist() == [t in a[:k] for t, a in zip(y, top_a, strict=True)], k
+        assert cacc_b[j].tolist() == [t in b[:k] for t, b in zip(y, top_b, strict=True)], k
+        assert ccon[j].tolist() == [bool(set(a[:k]) & set(b[:k])) for a, b in zip(top_a, top_b, strict=True)], k
+
+
+def test_pair_indicators_of_a_hard_label_and_a_top_list():
+    """A hard label is a list of one: its CACC-2 is being right; CCON-k reads the first min(k, 1)."""
+    table = rows.pair_indicators(np.array([2, 2]), np.array([[2], [0]]), np.array([[1, 2], [0, 1]]), [1, 2])
+    cacc_a, cacc_b, ccon = np.split(table[len(rows.INDICATORS) :], 3)
+    assert cacc_a.tolist() == [[True, False], [True, False]]
+    assert cacc_b.tolist() == [[False, False], [True, False]]
+    assert ccon.tolist() == [[False, True], [False, True]]
 
 
 @settings(max_examples=100, deadline=None)

@@ -140,14 +140,19 @@ class ConsistencyCounts:
         ([False, True], [True, False])
         """
         y_true = np.asarray(y_true, dtype=np.int64)
-        flips = rows.flip_indicators(y_true, previous.labels, candidate.labels)
-        values: dict[str, np.ndarray] = dict(zip(FLIP_NAMES, flips, strict=True))
-        values["correct_previous"] = flips[0] | flips[1]
-        values["correct_candidate"] = flips[0] | flips[2]
-        values["agree"] = previous.labels == candidate.labels
+        generations = dict(zip(ROLES, (previous, candidate), strict=True))
+        table = rows.pair_indicators(y_true, *(self._top(role, out) for role, out in generations.items()), self.ks)
+        head, tail = table[: len(rows.INDICATORS)], table[len(rows.INDICATORS) :]
+        values: dict[str, np.ndarray] = dict(zip(rows.INDICATORS, head, strict=True))
+        # then per k: CACC-k of the previous generation, of the candidate, and CCON-k
+        per_k = dict(zip(("cacc_previous", "cacc_candidate", "ccon"), np.split(tail, 3), strict=True))
+        scored = [role for role, out in generations.items() if out.top is not None]
+        for name in [f"cacc_{role}" for role in scored] + (["ccon"] if len(scored) == 2 else []):
+            values.update({f"{name}@{k}": row for k, row in zip(self.ks, per_k[name], strict=True)})
+        if len(scored) < 2 and 1 in self.ks:  # a hard label's top-1 consistency is agreement
+            values["ccon@1"] = values["agree"]
         values["unknown_previous"] = _unknown(y_true, previous)
         values["unknown_candidate"] = _unknown(y_true, candidate)
-        values.update(self._topk_values(y_true, previous, candidate, values["agree"]))
         if previous.has_scores and candidate.has_scores:
             values.update(_similarity_values(previous, candidate))
         return values
@@ -181,26 +186,13 @@ class ConsistencyCounts:
         elif known != has_scores:
             raise ValueError(f"the {role} generation mixes score batches and hard-label batches")
 
-    def _topk_values(
-        self, y_true: np.ndarray, previous: Outputs, candidate: Outputs, agree: np.ndarray
-    ) -> dict[str, np.ndarray]:
-        values, ranks = {}, {}
-        for role, out in zip(ROLES, (previous, candidate), strict=True):
-            if out.top is not None:
-                if out.top.shape[1] < self.k_max:
-                    raise ValueError(f"the {role} outputs hold the top {out.top.shape[1]}, need {self.k_max}")
-                top = out.top[:, : self.k_max]
-                ranks[role] = top
-                true_rank = rows.true_class_rank(y_true, top)
-                for k in self.ks:
-                    values[f"cacc_{role}@{k}"] = true_rank <= k
-        if len(ranks) == 2:
-            shared = rows.first_shared_rank(ranks["previous"], ranks["candidate"])
-            for k in self.ks:
-                values[f"ccon@{k}"] = shared <= k
-        elif 1 in self.ks:
-            values["ccon@1"] = agree
-        return values
+    def _top(self, role: str, out: Outputs) -> np.ndarray:
+        """A generation's top list, k_max long; hard labels are a list of one."""
+        if out.top is None:
+            return out.labels[:, None]
+        if out.top.shape[1] < self.k_max:
+            raise ValueError(f"the {role} outputs hold the top {out.top.shape[1]}, need {self.k_max}")
+        return out.top[:, : self.k_max]
 
     def merge(self, other: ConsistencyCounts) -> ConsistencyCounts:
         """A new ConsistencyCounts holding both sets of counts (map-reduce's reduce step)."""

@@ -11,8 +11,9 @@ metrics cost about nine passes. These kernels read each row once:
   ranked. Chunks are 32 columns wide, or 8 for rows under 2k chunks of 32 (100 classes and
   k = 5), where 32 would leave fewer than k chunks and no bound. Ties keep the lower index
   ahead, as :func:`numpy.argmax` does.
-- :func:`first_shared_ranks` and :func:`true_class_ranks`: each row's CCON-k and CACC-k rank from
-  its top-k lists, stopping at the first match (numpy would compare all k² pairs of every row).
+- :func:`pair_indicators`: each row's flips, agreement, CACC-k and CCON-k from the two top-k lists, in
+  one pass, each rank search stopping at the first match (numpy would compare all k² pairs of every
+  row, and take a pass for each indicator).
 - :func:`pair_moments`: the five per-row sums behind Pearson and cosine (sum a, sum b,
   sum a², sum b², sum ab), accumulated in float64 in one scan of both rows.
 
@@ -35,6 +36,7 @@ import numpy as np
 _CHUNK = 32  # columns per chunk, for rows of at least 2 * k chunks
 _SMALL_CHUNK = 8  # for narrower rows (e.g. 100 classes and k = 5), so that the bound still prunes
 _ROWS = 256  # rows per parallel task (buffers are allocated once per task)
+_ABSENT = 2**62  # the rank of a class not in a top list: above every k
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
@@ -188,41 +190,57 @@ def cosine_rows(sq_a: np.ndarray, sq_b: np.ndarray, dot_ab: np.ndarray) -> np.nd
 
 
 @numba.njit(cache=True, nogil=True, parallel=True)
-def first_shared_ranks(top_a: np.ndarray, top_b: np.ndarray) -> np.ndarray:  # pragma: no cover - compiled
-    """(n,) int64: the smallest k at which two (n, k_max) top lists share a class, k_max + 1 if never.
+def pair_indicators(
+    y_true: np.ndarray, top_a: np.ndarray, top_b: np.ndarray, ks: np.ndarray
+) -> np.ndarray:  # pragma: no cover - compiled
+    """(7 + 3 len(ks), n) uint8, one pass over the rows of two top lists (best first; a hard label is
+    a top list of one): whether A is right and B right (CtoC), A right and B wrong (CtoI), A wrong and
+    B right (ItoC), both wrong (ItoI); A right; B right; A and B give the same class; then for each k
+    of ``ks``, the true class is among A's first k classes; for each k, among B's; for each k, the
+    first min(k, m) classes of A and of B meet (m: the shorter list's length). Each rank search
+    stops at the first match.
 
-    >>> first_shared_ranks(np.array([[0, 1, 2], [0, 1, 2]]), np.array([[2, 1, 0], [3, 4, 5]])).tolist()
-    [2, 4]
+    >>> pair_indicators(np.array([2]), np.array([[0, 2]]), np.array([[1, 0]]), np.array([1, 2]))[:, 0].tolist()
+    [0, 0, 0, 1, 0, 0, 0, 0, 1, 0, 0, 0, 1]
     """
-    n, k_max = top_a.shape
-    out = np.full(n, k_max + 1, dtype=np.int64)
+    n = y_true.size
+    width_a, width_b, m = top_a.shape[1], top_b.shape[1], ks.size
+    shared_width = min(width_a, width_b)
+    out = np.empty((7 + 3 * m, n), dtype=np.uint8)
     for i in numba.prange(n):
-        for r in range(k_max):  # rank r + 1 shares a class if a[r] is in b[:r + 1] or b[r] in a[:r + 1]
+        y = y_true[i]
+        rank_a = _ABSENT
+        for r in range(width_a):
+            if top_a[i, r] == y:
+                rank_a = r + 1
+                break
+        rank_b = _ABSENT
+        for r in range(width_b):
+            if top_b[i, r] == y:
+                rank_b = r + 1
+                break
+        shared = _ABSENT
+        for r in range(shared_width):  # rank r + 1 meets if a[r] is in b[:r + 1] or b[r] in a[:r + 1]
             found = False
             for s in range(r + 1):
                 if top_a[i, r] == top_b[i, s] or top_b[i, r] == top_a[i, s]:
                     found = True
                     break
             if found:
-                out[i] = r + 1
+                shared = r + 1
                 break
-    return out
-
-
-@numba.njit(cache=True, nogil=True, parallel=True)
-def true_class_ranks(y_true: np.ndarray, top: np.ndarray) -> np.ndarray:  # pragma: no cover - compiled
-    """(n,) int64: the 1-based rank of ``y_true[i]`` in ``top[i]``, k_max + 1 if absent.
-
-    >>> true_class_ranks(np.array([2, 5]), np.array([[0, 2], [1, 3]])).tolist()
-    [2, 3]
-    """
-    n, k_max = top.shape
-    out = np.full(n, k_max + 1, dtype=np.int64)
-    for i in numba.prange(n):
-        for r in range(k_max):
-            if top[i, r] == y_true[i]:
-                out[i] = r + 1
-                break
+        right_a, right_b = rank_a == 1, rank_b == 1
+        out[0, i] = right_a and right_b
+        out[1, i] = right_a and not right_b
+        out[2, i] = right_b and not right_a
+        out[3, i] = not right_a and not right_b
+        out[4, i] = right_a
+        out[5, i] = right_b
+        out[6, i] = top_a[i, 0] == top_b[i, 0]
+        for j in range(m):
+            out[7 + j, i] = rank_a <= ks[j]
+            out[7 + m + j, i] = rank_b <= ks[j]
+            out[7 + 2 * m + j, i] = shared <= ks[j]
     return out
 
 
@@ -241,8 +259,7 @@ def precompile() -> None:
     pearson_rows(sums, sums, sums, sums, sums, 3, 1e-6)
     cosine_rows(sums, sums, sums)
     top = np.zeros((2, 2), dtype=np.int64)
-    first_shared_ranks(top, top)
-    true_class_ranks(np.zeros(2, dtype=np.int64), top)
+    pair_indicators(np.zeros(2, dtype=np.int64), top, top, np.ones(1, dtype=np.int64))
 
 
 def load_in_background() -> threading.Thread:

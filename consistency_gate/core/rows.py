@@ -11,6 +11,8 @@ the top-k sets nested (TopK is a subset of Top(K+1)), so CCON-k never decreases 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 
 from consistency_gate.core import kernels
@@ -59,47 +61,33 @@ def _int_matrix(top: np.ndarray) -> np.ndarray:
     return top
 
 
-def flip_indicators(
-    y_true: np.ndarray, pred_a: np.ndarray, pred_b: np.ndarray
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Per-sample booleans (CtoC, CtoI, ItoC, ItoI): A correct/incorrect -> B correct/incorrect.
+INDICATORS = ("ctoc", "ctoi", "itoc", "itoi", "correct_previous", "correct_candidate", "agree")
+"""The rows of :func:`pair_indicators` before its per-k rows."""
 
-    >>> [m.tolist() for m in flip_indicators(np.array([0, 1]), np.array([0, 0]), np.array([1, 1]))]
+
+def pair_indicators(y_true: np.ndarray, top_a: np.ndarray, top_b: np.ndarray, ks: Sequence[int]) -> np.ndarray:
+    """Per-sample booleans of two learners' top lists, one row each, in one compiled pass.
+
+    ``top_a`` and ``top_b`` are (n, k) class indices, best first (hard labels: lists of one). The
+    rows are :data:`INDICATORS` (CtoC, CtoI, ItoC, ItoI: A right or wrong, then B; A right; B right;
+    the same class), then for each k of ``ks`` (in increasing order) the true class is among A's first
+    k classes (CACC-k), then for each k among B's, then for each k the first min(k, m) classes of A
+    and of B share one (CCON-k; m is the shorter list's length).
+
+    >>> table = pair_indicators(np.array([0, 1]), np.array([[0], [0]]), np.array([[1], [1]]), ks=[1])
+    >>> table[:4].tolist()  # CtoC, CtoI, ItoC, ItoI
     [[False, False], [True, False], [False, True], [False, False]]
     """
-    a_ok = np.asarray(pred_a) == np.asarray(y_true)
-    b_ok = np.asarray(pred_b) == np.asarray(y_true)
-    return a_ok & b_ok, a_ok & ~b_ok, ~a_ok & b_ok, ~a_ok & ~b_ok
-
-
-def first_shared_rank(top_a: np.ndarray, top_b: np.ndarray) -> np.ndarray:
-    """Smallest k at which the two top-k lists of each row share a class (k_max + 1 if none).
-
-    ``top_a`` and ``top_b`` are (n, k_max) class indices, best first. Then
-    ``first_shared_rank(...) <= k`` is the CCON-k indicator for every k <= k_max at once.
-
-    >>> first_shared_rank(np.array([[0, 1, 2]]), np.array([[2, 1, 0]])).tolist()  # share 1 at rank 2
-    [2]
-    """
     top_a, top_b = _int_matrix(top_a), _int_matrix(top_b)
-    if top_a.shape != top_b.shape:
-        raise ValueError(f"top lists differ in shape: {top_a.shape} and {top_b.shape}")
-    return kernels.first_shared_ranks(top_a, top_b)
-
-
-def true_class_rank(y_true: np.ndarray, top: np.ndarray) -> np.ndarray:
-    """1-based position of the true class in each row's top list (k_max + 1 if absent).
-
-    ``true_class_rank(...) <= k`` is the CACC-k indicator for every k <= k_max.
-
-    >>> true_class_rank(np.array([2, 5]), np.array([[0, 2], [1, 3]])).tolist()
-    [2, 3]
-    """
-    top = _int_matrix(top)
     y_true = np.ascontiguousarray(y_true, dtype=np.int64)
-    if y_true.shape != top.shape[:1]:
-        raise ValueError(f"expected one true class per row of the top lists ({top.shape[0]}), got {y_true.shape}")
-    return kernels.true_class_ranks(y_true, top)
+    if not y_true.shape == top_a.shape[:1] == top_b.shape[:1]:
+        raise ValueError(
+            f"expected one true class per row of the top lists, got {y_true.shape}, {top_a.shape}, {top_b.shape}"
+        )
+    if min(top_a.shape[1], top_b.shape[1]) < 1:
+        raise ValueError("a top list needs at least one class")
+    ks = np.array(sorted(set(ks)), dtype=np.int64)
+    return kernels.pair_indicators(y_true, top_a, top_b, ks).view(bool)
 
 
 def row_moments(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, ...]:
