@@ -85,8 +85,9 @@ def main() -> None:
 
 
 def _outputs(y: np.ndarray, a: np.ndarray, b: np.ndarray) -> tuple:
-    columns = np.arange(a.shape[1])
-    return y, Outputs.from_scores(a, columns, KS[-1]), Outputs.from_scores(b, columns, KS[-1])
+    """update()'s arguments as compare gives them for two generations: both top lists and the pair's
+    per-row sums from one pass over each row pair."""
+    return y, *Outputs.pair_from_scores(a, b, np.arange(a.shape[1]), KS[-1])
 
 
 if __name__ == "__main__":

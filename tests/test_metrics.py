@@ -128,6 +128,28 @@ def test_row_moments_equal_numpy_sums(a):
         assert np.allclose(got, want, rtol=1e-12, atol=1e-12)
 
 
+@settings(max_examples=60, deadline=None)
+@given(
+    arrays(
+        np.float64,
+        st.tuples(st.integers(1, 20), st.integers(1, 400)),
+        elements=st.sampled_from([0.0, 0.25, 0.5, 1.0]) | st.floats(0, 1),  # many ties, or none
+    ),
+    st.integers(1, 6),
+    st.sampled_from([np.float32, np.float64]),
+)
+def test_pair_top_k_equals_top_k_and_row_moments_of_each(a, k, dtype):
+    """The one-pass pair kernel gives what the two top-k passes and the moments' pass give, for rows
+    narrow and wide enough for both chunk widths."""
+    a = a.astype(dtype)
+    b = a[::-1, ::-1].copy()
+    k = min(k, a.shape[1])
+    top_a, top_b, moments = rows.pair_top_k(a, b, k)
+    assert (top_a == rows.top_k(a, k)).all() and (top_b == rows.top_k(b, k)).all()
+    for got, want in zip(moments, rows.row_moments(a, b), strict=True):
+        assert np.allclose(got, want, rtol=1e-12, atol=1e-12)
+
+
 def test_topk_hand_case():
     y = np.array([2, 0])
     a = np.array([[0.5, 0.3, 0.2], [0.1, 0.6, 0.3]])  # top2: {0,1}, {1,2}

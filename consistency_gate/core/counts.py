@@ -49,10 +49,28 @@ class Outputs:
     def from_scores(cls, scores: np.ndarray, columns: np.ndarray | list[int], k_max: int) -> Outputs:
         """Outputs from an (n, p) score matrix whose column j holds class id ``columns[j]``."""
         columns = np.asarray(columns, dtype=np.int64)
-        top = rows.top_k(scores, k_max)
-        if not np.array_equal(columns, np.arange(columns.size)):  # column j is not class j
-            top = columns[top]
+        top = _classes(rows.top_k(scores, k_max), columns)
         return cls(labels=top[:, 0], top=top, scores=scores, columns=columns)
+
+    @classmethod
+    def pair_from_scores(
+        cls, previous: np.ndarray, candidate: np.ndarray, columns: np.ndarray | list[int], k_max: int
+    ) -> tuple[Outputs, Outputs, tuple[np.ndarray, ...]]:
+        """Both generations' outputs from (n, p) score matrices over the same ``columns``, and the
+        pair's per-row sums behind Pearson and cosine (:func:`~consistency_gate.core.rows.row_moments`),
+        in one pass over each row pair; :meth:`ConsistencyCounts.sample_values` takes the sums.
+
+        >>> prev, cand, moments = Outputs.pair_from_scores(np.array([[0.9, 0.1]]), np.array([[0.3, 0.7]]), [0, 1], 1)
+        >>> prev.labels.tolist(), cand.labels.tolist(), len(moments)
+        ([0], [1], 5)
+        """
+        columns = np.asarray(columns, dtype=np.int64)
+        top_a, top_b, moments = rows.pair_top_k(previous, candidate, k_max)
+        outputs = tuple(
+            cls(labels=top[:, 0], top=top, scores=scores, columns=columns)
+            for top, scores in ((_classes(top_a, columns), previous), (_classes(top_b, columns), candidate))
+        )
+        return outputs[0], outputs[1], moments
 
     @classmethod
     def from_labels(cls, labels: np.ndarray) -> Outputs:
@@ -63,6 +81,11 @@ class Outputs:
     def has_scores(self) -> bool:
         """Whether these outputs carry class scores (not only hard labels)."""
         return self.scores is not None
+
+
+def _classes(top: np.ndarray, columns: np.ndarray) -> np.ndarray:
+    """Top lists of column indices as class ids (column j holds class ``columns[j]``)."""
+    return top if np.array_equal(columns, np.arange(columns.size)) else columns[top]
 
 
 def _state(default: object = 0, merge: str = "sum") -> object:
@@ -118,9 +141,16 @@ class ConsistencyCounts:
         """The largest k counted."""
         return self.ks[-1]
 
-    def update(self, y_true: np.ndarray, previous: Outputs, candidate: Outputs) -> ConsistencyCounts:
-        """Add one batch (true class ids and both generations' outputs); returns self."""
-        values = self.sample_values(y_true, previous, candidate)
+    def update(
+        self,
+        y_true: np.ndarray,
+        previous: Outputs,
+        candidate: Outputs,
+        moments: tuple[np.ndarray, ...] | None = None,
+    ) -> ConsistencyCounts:
+        """Add one batch (true class ids and both generations' outputs, and the pair's per-row sums
+        where :meth:`Outputs.pair_from_scores` gave them); returns self."""
+        values = self.sample_values(y_true, previous, candidate, moments)
         return self.add_values(values, (previous.has_scores, candidate.has_scores))
 
     def add_values(self, values: Mapping[str, np.ndarray], kinds: tuple[bool, bool]) -> ConsistencyCounts:
@@ -129,10 +159,17 @@ class ConsistencyCounts:
         totals = {key: np.count_nonzero(v) if v.dtype == bool else v.sum() for key, v in values.items()}
         return self.add(totals, len(values["ctoc"]), kinds)
 
-    def sample_values(self, y_true: np.ndarray, previous: Outputs, candidate: Outputs) -> dict[str, np.ndarray]:
+    def sample_values(
+        self,
+        y_true: np.ndarray,
+        previous: Outputs,
+        candidate: Outputs,
+        moments: tuple[np.ndarray, ...] | None = None,
+    ) -> dict[str, np.ndarray]:
         """Each additive state's per-sample values on one batch, keyed by state name (``name@k``
         for per-k states). Their sums are :meth:`update`'s totals; their sums per slice value are
         :class:`~consistency_gate.core.slices.SliceCounts`' (one definition of every count).
+        ``moments``: the pair's per-row sums (:meth:`Outputs.pair_from_scores`), or None to compute them.
 
         >>> previous, candidate = Outputs.from_labels(np.array([0, 0])), Outputs.from_labels(np.array([0, 1]))
         >>> values = ConsistencyCounts().sample_values(np.array([0, 1]), previous, candidate)
@@ -154,7 +191,7 @@ class ConsistencyCounts:
         values["unknown_previous"] = _unknown(y_true, previous)
         values["unknown_candidate"] = _unknown(y_true, candidate)
         if previous.has_scores and candidate.has_scores:
-            values.update(_similarity_values(previous, candidate))
+            values.update(_similarity_values(previous, candidate, moments))
         return values
 
     def add(self, totals: Mapping[str, float], n: int, kinds: tuple[bool, bool]) -> ConsistencyCounts:
@@ -383,14 +420,18 @@ def _unknown(y_true: np.ndarray, out: Outputs) -> np.ndarray:
     return ~known[y_true]
 
 
-def _similarity_values(previous: Outputs, candidate: Outputs) -> dict[str, np.ndarray]:
-    """Per-sample Pearson and cosine of the two score vectors (0 and not counted where undefined)."""
+def _similarity_values(
+    previous: Outputs, candidate: Outputs, moments: tuple[np.ndarray, ...] | None
+) -> dict[str, np.ndarray]:
+    """Per-sample Pearson and cosine of the two score vectors (0 and not counted where undefined),
+    from the pair's per-row sums (computed here unless given)."""
     a, b = previous.scores, candidate.scores
     if not np.array_equal(previous.columns, candidate.columns):
         # over the union of both class sets; a class a generation lacks scores 0 there
         union = np.union1d(previous.columns, candidate.columns)
         a, b = _on_classes(a, previous.columns, union), _on_classes(b, candidate.columns, union)
-    sum_a, sum_b, sq_a, sq_b, dot = rows.row_moments(a, b)
+        moments = None
+    sum_a, sum_b, sq_a, sq_b, dot = rows.row_moments(a, b) if moments is None else moments
     r = rows.rowwise_pearson(sum_a, sum_b, sq_a, sq_b, dot, a.shape[1], rel_tol=rows.rounding_tolerance(a, b))
     c = rows.rowwise_cosine(sq_a, sq_b, dot)
     values = {}

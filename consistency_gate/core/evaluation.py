@@ -268,9 +268,9 @@ class Evaluation:
                 f"generation (known classes: {', '.join(self.index.labels[:10])}"
                 f"{' ...' if len(self.index.labels) > 10 else ''})"
             )
-        outputs = [self._outputs(frame, layout) for frame, layout in zip(frames, self.layouts, strict=True)]
+        outputs, moments = self._outputs(frames)
         for (i, j), counts in self.pairs.items():
-            values = counts.sample_values(y, outputs[i], outputs[j])
+            values = counts.sample_values(y, outputs[i], outputs[j], moments.get((i, j)))
             kinds = (outputs[i].has_scores, outputs[j].has_scores)
             counts.add_values(values, kinds)
             if (i, j) == (0, 1) and self.slice_counts is not None:  # the same values, summed per slice
@@ -279,14 +279,35 @@ class Evaluation:
         if self.keep_samples:
             self._samples.append(self._sample_table(labels, y, outputs))
 
-    def _outputs(self, frame: pd.DataFrame | pd.Series, layout: tuple[np.ndarray | None, np.ndarray] | None) -> Outputs:
-        if layout is None:
-            return Outputs.from_labels(self.index.ids(pd.Series(frame), register=True))
+    def _outputs(
+        self, frames: Sequence[pd.DataFrame | pd.Series]
+    ) -> tuple[list[Outputs], dict[tuple[int, int], tuple[np.ndarray, ...]]]:
+        """Each generation's outputs on a batch, and the per-row sums of the pairs that got them on
+        the way: two generations' scores over the same classes are read in one pass per row pair."""
+        scores = [
+            None if layout is None else self._scores(frame, layout)
+            for frame, layout in zip(frames, self.layouts, strict=True)
+        ]
+        if len(scores) == 2 and None not in scores and np.array_equal(scores[0][1], scores[1][1]):
+            (previous, columns), (candidate, _) = scores
+            *outputs, moments = Outputs.pair_from_scores(previous, candidate, columns, k_max=self.ks[-1])
+            return outputs, {(0, 1): moments}
+        outputs = [
+            Outputs.from_labels(self.index.ids(pd.Series(frame), register=True))
+            if found is None
+            else Outputs.from_scores(*found, k_max=self.ks[-1])
+            for frame, found in zip(frames, scores, strict=True)
+        ]
+        return outputs, {}
+
+    @staticmethod
+    def _scores(
+        frame: pd.DataFrame | np.ndarray, layout: tuple[np.ndarray | None, np.ndarray]
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """A generation's score matrix with its columns in canonical order, and their class ids."""
         values = frame.to_numpy() if isinstance(frame, pd.DataFrame) else np.asarray(frame)
         order, columns = layout
-        if order is not None:
-            values = values[:, order]
-        return Outputs.from_scores(values, columns, k_max=self.ks[-1])
+        return (values if order is None else values[:, order]), columns
 
     def _sample_table(self, labels: pd.Series, y: np.ndarray, outputs: list[Outputs]) -> pd.DataFrame:
         names = np.array(self.index.labels, dtype=object)

@@ -60,49 +60,93 @@ def top_k_rows(scores: np.ndarray, k: int) -> np.ndarray:  # pragma: no cover - 
     [[1, 2], [0, 1]]
     """
     n, p = scores.shape
-    width = _CHUNK if p >= 2 * k * _CHUNK else _SMALL_CHUNK
-    chunks = (p + width - 1) // width
     out = np.empty((n, k), dtype=np.int64)
     for block in numba.prange((n + _ROWS - 1) // _ROWS):
-        maxima = np.empty(chunks, dtype=scores.dtype)
-        vals = np.empty(k, dtype=scores.dtype)
-        idx = np.empty(k, dtype=np.int64)
-        found_v = np.empty(p, dtype=scores.dtype)
-        found_j = np.empty(p, dtype=np.int64)
+        work = _selection_buffers(p, k, scores.dtype)
         for i in range(block * _ROWS, min(n, (block + 1) * _ROWS)):
-            row = scores[i]
-            if width == _CHUNK:  # a constant width per call, so that LLVM vectorises the maxima
-                _chunk_maxima(row, maxima, _CHUNK)
-            else:
-                _chunk_maxima(row, maxima, _SMALL_CHUNK)
-            # k chunks hold a score >= the k-th largest chunk maximum, so the row's k best are all
-            # >= it: only chunks whose maximum reaches it can hold them
-            bound = -np.inf
-            if chunks >= k:
-                for c in range(chunks):
-                    if c < k:
-                        _insert(vals, idx, c, maxima[c], c)
-                    elif maxima[c] > vals[k - 1]:
-                        _insert(vals, idx, k - 1, maxima[c], c)
-                bound = vals[k - 1]
-            # gather the scores >= bound (in column order) without a branch per score, then rank them
-            found = 0
-            for c in range(chunks):
-                if maxima[c] < bound:
-                    continue
-                for j in range(c * width, min(p, (c + 1) * width)):
-                    v = row[j]
-                    found_v[found] = v
-                    found_j[found] = j
-                    found += v >= bound
-            for m in range(found):
-                if m < k:
-                    _insert(vals, idx, m, found_v[m], found_j[m])
-                elif found_v[m] > vals[k - 1]:  # strict: an equal later score never displaces an earlier one
-                    _insert(vals, idx, k - 1, found_v[m], found_j[m])
-            for r in range(k):
-                out[i, r] = idx[r]
+            _select(scores[i], k, work, out[i])
     return out
+
+
+@numba.njit(cache=True, nogil=True, parallel=True, fastmath={"reassoc", "contract"})
+def pair_top_k_moments(a: np.ndarray, b: np.ndarray, k: int) -> tuple:  # pragma: no cover - compiled
+    """:func:`top_k_rows` of two (n, p) matrices and their :func:`pair_moments`, in one pass over
+    each row pair (a row pair is read from memory once; its second and third reads hit the cache).
+
+    >>> top_a, top_b, moments = pair_top_k_moments(np.array([[1.0, 2.0]]), np.array([[3.0, 4.0]]), 1)
+    >>> top_a.tolist(), top_b.tolist(), moments.ravel().tolist()
+    ([[1]], [[1]], [3.0, 7.0, 5.0, 25.0, 11.0])
+    """
+    n, p = a.shape
+    top_a = np.empty((n, k), dtype=np.int64)
+    top_b = np.empty((n, k), dtype=np.int64)
+    moments = np.empty((5, n), dtype=np.float64)
+    for block in numba.prange((n + _ROWS - 1) // _ROWS):
+        work_a = _selection_buffers(p, k, a.dtype)
+        work_b = _selection_buffers(p, k, b.dtype)
+        for i in range(block * _ROWS, min(n, (block + 1) * _ROWS)):
+            _row_moments(a[i], b[i], moments[:, i])
+            _select(a[i], k, work_a, top_a[i])
+            _select(b[i], k, work_b, top_b[i])
+    return top_a, top_b, moments
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _selection_buffers(p: int, k: int, dtype: np.dtype) -> tuple:  # pragma: no cover - compiled
+    """The buffers of :func:`_select` for rows of p scores: chunk maxima, the k best so far (values,
+    columns), and the scores gathered (values, columns); allocated once per parallel task."""
+    chunks = (p + _width(p, k) - 1) // _width(p, k)
+    return (
+        np.empty(chunks, dtype=dtype),
+        np.empty(k, dtype=dtype),
+        np.empty(k, dtype=np.int64),
+        np.empty(p, dtype=dtype),
+        np.empty(p, dtype=np.int64),
+    )
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _width(p: int, k: int) -> int:  # pragma: no cover - compiled
+    return _CHUNK if p >= 2 * k * _CHUNK else _SMALL_CHUNK
+
+
+@numba.njit(cache=True, nogil=True, inline="always")
+def _select(row: np.ndarray, k: int, work: tuple, out: np.ndarray) -> None:  # pragma: no cover - compiled
+    """The k best column indices of one row into ``out`` (see the module docstring)."""
+    maxima, vals, idx, found_v, found_j = work
+    p, width = row.size, _width(row.size, k)
+    chunks = maxima.size
+    if width == _CHUNK:  # a constant width per call, so that LLVM vectorises the maxima
+        _chunk_maxima(row, maxima, _CHUNK)
+    else:
+        _chunk_maxima(row, maxima, _SMALL_CHUNK)
+    # k chunks hold a score >= the k-th largest chunk maximum, so the row's k best are all
+    # >= it: only chunks whose maximum reaches it can hold them
+    bound = -np.inf
+    if chunks >= k:
+        for c in range(chunks):
+            if c < k:
+                _insert(vals, idx, c, maxima[c], c)
+            elif maxima[c] > vals[k - 1]:
+                _insert(vals, idx, k - 1, maxima[c], c)
+        bound = vals[k - 1]
+    # gather the scores >= bound (in column order) without a branch per score, then rank them
+    found = 0
+    for c in range(chunks):
+        if maxima[c] < bound:
+            continue
+        for j in range(c * width, min(p, (c + 1) * width)):
+            v = row[j]
+            found_v[found] = v
+            found_j[found] = j
+            found += v >= bound
+    for m in range(found):
+        if m < k:
+            _insert(vals, idx, m, found_v[m], found_j[m])
+        elif found_v[m] > vals[k - 1]:  # strict: an equal later score never displaces an earlier one
+            _insert(vals, idx, k - 1, found_v[m], found_j[m])
+    for r in range(k):
+        out[r] = idx[r]
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
@@ -129,24 +173,29 @@ def pair_moments(a: np.ndarray, b: np.ndarray) -> np.ndarray:  # pragma: no cove
     >>> pair_moments(np.array([[1.0, 2.0]]), np.array([[3.0, 4.0]])).ravel().tolist()
     [3.0, 7.0, 5.0, 25.0, 11.0]
     """
-    n, p = a.shape
+    n = a.shape[0]
     out = np.empty((5, n), dtype=np.float64)
     for i in numba.prange(n):
-        sa = sb = qa = qb = ab = 0.0
-        for j in range(p):
-            x = np.float64(a[i, j])
-            y = np.float64(b[i, j])
-            sa += x
-            sb += y
-            qa += x * x
-            qb += y * y
-            ab += x * y
-        out[0, i] = sa
-        out[1, i] = sb
-        out[2, i] = qa
-        out[3, i] = qb
-        out[4, i] = ab
+        _row_moments(a[i], b[i], out[:, i])
     return out
+
+
+@numba.njit(cache=True, nogil=True, inline="always", fastmath={"reassoc", "contract"})
+def _row_moments(x: np.ndarray, y: np.ndarray, out: np.ndarray) -> None:  # pragma: no cover - compiled
+    sa = sb = qa = qb = ab = 0.0
+    for j in range(x.size):
+        u = np.float64(x[j])
+        v = np.float64(y[j])
+        sa += u
+        sb += v
+        qa += u * u
+        qb += v * v
+        ab += u * v
+    out[0] = sa
+    out[1] = sb
+    out[2] = qa
+    out[3] = qb
+    out[4] = ab
 
 
 @numba.njit(cache=True, nogil=True, parallel=True)
@@ -255,6 +304,7 @@ def precompile() -> None:
         scores = np.ones((2, 3), dtype=dtype)
         top_k_rows(scores, 2)
         pair_moments(scores, scores)
+        pair_top_k_moments(scores, scores, 2)
     sums = np.ones(2)
     pearson_rows(sums, sums, sums, sums, sums, 3, 1e-6)
     cosine_rows(sums, sums, sums)

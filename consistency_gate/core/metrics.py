@@ -44,9 +44,7 @@ def _score_values(
         raise ValueError(f"expected two (n, p) score matrices of one shape, got {a.shape} and {b.shape}")
     columns = np.arange(a.shape[1])
     y = np.zeros(a.shape[0], dtype=np.int64) if y_true is None else np.asarray(y_true, dtype=np.int64)
-    counts = ConsistencyCounts(ks=(k,)).update(
-        y, Outputs.from_scores(a, columns, k), Outputs.from_scores(b, columns, k)
-    )
+    counts = ConsistencyCounts(ks=(k,)).update(y, *Outputs.pair_from_scores(a, b, columns, k))
     return counts.compute()[0]
 
 

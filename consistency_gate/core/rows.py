@@ -43,6 +43,25 @@ def top_k(scores: np.ndarray, k: int) -> np.ndarray:
     return kernels.top_k_rows(scores, k)
 
 
+def pair_top_k(a: np.ndarray, b: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray, tuple[np.ndarray, ...]]:
+    """:func:`top_k` of two score matrices of one shape and their :func:`row_moments`, in one
+    compiled pass over each row pair (:func:`consistency_gate.core.kernels.pair_top_k_moments`).
+
+    >>> top_a, top_b, moments = pair_top_k(np.array([[0.1, 0.9]]), np.array([[0.8, 0.2]]), 1)
+    >>> top_a.tolist(), top_b.tolist(), [round(float(m[0]), 2) for m in moments]
+    ([[1]], [[0]], [1.0, 1.0, 0.82, 0.68, 0.26])
+    """
+    a, b = _float_matrix(a), _float_matrix(b)
+    if a.shape != b.shape:
+        raise ValueError(f"score matrices differ in shape: {a.shape} and {b.shape}")
+    if a.dtype != b.dtype:
+        a, b = a.astype(np.float64), b.astype(np.float64)
+    if not 1 <= k <= a.shape[1]:
+        raise ValueError(f"k must be between 1 and the number of classes ({a.shape[1]}), got {k}")
+    top_a, top_b, moments = kernels.pair_top_k_moments(a, b, k)
+    return top_a, top_b, tuple(moments)
+
+
 def _float_matrix(scores: np.ndarray) -> np.ndarray:
     """A C-contiguous (n, p) float matrix: float32 and float64 kept, anything else as float64."""
     scores = np.asarray(scores)
