@@ -16,6 +16,8 @@ metrics cost about nine passes. These kernels read each row once:
   row, and take a pass for each indicator).
 - :func:`pair_moments`: the five per-row sums behind Pearson and cosine (sum a, sum b,
   sum a², sum b², sum ab), accumulated in float64 in one scan of both rows.
+- :func:`pair_top_k_moments`: both generations' top-k lists and their pair's sums, reading each
+  row pair from memory once (what an evaluation of two generations over the same classes uses).
 
 Rows are spread over threads (``prange``; numba's thread count, by default one per core).
 Compiled code is cached on disk (``cache=True``), so only the first call on a machine
