@@ -31,6 +31,8 @@ pays the compilation.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
+from functools import partial
 
 import numba
 import numpy as np
@@ -300,32 +302,52 @@ def pair_indicators(
     return out
 
 
-def precompile() -> None:
+def precompile(stop: threading.Event | None = None) -> None:
     """Compile the kernels for float32 and float64 scores into numba's cache (``NUMBA_CACHE_DIR``),
     so that later processes load them instead of compiling; the Dockerfile runs it while building
-    the image.
+    the image. Those an evaluation of two generations calls come first. With ``stop``, it ends after
+    the kernel it is compiling once ``stop`` is set.
 
     >>> precompile()  # compiles the kernels, or loads them from the cache
     """
-    for dtype in (np.float32, np.float64):
-        scores = np.ones((2, 3), dtype=dtype)
-        top_k_rows(scores, 2)
-        pair_moments(scores, scores)
-        pair_top_k_moments(scores, scores, 2)
-    sums = np.ones(2)
-    pearson_rows(sums, sums, sums, sums, sums, 3, 1e-6)
-    cosine_rows(sums, sums, sums)
-    top = np.zeros((2, 2), dtype=np.int64)
-    pair_indicators(np.zeros(2, dtype=np.int64), top, top, np.ones(1, dtype=np.int64))
+    for warm_up in _warm_ups():
+        if stop is not None and stop.is_set():
+            return
+        warm_up()
 
 
-def load_in_background() -> threading.Thread:
+def _warm_ups() -> list[Callable[[], object]]:
+    """One call per kernel and signature, in the order :func:`precompile` compiles them."""
+    f32, f64 = np.ones((2, 3), dtype=np.float32), np.ones((2, 3), dtype=np.float64)
+    sums, top = np.ones(2), np.zeros((2, 2), dtype=np.int64)
+    return [
+        partial(pair_top_k_moments, f32, f32, 2),
+        partial(pair_top_k_moments, f64, f64, 2),
+        partial(pair_indicators, np.zeros(2, dtype=np.int64), top, top, np.ones(1, dtype=np.int64)),
+        partial(pearson_rows, sums, sums, sums, sums, sums, 3, 1e-6),
+        partial(cosine_rows, sums, sums, sums),
+        *(partial(top_k_rows, scores, 2) for scores in (f32, f64)),
+        *(partial(pair_moments, scores, scores) for scores in (f32, f64)),
+    ]
+
+
+def load_in_background() -> Callable[[], None]:
     """Start :func:`precompile` in a thread: numba's start-up in a fresh process (about 0.3 s for its
     compiler, then each kernel from the cache) then overlaps the reading of the files, whose
     pyarrow readers release the GIL. A kernel called before it is done waits for numba's lock.
+    Returns the function that ends it: after the kernel it is compiling (so that an error on a
+    machine whose cache is cold does not wait for every kernel), and waits for that, as a thread
+    still in LLVM's C++ at exit would abort the process.
 
-    >>> load_in_background().join()
+    >>> finish = load_in_background()
+    >>> finish()
     """
-    thread = threading.Thread(target=precompile, name="consistency-gate-kernels", daemon=True)
+    stop = threading.Event()
+    thread = threading.Thread(target=precompile, args=(stop,), name="consistency-gate-kernels", daemon=True)
     thread.start()
-    return thread
+
+    def finish() -> None:
+        stop.set()
+        thread.join()
+
+    return finish

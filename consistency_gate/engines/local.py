@@ -124,7 +124,7 @@ def evaluate_files(
     >>> evaluation.result().metrics["itoc"]
     0.5
     """
-    loader = kernels.load_in_background()
+    finish_loading = kernels.load_in_background()
     streams: list[Generator[np.ndarray | pd.Series, None, None]] = []
     try:
         labels = Path(labels)
@@ -167,7 +167,7 @@ def evaluate_files(
     finally:  # the reader threads and numba's loading end before the caller, and maybe the process, does
         for stream in streams:  # (a thread still in pyarrow's or LLVM's C++ at exit aborts the process)
             stream.close()
-        loader.join()
+        finish_loading()
 
 
 def _canonical(source: io.PredictionSource) -> io.PredictionSource:
