@@ -37,9 +37,7 @@ def top_k(scores: np.ndarray, k: int) -> np.ndarray:
     [[1, 2, 0]]
     """
     scores = _float_matrix(scores)
-    p = scores.shape[1]
-    if not 1 <= k <= p:
-        raise ValueError(f"k must be between 1 and the number of classes ({p}), got {k}")
+    _require_k(k, scores.shape[1])
     return kernels.top_k_rows(scores, k)
 
 
@@ -54,12 +52,16 @@ def pair_top_k(a: np.ndarray, b: np.ndarray, k: int) -> tuple[np.ndarray, np.nda
     a, b = _float_matrix(a), _float_matrix(b)
     if a.shape != b.shape:
         raise ValueError(f"score matrices differ in shape: {a.shape} and {b.shape}")
-    if a.dtype != b.dtype:
-        a, b = a.astype(np.float64), b.astype(np.float64)
-    if not 1 <= k <= a.shape[1]:
-        raise ValueError(f"k must be between 1 and the number of classes ({a.shape[1]}), got {k}")
+    if a.dtype != b.dtype:  # one of the two precompiled signatures (float32 to float64 is exact)
+        a, b = a.astype(np.float64, copy=False), b.astype(np.float64, copy=False)
+    _require_k(k, a.shape[1])
     top_a, top_b, moments = kernels.pair_top_k_moments(a, b, k)
     return top_a, top_b, tuple(moments)
+
+
+def _require_k(k: int, p: int) -> None:
+    if not 1 <= k <= p:
+        raise ValueError(f"k must be between 1 and the number of classes ({p}), got {k}")
 
 
 def _float_matrix(scores: np.ndarray) -> np.ndarray:
