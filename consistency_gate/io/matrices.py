@@ -121,6 +121,10 @@ def _in_order(source: io.PredictionSource, chunk_rows: int) -> Iterator[np.ndarr
                 yield io.score_matrix(frame, source)
 
 
+_UNBUFFERED = "clip"
+"""``np.take``'s mode for row numbers known to be in range: with ``out``, the default ("raise") gathers
+into a temporary first (3.5x the time at 50,000 x 100)."""
+
 REORDER_IN_MEMORY = 256 * 2**20
 """Bytes of scores a file read out of the labels' order may hold in memory. A larger file is put in
 order through a temporary file of its scores' size (in :func:`tempfile.gettempdir`, ``TMPDIR``)."""
@@ -166,12 +170,12 @@ class _InMemory:
         self.rows = np.empty((rows, len(buffer.classes)), dtype=buffer.dtype)
         at = 0
         for table in tables:
-            self.rows[at : at + table.num_rows] = buffer.rows(table)
+            buffer.rows(table, out=self.rows[at : at + table.num_rows])
             at += table.num_rows
 
     def chunk(self, index: int, rows: np.ndarray) -> np.ndarray:
         """File rows ``rows`` (those of output chunk ``index``) as a (rows, classes) matrix."""
-        return np.take(self.rows, rows, axis=0, out=self.buffer.next_rows(len(rows)))
+        return np.take(self.rows, rows, axis=0, out=self.buffer.next_rows(len(rows)), mode=_UNBUFFERED)
 
 
 class _OnDisk:
@@ -195,7 +199,7 @@ class _OnDisk:
             rows = buffer.rows(table)
             chunks = destination[at : at + len(rows)]
             order = np.argsort(chunks, kind="stable")
-            grouped = np.take(rows, order, axis=0, out=self.scratch[: len(rows)])
+            grouped = np.take(rows, order, axis=0, out=self.scratch[: len(rows)], mode=_UNBUFFERED)
             bounds = np.searchsorted(chunks[order], np.arange(count + 1))
             for index in np.flatnonzero(np.diff(bounds)):
                 start, end = bounds[index], bounds[index + 1]
@@ -230,39 +234,32 @@ def position_chunks(positions: np.ndarray, chunk_rows: int) -> Iterator[tuple[in
 
 
 class _Buffer:
-    """Matrices reused chunk after chunk: the chunk's columns as read, then its rows, in turn in
-    two matrices (one being used, one being filled: see :func:`_one_ahead`)."""
+    """Matrices reused chunk after chunk: a chunk's rows, in turn in two matrices (one being used,
+    one being filled: see :func:`_one_ahead`)."""
 
     def __init__(self, table: pa.Table, classes: tuple[str, ...], rows: int) -> None:
         float32 = all(table.column(name).type == pa.float32() for name in classes)
         self.dtype = np.dtype(np.float32 if float32 else np.float64)
         self.classes = classes
-        self.by_column = np.empty((len(classes), rows), dtype=self.dtype)
         self.by_rows = [np.empty((rows, len(classes)), dtype=self.dtype) for _ in range(2)]
         self.turn = 0
 
-    def rows(self, table: pa.Table) -> np.ndarray:
-        """The table's class columns as a C-contiguous (rows, classes) matrix (nulls as NaN)."""
-        self.fill(table, self.by_column[:, : table.num_rows])
-        return self._transposed(table.num_rows)
-
-    def fill(self, table: pa.Table, out: np.ndarray) -> None:
-        """The table's class columns into the rows of ``out`` (a (classes, rows) matrix)."""
-        for i, name in enumerate(self.classes):
-            at = 0
-            for chunk in table.column(name).chunks:  # no copy of a float chunk without nulls
-                out[i, at : at + len(chunk)] = chunk.to_numpy(zero_copy_only=False)
-                at += len(chunk)
+    def rows(self, table: pa.Table, out: np.ndarray | None = None) -> np.ndarray:
+        """The table's class columns as a C-contiguous (rows, classes) matrix (nulls as NaN), in
+        ``out`` or the next of the matrices used in turn. Each record batch is made row-major by
+        pyarrow (a CSV block's fits in the cache: 2.5x faster than a column-by-column copy and a
+        transpose of the chunk)."""
+        matrix = self.next_rows(table.num_rows) if out is None else out
+        at = 0
+        for batch in table.select(list(self.classes)).to_batches():
+            matrix[at : at + batch.num_rows] = np.asarray(batch.to_tensor(null_to_nan=True, row_major=True))
+            at += batch.num_rows
+        return matrix
 
     def next_rows(self, n: int) -> np.ndarray:
         """The next of the (rows, classes) matrices used in turn, ``n`` rows of it."""
         self.turn = (self.turn + 1) % len(self.by_rows)
         return self.by_rows[self.turn][:n]
-
-    def _transposed(self, n: int) -> np.ndarray:
-        matrix = self.next_rows(n)
-        matrix[...] = self.by_column[:, :n].T
-        return matrix
 
 
 def _is_csv(path: Path) -> bool:
