@@ -126,8 +126,8 @@ def split(paths: list[Path]) -> str:
     start = time.perf_counter()
     order = matrices.row_order(paths[0], sources, "id")
     aligned = time.perf_counter()
-    for source, positions in zip(sources, order, strict=True):
-        for _ in matrices.score_chunks(source, positions=positions):
+    for source, alignment in zip(sources, order, strict=True):
+        for _ in matrices.score_chunks(source, alignment=alignment):
             pass
     read = time.perf_counter()
     compare_files(*paths, id_column="id", ks=[1, 5])

@@ -7,7 +7,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from consistency_gate.errors import DataError
@@ -52,7 +52,9 @@ def test_score_chunks_equal_the_pandas_reader_in_file_and_id_order(
     assert got.dtype == expected.dtype and np.array_equal(got, expected)
     assert all(len(m) == chunk for m in list(matrices.score_chunks(source, chunk_rows=chunk))[:-1])
     positions = rng.permutation(rows)
-    shuffled = np.vstack([m.copy() for m in matrices.score_chunks(source, chunk_rows=chunk, positions=positions)])
+    shuffled = np.vstack(
+        [m.copy() for m in matrices.score_chunks(source, chunk_rows=chunk, alignment=matrices.Alignment(positions))]
+    )
     assert np.array_equal(shuffled, expected[positions])
 
 
@@ -78,7 +80,7 @@ def test_bad_scores_are_named_by_file_row_and_column_as_before(
     source = io.inspect_prediction_file(_write(frame, tmp_path / f"bad{suffix}"), "id")
     for positions in (None, np.array([3, 2, 1, 0])):
         with pytest.raises(DataError, match=f"bad{suffix}: {message}".replace("(", r"\(").replace(")", r"\)")):
-            list(matrices.score_chunks(source, chunk_rows=2, positions=positions))
+            list(matrices.score_chunks(source, chunk_rows=2, alignment=matrices.Alignment(positions)))
     with pytest.raises(DataError) as before:
         _pandas_reader(source)
     assert message in str(before.value)
@@ -105,7 +107,7 @@ def test_row_order_puts_each_file_in_the_labels_id_order(tmp_path, ids):
     same = _ids_file(tmp_path, "same", ids)
     moved = _ids_file(tmp_path, "moved", [ids[2], ids[0], ids[3], ids[1]])
     as_csv = _ids_file(tmp_path, "csv", [ids[3], ids[2], ids[1], ids[0]], ".csv")  # text ids against integers
-    order = matrices.row_order(labels, [same, moved, as_csv], "id")
+    order = [a.positions for a in matrices.row_order(labels, [same, moved, as_csv], "id")]
     assert order[0] is None and order[1].tolist() == [1, 3, 0, 2] and order[2].tolist() == [3, 2, 1, 0]
 
 
@@ -136,7 +138,8 @@ def test_row_order_agrees_with_a_pandas_index(tmp_path, labels_ids, text, sort_l
         with pytest.raises(DataError, match=f"g{seed}.parquet: id"):
             matrices.row_order(labels, [source], "id")
         return
-    (rows,) = matrices.row_order(labels, [source], "id")
+    (alignment,) = matrices.row_order(labels, [source], "id")
+    rows = alignment.positions
     expected = pd.Index(file_ids).get_indexer(labels_ids)
     assert (rows is None and file_ids == labels_ids) or rows.tolist() == expected.tolist()
 
@@ -156,3 +159,62 @@ def test_ids_that_do_not_match_are_named(tmp_path, ids, message):
     moved = io.inspect_prediction_file(_write(frame, tmp_path / "moved.parquet"), "id")
     with pytest.raises(DataError, match=message):
         matrices.row_order(labels, [moved], "id")
+
+
+def test_a_csv_in_the_labels_order_is_checked_as_it_is_read_not_aligned_first(tmp_path):
+    labels = _write(pd.DataFrame({"id": ["s1", "s2", "s3"], "label": "a"}), tmp_path / "labels.csv")
+    same = _ids_file(tmp_path, "same", ["s1", "s2", "s3"], ".csv")
+    moved = _ids_file(tmp_path, "moved", ["s2", "s1", "s3"], ".csv")
+    first, second = matrices.row_order(labels, [same, moved], "id")
+    assert first.positions is None and first.expected.to_pylist() == ["s1", "s2", "s3"]
+    assert second.expected is None and second.positions.tolist() == [1, 0, 2]
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    rows=st.integers(1, 30),
+    kept=st.integers(0, 30),
+    change=st.sampled_from([None, "shuffle", "repeat", "replace", "add", "drop", "text"]),
+    chunk=st.integers(1, 7),
+    in_memory=st.sampled_from([matrices.REORDER_IN_MEMORY, 0]),
+    seed=st.integers(0, 10**6),
+)
+@example(rows=5, kept=5, change="drop", chunk=3, in_memory=0, seed=0)  # in order, one row short: a short chunk
+def test_a_csv_taken_to_be_in_order_is_aligned_by_its_ids_from_where_it_is_not(
+    tmp_path, monkeypatch, rows, kept, change, chunk, in_memory, seed
+):
+    """A file whose first rows hold the labels' first ids is read in its own order while its ids
+    are the labels'; from the first chunk where they are not, it is aligned by its ids (the chunks
+    given are not given again), or refused with an error naming the file and the id or column."""
+    monkeypatch.setattr(matrices, "REORDER_IN_MEMORY", in_memory)
+    rng = np.random.default_rng(seed)
+    labels_ids = [f"s{i}" for i in range(rows)]
+    file_ids = labels_ids[:kept] + [labels_ids[i] for i in kept + rng.permutation(max(rows - kept, 0))]
+    if change == "repeat" and rows > 1:
+        file_ids[-1] = file_ids[0]
+    elif change == "replace":
+        file_ids[-1] = "new"
+    elif change == "add":
+        file_ids.append("new")
+    elif change == "drop":
+        file_ids.pop()
+    scores = rng.random((len(file_ids), 2)).astype(object)
+    if change == "text":
+        scores[-1, 1] = "x"
+    labels = _write(pd.DataFrame({"id": labels_ids, "label": "a"}), tmp_path / f"labels{seed}.csv")
+    path = _write(pd.DataFrame({"id": file_ids, "a": scores[:, 0], "b": scores[:, 1]}), tmp_path / f"g{seed}.csv")
+    source = io.inspect_prediction_file(path, "id")
+    chunks = matrices.score_chunks(source, chunk, matrices.Alignment(labels=labels, expected=pa.array(labels_ids)))
+
+    def read() -> np.ndarray:
+        got: list[np.ndarray] = []
+        for m in chunks:  # each as long as the labels' chunk: a reader stops at a short one, as at the end
+            assert len(m) == min(chunk, rows - chunk * len(got))
+            got.append(m.copy())
+        return np.vstack(got)
+
+    if sorted(file_ids) != sorted(labels_ids) or change == "text":
+        with pytest.raises(DataError, match=rf"g{seed}.csv: (id '(s\d+|new)' |column 'b' is not numeric)"):
+            read()
+        return
+    assert np.array_equal(read(), scores[pd.Index(file_ids).get_indexer(labels_ids)].astype(float))

@@ -142,8 +142,8 @@ def evaluate_files(
         )
         label_fields = [label_column] + data_slices  # the ids were read once, by row_order
         label_frames = io.iter_frames(labels, label_fields, chunk_rows, text_columns=tuple(label_fields))
-        order = matrices.row_order(labels, sources, id_column) if id_column else [None] * len(sources)
-        streams += [_outputs(s, positions, chunk_rows) for s, positions in zip(sources, order, strict=True)]
+        order = matrices.row_order(labels, sources, id_column) if id_column else [matrices.IN_ORDER] * len(sources)
+        streams += [_outputs(s, alignment, chunk_rows) for s, alignment in zip(sources, order, strict=True)]
         n = 0
         for chunk in label_frames:
             batch = [_next_chunk(stream, s, labels, len(chunk), n) for stream, s in zip(streams, sources, strict=True)]
@@ -175,13 +175,12 @@ def _canonical(source: io.PredictionSource) -> io.PredictionSource:
 
 
 def _outputs(
-    source: io.PredictionSource, positions: np.ndarray | None, chunk_rows: int
+    source: io.PredictionSource, alignment: matrices.Alignment, chunk_rows: int
 ) -> Generator[np.ndarray | pd.Series, None, None]:
-    """A prediction file in chunks (in the labels' id order where ``positions`` says so): score
-    matrices, or hard labels as text."""
+    """A prediction file in chunks, in the labels' id order: score matrices, or hard labels as text."""
     if source.has_scores:
-        return matrices.score_chunks(source, chunk_rows, positions)
-    return _hard_labels(source, positions, chunk_rows)
+        return matrices.score_chunks(source, chunk_rows, alignment)
+    return _hard_labels(source, alignment.positions, chunk_rows)
 
 
 def _hard_labels(

@@ -17,6 +17,7 @@ import itertools
 import queue
 import threading
 from collections.abc import Generator, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO, TypeVar
 
@@ -35,16 +36,34 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 
+@dataclass(frozen=True)
+class Alignment:
+    """Where the labels' rows are in a prediction file (:func:`row_order` finds it)."""
+
+    positions: np.ndarray | None = None
+    """The file row that holds each labels row; None where it is the same row."""
+    labels: Path | None = None
+    """With ``expected``: the labels file, whose ids align the prediction file where they must."""
+    expected: pa.Array | None = None
+    """Set for a CSV file taken to be in the labels' order from its first rows (its id column alone
+    would cost a full parse): the labels' ids, checked against the file's as its scores are read.
+    From the first chunk where they differ, the file is aligned by its ids and read again."""
+
+
+IN_ORDER = Alignment()
+
+
 def score_chunks(
-    source: io.PredictionSource, chunk_rows: int = io.DEFAULT_CHUNK_ROWS, positions: np.ndarray | None = None
+    source: io.PredictionSource, chunk_rows: int = io.DEFAULT_CHUNK_ROWS, alignment: Alignment = IN_ORDER
 ) -> Generator[np.ndarray, None, None]:
     """A score file's class columns, in the order of ``source.classes``, as C-contiguous (rows,
     classes) float matrices of ``chunk_rows`` rows (the last may be shorter), each value checked
-    (finite, not negative); in file order, or, with ``positions``, row ``positions[i]`` of the file as
-    the i-th row (the file is then read whole). Float32 files stay float32. Errors name the file,
-    its 1-based data row and the column. The next chunk is read in a thread while this one is used
-    (pyarrow's readers release the GIL); each matrix is valid until the next one is read (they
-    share a few buffers: fresh memory costs more than the copy).
+    (finite, not negative); in file order, or in the labels' order as ``alignment`` says (with
+    ``positions``, row ``positions[i]`` of the file as the i-th row: the file is then read whole).
+    Float32 files stay float32. Errors name the file, its 1-based data row and the column. The next
+    chunk is read in a thread while this one is used (pyarrow's readers release the GIL); each
+    matrix is valid until the next one is read (they share a few buffers: fresh memory costs more
+    than the copy).
 
     >>> import tempfile
     >>> import pandas as pd
@@ -54,12 +73,19 @@ def score_chunks(
     >>> source = io.inspect_prediction_file(folder / "gen2.csv", id_column="id")
     >>> [m.tolist() for m in score_chunks(source, chunk_rows=2)]
     [[[0.9, 0.1], [0.2, 0.8]], [[0.6, 0.4]]]
-    >>> [m.tolist() for m in score_chunks(source, positions=np.array([2, 0, 1]))]
+    >>> [m.tolist() for m in score_chunks(source, alignment=Alignment(np.array([2, 0, 1])))]
     [[[0.6, 0.4], [0.9, 0.1], [0.2, 0.8]]]
     """
     assert source.classes is not None
-    chunks = _in_order(source, chunk_rows) if positions is None else _reordered(source, chunk_rows, positions)
-    return _one_ahead(chunks)
+    return _one_ahead(_aligned(source, chunk_rows, alignment))
+
+
+def _aligned(source: io.PredictionSource, chunk_rows: int, alignment: Alignment) -> Iterator[np.ndarray]:
+    if alignment.expected is not None:
+        return _checked(source, chunk_rows, alignment)
+    if alignment.positions is None:
+        return _in_order(source, chunk_rows)
+    return _reordered(source, chunk_rows, alignment.positions)
 
 
 def _one_ahead(chunks: Iterator[T]) -> Generator[T, None, None]:
@@ -105,20 +131,51 @@ def _one_ahead(chunks: Iterator[T]) -> Generator[T, None, None]:
 
 
 def _in_order(source: io.PredictionSource, chunk_rows: int) -> Iterator[np.ndarray]:
-    buffer: _Buffer | None = None
     start = 0
     try:
-        for table in _tables(source, chunk_rows):
-            buffer = buffer or _Buffer(table, source.classes, chunk_rows)
-            matrix = buffer.rows(table)
-            del table  # its row group is freed before the next is read
-            io.check_scores(matrix, source, start)
+        for matrix, _ in _file_order(source, chunk_rows):
             yield matrix
             start += len(matrix)
     except pa.ArrowException:  # a value pyarrow cannot read as a number: go on with pandas, which words it
         for frame in io.iter_frames(source.path, source.columns, chunk_rows):
             if frame.index[0] >= start:
                 yield io.score_matrix(frame, source)
+
+
+def _file_order(
+    source: io.PredictionSource, chunk_rows: int, with_ids: bool = False
+) -> Iterator[tuple[np.ndarray, pa.ChunkedArray | None]]:
+    """Each chunk's checked score matrix, and with ``with_ids`` (CSV only) its ids as text;
+    ArrowInvalid where pyarrow cannot read a value as a number."""
+    buffer: _Buffer | None = None
+    start = 0
+    for table in _tables(source, chunk_rows, source.id_column if with_ids else None):
+        buffer = buffer or _Buffer(table, source.classes, chunk_rows)
+        matrix = buffer.rows(table)
+        ids = table.column(source.id_column) if with_ids else None
+        del table  # its row group is freed before the next is read
+        io.check_scores(matrix, source, start)
+        yield matrix, ids
+        start += len(matrix)
+
+
+def _checked(source: io.PredictionSource, chunk_rows: int, alignment: Alignment) -> Iterator[np.ndarray]:
+    """The file in its own order while its ids are ``alignment.expected``, chunk by chunk; from the
+    first chunk where they are not (or that pyarrow cannot read), the file aligned by its ids (a
+    DataError where they are not the labels' reordered), read again, the chunks given skipped."""
+    assert alignment.expected is not None and alignment.labels is not None and source.id_column is not None
+    given = 0
+    with contextlib.suppress(pa.ArrowException):  # pyarrow cannot read a value: the aligned reader words it
+        for matrix, ids in _file_order(source, chunk_rows, with_ids=True):
+            if not ids.equals(pa.chunked_array([alignment.expected.slice(given, chunk_rows)])):  # a short end too
+                break
+            yield matrix
+            given += len(matrix)
+        else:
+            if given == len(alignment.expected):
+                return
+    positions = _file_positions(alignment.labels, alignment.expected, source.path, source.id_column)
+    yield from itertools.islice(_aligned(source, chunk_rows, Alignment(positions)), given // chunk_rows, None)
 
 
 _UNBUFFERED = "clip"
@@ -282,22 +339,25 @@ def _parquet_schema(path: Path) -> pa.Schema:
     return pq.read_schema(path)
 
 
-def _csv_options(classes: tuple[str, ...]) -> pacsv.ConvertOptions:
+def _csv_options(classes: tuple[str, ...], id_column: str | None = None) -> pacsv.ConvertOptions:
+    """The class columns as float64 and the id column (if any) as text, as :func:`_ids` reads it."""
     import pyarrow.csv as pacsv
 
+    types = dict.fromkeys(classes, pa.float64()) | ({id_column: pa.string()} if id_column else {})
     return pacsv.ConvertOptions(
-        include_columns=list(classes), column_types=dict.fromkeys(classes, pa.float64()), null_values=io.CSV_NULLS
+        include_columns=list(types), column_types=types, null_values=io.CSV_NULLS, strings_can_be_null=True
     )
 
 
-def _tables(source: io.PredictionSource, chunk_rows: int) -> Iterator[pa.Table]:
-    """The class columns in tables of exactly ``chunk_rows`` rows (the last may be shorter), read
-    a row group (Parquet) or a block (CSV) at a time; ArrowInvalid where a value is not a number."""
+def _tables(source: io.PredictionSource, chunk_rows: int, id_column: str | None = None) -> Iterator[pa.Table]:
+    """The class columns (and a CSV's ``id_column``, as text) in tables of exactly ``chunk_rows``
+    rows (the last may be shorter), read a row group (Parquet) or a block (CSV) at a time;
+    ArrowInvalid where a value is not a number."""
     classes = list(source.classes)
     if _is_csv(source.path):
         import pyarrow.csv as pacsv
 
-        batches = pacsv.open_csv(source.path, convert_options=_csv_options(source.classes))
+        batches = pacsv.open_csv(source.path, convert_options=_csv_options(source.classes, id_column))
     else:
         if not _numeric(_parquet_schema(source.path), source.classes):
             raise pa.ArrowInvalid("a class column is not numeric")
@@ -334,10 +394,11 @@ def _row_groups(parquet: pq.ParquetFile, classes: list[str]) -> Iterator[pa.Reco
         yield from parquet.read_row_group(i, columns=classes).to_batches()
 
 
-def row_order(labels: Path, sources: list[io.PredictionSource], id_column: str) -> list[np.ndarray | None]:
-    """For each prediction file, the row positions that put it in the labels file's id order; None
-    where a file is already in that order. The ids must be unique and the same set in every file
-    (DataError naming the file and the first id that is not).
+def row_order(labels: Path, sources: list[io.PredictionSource], id_column: str) -> list[Alignment]:
+    """For each prediction file, where the labels file's rows are in it, by id. The ids must be
+    unique and the same set in every file (DataError naming the file and the first id that is not).
+    A CSV score file whose first rows hold the labels' first ids is taken to be in order, its ids
+    checked as its scores are read (:attr:`Alignment.expected`): its id column is not parsed twice.
 
     >>> import tempfile
     >>> import pandas as pd
@@ -346,24 +407,47 @@ def row_order(labels: Path, sources: list[io.PredictionSource], id_column: str) 
     >>> pd.DataFrame({"id": [9, 7, 8], "a": [0.1, 0.9, 0.2], "b": [0.9, 0.1, 0.8]}).to_parquet(folder / "g.parquet")
     >>> pd.DataFrame({"id": [7, 8, 9], "a": [0.1, 0.9, 0.2], "b": [0.9, 0.1, 0.8]}).to_parquet(folder / "h.parquet")
     >>> files = [io.inspect_prediction_file(folder / f, "id") for f in ("g.parquet", "h.parquet")]
-    >>> [None if p is None else p.tolist() for p in row_order(folder / "labels.parquet", files, "id")]
-    [[1, 2, 0], None]
+    >>> [a.positions for a in row_order(folder / "labels.parquet", files, "id")]
+    [array([1, 2, 0]), None]
     """
     reference = _ids(labels, id_column)
     _require_unique(reference, labels, id_column)
-    order: list[np.ndarray | None] = []
+    order: list[Alignment] = []
     for source in sources:
-        ids = _ids(source.path, id_column)
-        if not _comparable(ids.type, reference.type):  # e.g. integers and text: matched as text
-            reference, ids = _text_ids(labels, id_column), _text_ids(source.path, id_column)
-        if ids.equals(reference):
-            order.append(None)
-            continue
-        rows = _positions(reference, ids)
-        if rows is None:
-            _mismatch(reference, ids, labels, source.path, id_column)
-        order.append(rows)
+        if source.has_scores and _starts_in_order(source.path, reference, id_column):
+            order.append(Alignment(labels=labels, expected=reference))
+        else:
+            order.append(Alignment(_file_positions(labels, reference, source.path, id_column)))
     return order
+
+
+def _file_positions(labels: Path, reference: pa.Array, path: Path, id_column: str) -> np.ndarray | None:
+    """The row of ``path`` that holds each id of ``reference`` (the labels' ids); None where they
+    are in that order; DataError where the ids are not ``reference`` reordered."""
+    ids = _ids(path, id_column)
+    if not _comparable(ids.type, reference.type):  # e.g. integers and text: matched as text
+        reference, ids = _text_ids(labels, id_column), _text_ids(path, id_column)
+    if ids.equals(reference):
+        return None
+    rows = _positions(reference, ids)
+    if rows is None:
+        _mismatch(reference, ids, labels, path, id_column)
+    return rows
+
+
+def _starts_in_order(path: Path, reference: pa.Array, id_column: str) -> bool:
+    """Whether a CSV file's first block of rows (about 1 MB) holds the first of the text ids
+    ``reference``, in order."""
+    if not (_is_csv(path) and pa.types.is_string(reference.type)):
+        return False
+    import pyarrow.csv as pacsv
+
+    try:
+        first = pacsv.open_csv(path, convert_options=_csv_options((), id_column)).read_next_batch()
+    except (pa.ArrowException, OSError, StopIteration):  # not UTF-8, ragged, empty...: the full pass says why
+        return False
+    ids = first.column(0)
+    return len(ids) > 0 and ids.equals(reference.slice(0, len(ids)))
 
 
 def _positions(reference: pa.Array, ids: pa.Array) -> np.ndarray | None:
