@@ -4,6 +4,9 @@ simulation, and the merge property (split-and-merged counts give the intervals o
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+from importlib import resources
 
 import numpy as np
 import pytest
@@ -37,6 +40,43 @@ def test_wilson_and_clopper_pearson_match_statsmodels(kn, level):
 def test_mcnemar_exact_matches_statsmodels(b, c):
     expected = mcnemar(np.array([[10, b], [c, 10]]), exact=True).pvalue if b + c else 1.0
     assert ci.mcnemar_exact(b, c) == pytest.approx(expected, abs=1e-12)
+
+
+@given(st.integers(0, 10**5), st.integers(0, 10**5), st.sampled_from([0.8, 0.9, 0.95, 0.99, 0.999]))
+@settings(max_examples=200, deadline=None)
+def test_the_scipy_special_forms_equal_scipy_stats_to_the_last_bit(k, more, level):
+    """compare does not import scipy.stats (0.4 s a process): its quantiles and test come from
+    scipy.special and give scipy.stats' numbers exactly."""
+    from scipy import stats
+
+    n = k + more
+    assert ci.z_value(level) == stats.norm.ppf(0.5 + level / 2)
+    if n:
+        alpha = 1 - level
+        low, high = ci.clopper_pearson(k, n, level)
+        assert low == (0.0 if k == 0 else stats.beta.ppf(alpha / 2, k, n - k + 1))
+        assert high == (1.0 if k == n else stats.beta.ppf(1 - alpha / 2, k + 1, n - k))
+        low, high = ci.jeffreys(k, n, level)
+        assert low == (0.0 if k == 0 else stats.beta.ppf(alpha / 2, k + 0.5, n - k + 0.5))
+        assert ci.mcnemar_exact(k, more) == stats.binomtest(k, n, 0.5).pvalue
+
+
+def test_compare_does_not_import_scipy_stats():
+    script = (
+        "import sys\nfrom consistency_gate.cli import main\n"
+        "try:\n    main(sys.argv[1:])\nexcept SystemExit:\n    pass\nprint('scipy.stats' in sys.modules)"
+    )
+    files = resources.files("consistency_gate") / "examples"
+    args = ["--labels", "labels.csv", "--previous", "previous.csv", "--candidate", "candidate.csv", "--id-column", "id"]
+    with resources.as_file(files) as folder:
+        proc = subprocess.run(
+            [sys.executable, "-c", script, "compare", *args, "--format", "json"],
+            cwd=folder,
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+    assert proc.stdout.splitlines()[-1] == "False" and '"mcnemar_p"' in proc.stdout
 
 
 def test_newcombe_by_hand_and_on_the_boundaries():
