@@ -9,8 +9,9 @@ Per format (Parquet, CSV), row order of the candidate file (in id order, or shuf
 (``--classes`` float32 probability columns), then times alternately, each in a fresh process
 (imports included, as a CI step pays them):
 
-- ours: ``compare_files(..., id_column="id", ks=[1, 5])``: every metric, intervals, top-1 and top-5,
-  every value checked;
+- ours: the command line, ``consistency-gate compare --id-column id --k 1 --k 5 --format json``: every
+  metric with its interval and bounds, top-1 and top-5, every value checked, the report printed (the
+  command, not ``compare_files``: only the report's intervals import scipy);
 - plain (the headline peer): the 20-line script a user writes: the three files read whole with
   pandas, ``set_index("id")``, the generations aligned to the labels, ``idxmax``, CON and the four
   flips (far fewer metrics than ours, no input checks);
@@ -38,8 +39,10 @@ import pyarrow.parquet as pq
 
 OURS = """
 import sys
-from consistency_gate.engines.local import compare_files
-compare_files(sys.argv[1], sys.argv[2], sys.argv[3], id_column="id", ks=[1, 5])
+from consistency_gate.cli import main
+labels, previous, candidate = sys.argv[1:4]
+main(["compare", "--labels", labels, "--previous", previous, "--candidate", candidate, "--id-column", "id",
+      "--k", "1", "--k", "5", "--format", "json"])
 """
 
 PLAIN = """
