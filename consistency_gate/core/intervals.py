@@ -149,7 +149,7 @@ def mcnemar_exact(b: int, c: int) -> float:
     >>> mcnemar_exact(0, 0), round(mcnemar_exact(0, 6), 4)
     (1.0, 0.0312)
     """
-    if 2 * min(b, c) + 1 >= b + c:  # the two tails hold every outcome (none, or one, between them)
+    if 2 * min(b, c) + 1 >= b + c:  # the tails X <= min(b, c) and X >= max(b, c) cover every outcome
         return 1.0
     from scipy.special import betainc
 
