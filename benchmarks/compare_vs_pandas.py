@@ -37,14 +37,6 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
-OURS = """
-import sys
-from consistency_gate.cli import main
-labels, previous, candidate = sys.argv[1:4]
-main(["compare", "--labels", labels, "--previous", previous, "--candidate", candidate, "--id-column", "id",
-      "--k", "1", "--k", "5", "--format", "json"])
-"""
-
 PLAIN = """
 import sys
 import pandas as pd
@@ -108,9 +100,21 @@ def write_files(folder: Path, rows: int, classes: int, fmt: str, shuffled: bool,
     return paths
 
 
-def _seconds(script: str, paths: list[Path]) -> float:
+def _ours(paths: list[Path]) -> list[str]:
+    """The command, as a CI step runs it."""
+    labels, previous, candidate = map(str, paths)
+    files = ["--labels", labels, "--previous", previous, "--candidate", candidate]
+    options = ["--id-column", "id", "--k", "1", "--k", "5", "--format", "json"]
+    return [sys.executable, "-m", "consistency_gate", "compare", *files, *options]
+
+
+def _peer(script: str, paths: list[Path]) -> list[str]:
+    return [sys.executable, "-c", script, *map(str, paths)]
+
+
+def _seconds(command: list[str]) -> float:
     start = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-c", script, *map(str, paths)], capture_output=True, text=True)
+    proc = subprocess.run(command, capture_output=True, text=True)
     if proc.returncode != 0:
         sys.exit(f"failed: {proc.stderr.strip().splitlines()[-1]}")
     return time.perf_counter() - start
@@ -159,9 +163,9 @@ def main() -> None:
                         paths = write_files(Path(tmp), rows, args.classes, fmt, order == "shuffled", ids)
                         times: dict[str, list[float]] = {"ours": [], **{peer: [] for peer in args.peers}}
                         for _ in range(args.repeat):
-                            times["ours"].append(_seconds(OURS, paths))
+                            times["ours"].append(_seconds(_ours(paths)))
                             for peer in args.peers:
-                                times[peer].append(_seconds(PEERS[peer], paths))
+                                times[peer].append(_seconds(_peer(PEERS[peer], paths)))
                         ours = statistics.median(times["ours"])
                         shown = "  ".join(
                             f"{statistics.median(times[p]):>10.2f}  {ours / statistics.median(times[p]):>6.2f}"

@@ -8,6 +8,7 @@ unauthorized, 6 internal error (a bug; never a promotion).
 from __future__ import annotations
 
 import contextlib
+import gc
 import json
 import os
 import sys
@@ -625,3 +626,14 @@ def main(argv: list[str] | None = None) -> None:
 
 if __name__ == "__main__":
     main()
+
+
+def run() -> None:
+    """The console script and ``python -m consistency_gate``: :func:`main`, then an exit without the
+    interpreter's last full garbage collection (``gc.freeze``), which would walk every object pandas,
+    pyarrow and numba made (about 0.1 s of a ``compare``, 5%) for memory the exit gives back anyway.
+    Exit handlers (MLflow's among them) still run; :func:`main` alone is for callers that go on."""
+    try:
+        main()
+    finally:
+        gc.freeze()

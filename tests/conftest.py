@@ -44,7 +44,7 @@ def run_cli(
 ) -> subprocess.CompletedProcess:
     """Run ``consistency-gate`` and return what it printed and its exit code, as a CompletedProcess.
 
-    It runs in this process (``consistency_gate.cli.main``, the console script's entry point, with
+    It runs in this process (``consistency_gate.cli.main``, what the console script runs, with
     stdout and stderr captured), which pays the imports once per worker instead of once per call,
     unless the test needs a process of its own: another environment (``env``), or ``process=True``
     where what it checks is the process (everything a library prints to stderr, a timeout, a kill)."""

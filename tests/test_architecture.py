@@ -83,6 +83,21 @@ def test_help_and_config_parsing_import_nothing_heavy(tmp_path):
     assert proc.stdout.strip().splitlines()[-1] == "[]"
 
 
+def test_the_console_script_keeps_exit_handlers_and_the_exit_code():
+    """``run`` (the console script) leaves out only the interpreter's last garbage collection: exit
+    handlers (MLflow flushes its async logging in one) still run, and the exit code is main's."""
+    probe = (
+        "import atexit, sys\n"
+        "from consistency_gate.cli import run\n"
+        "atexit.register(print, 'handler ran')\n"
+        "sys.argv = ['consistency-gate', 'compare', '--labels', 'missing.csv', '--previous', 'a', '--candidate', 'b']\n"
+        "run()\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 3 and proc.stdout == "handler ran\n"
+    assert proc.stderr == "error: missing.csv: file not found\n"
+
+
 def test_config_check_validates_without_a_model_or_server(tmp_path):
     good = tmp_path / "good.yaml"
     good.write_text("rules:\n  - {metric: ctoi, max: 0.02}\n")
