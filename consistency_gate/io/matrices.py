@@ -31,7 +31,6 @@ from consistency_gate.io import predictions as io
 
 if TYPE_CHECKING:
     import pandas as pd
-    import pyarrow.csv as pacsv
     import pyarrow.parquet as pq
 
 T = TypeVar("T")
@@ -348,16 +347,6 @@ def _parquet_schema(path: Path) -> pa.Schema:
     return pq.read_schema(path)
 
 
-def _csv_options(classes: tuple[str, ...], id_column: str | None = None) -> pacsv.ConvertOptions:
-    """The class columns as float64 and the id column (if any) as text, as :func:`_ids` reads it."""
-    import pyarrow.csv as pacsv
-
-    types = dict.fromkeys(classes, pa.float64()) | ({id_column: pa.string()} if id_column else {})
-    return pacsv.ConvertOptions(
-        include_columns=list(types), column_types=types, null_values=io.CSV_NULLS, strings_can_be_null=True
-    )
-
-
 def _tables(source: io.PredictionSource, chunk_rows: int, id_column: str | None = None) -> Iterator[pa.Table]:
     """The class columns (and a CSV's ``id_column``, as text) in tables of exactly ``chunk_rows``
     rows (the last may be shorter), read a row group (Parquet) or a block (CSV) at a time;
@@ -366,7 +355,7 @@ def _tables(source: io.PredictionSource, chunk_rows: int, id_column: str | None 
     if _is_csv(source.path):
         import pyarrow.csv as pacsv
 
-        batches = pacsv.open_csv(source.path, convert_options=_csv_options(source.classes, id_column))
+        batches = pacsv.open_csv(source.path, convert_options=io.csv_options(source.classes, id_column))
     else:
         if not _numeric(_parquet_schema(source.path), source.classes):
             raise pa.ArrowInvalid("a class column is not numeric")
@@ -452,7 +441,7 @@ def _starts_in_order(path: Path, reference: pa.Array, id_column: str) -> bool:
     import pyarrow.csv as pacsv
 
     try:
-        first = pacsv.open_csv(path, convert_options=_csv_options((), id_column)).read_next_batch()
+        first = pacsv.open_csv(path, convert_options=io.csv_options((), id_column)).read_next_batch()
     except (pa.ArrowException, OSError, StopIteration):  # not UTF-8, ragged, empty...: the full pass says why
         return False
     ids = first.column(0)

@@ -28,6 +28,7 @@ from consistency_gate.io.text import as_text
 
 if TYPE_CHECKING:
     import pyarrow as pa
+    import pyarrow.csv as pacsv
 
 HARD_LABEL_COLUMN = "prediction"
 _PANDAS_INDEX = re.compile(r"__index_level_\d+__")
@@ -274,18 +275,23 @@ def csv_text_column(path: Path, column: str) -> pa.Array | None:
     import pyarrow.csv as pacsv
 
     try:
-        table = pacsv.read_csv(
-            path,
-            convert_options=pacsv.ConvertOptions(
-                include_columns=[column],
-                column_types={column: pa.string()},
-                null_values=CSV_NULLS,
-                strings_can_be_null=True,
-            ),
-        )
+        table = pacsv.read_csv(path, convert_options=csv_options((), column))
     except (pa.ArrowException, OSError, UnicodeDecodeError):
         return None
     return table.column(0).combine_chunks()
+
+
+def csv_options(classes: Sequence[str], text_column: str | None = None) -> pacsv.ConvertOptions:
+    """pyarrow's CSV options for ``classes`` as float64 and ``text_column`` (an id) as text, empty
+    where pandas' reader sees a missing value (:data:`CSV_NULLS`): every pyarrow reader of a CSV
+    here reads ids alike, so that ids checked as scores are read equal the ids aligned upfront."""
+    import pyarrow as pa
+    import pyarrow.csv as pacsv
+
+    types = dict.fromkeys(classes, pa.float64()) | ({text_column: pa.string()} if text_column else {})
+    return pacsv.ConvertOptions(
+        include_columns=list(types), column_types=types, null_values=CSV_NULLS, strings_can_be_null=True
+    )
 
 
 def _rechunk(frames: Iterator[pd.DataFrame], rows: int) -> Iterator[pd.DataFrame]:
