@@ -97,7 +97,8 @@ def test_a_text_value_after_the_first_chunk_of_a_csv_is_named_by_the_pandas_read
 
 
 def _ids_file(tmp_path, name: str, ids: list, suffix: str = ".parquet"):
-    frame = pd.DataFrame({"id": ids, "a": 0.5, "b": 0.5})
+    """A score file whose column ``a`` holds the number in each row's id."""
+    frame = pd.DataFrame({"id": ids, "a": [float(str(i).strip("s")) for i in ids], "b": 0.5})
     return io.inspect_prediction_file(_write(frame, tmp_path / f"{name}{suffix}"), "id")
 
 
@@ -106,9 +107,13 @@ def test_row_order_puts_each_file_in_the_labels_id_order(tmp_path, ids):
     labels = _write(pd.DataFrame({"id": ids, "label": "a"}), tmp_path / "labels.parquet")
     same = _ids_file(tmp_path, "same", ids)
     moved = _ids_file(tmp_path, "moved", [ids[2], ids[0], ids[3], ids[1]])
-    as_csv = _ids_file(tmp_path, "csv", [ids[3], ids[2], ids[1], ids[0]], ".csv")  # text ids against integers
-    order = [a.positions for a in matrices.row_order(labels, [same, moved, as_csv], "id")]
-    assert order[0] is None and order[1].tolist() == [1, 3, 0, 2] and order[2].tolist() == [3, 2, 1, 0]
+    as_csv = _ids_file(tmp_path, "csv", [ids[3], ids[2], ids[1], ids[0]], ".csv")  # text ids; integers: as text
+    order = matrices.row_order(labels, [same, moved, as_csv], "id")
+    assert order[0].positions is None and order[1].positions.tolist() == [1, 3, 0, 2]
+    assert (order[2].expected is not None) if isinstance(ids[0], str) else order[2].positions.tolist() == [3, 2, 1, 0]
+    for source, alignment in zip([same, moved, as_csv], order, strict=True):  # column a holds each row's id
+        read = np.vstack([m.copy() for m in matrices.score_chunks(source, 3, alignment)])
+        assert read[:, 0].tolist() == [7, 8, 9, 10]
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -161,13 +166,16 @@ def test_ids_that_do_not_match_are_named(tmp_path, ids, message):
         matrices.row_order(labels, [moved], "id")
 
 
-def test_a_csv_in_the_labels_order_is_checked_as_it_is_read_not_aligned_first(tmp_path):
+def test_a_csv_file_is_aligned_as_it_is_read_not_by_a_pass_over_its_ids_first(tmp_path, monkeypatch):
     labels = _write(pd.DataFrame({"id": ["s1", "s2", "s3"], "label": "a"}), tmp_path / "labels.csv")
     same = _ids_file(tmp_path, "same", ["s1", "s2", "s3"], ".csv")
-    moved = _ids_file(tmp_path, "moved", ["s2", "s1", "s3"], ".csv")
-    first, second = matrices.row_order(labels, [same, moved], "id")
-    assert first.positions is None and first.expected.to_pylist() == ["s1", "s2", "s3"]
-    assert second.expected is None and second.positions.tolist() == [1, 0, 2]
+    moved = _ids_file(tmp_path, "moved", ["s2", "s3", "s1"], ".csv")
+    order = matrices.row_order(labels, [same, moved], "id")
+    assert all(a.positions is None and a.expected.to_pylist() == ["s1", "s2", "s3"] for a in order)
+    monkeypatch.setattr(matrices, "_file_positions", None)  # the id pass: not called
+    for source, alignment in zip([same, moved], order, strict=True):
+        read = np.vstack([m.copy() for m in matrices.score_chunks(source, 2, alignment)])
+        assert read[:, 0].tolist() == [1, 2, 3]
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -180,12 +188,12 @@ def test_a_csv_in_the_labels_order_is_checked_as_it_is_read_not_aligned_first(tm
     seed=st.integers(0, 10**6),
 )
 @example(rows=5, kept=5, change="drop", chunk=3, in_memory=0, seed=0)  # in order, one row short: a short chunk
-def test_a_csv_taken_to_be_in_order_is_aligned_by_its_ids_from_where_it_is_not(
+def test_a_csv_is_read_in_its_order_and_placed_by_its_ids_from_where_it_is_not_in_the_labels(
     tmp_path, monkeypatch, rows, kept, change, chunk, in_memory, seed
 ):
-    """A file whose first rows hold the labels' first ids is read in its own order while its ids
-    are the labels'; from the first chunk where they are not, it is aligned by its ids (the chunks
-    given are not given again), or refused with an error naming the file and the id or column."""
+    """A CSV file is read in its own order while its ids are the labels'; from the first chunk where
+    they are not, its rows are placed by their ids as they are parsed (the chunks given are not
+    given again), or it is refused with an error naming the file and the id or column."""
     monkeypatch.setattr(matrices, "REORDER_IN_MEMORY", in_memory)
     rng = np.random.default_rng(seed)
     labels_ids = [f"s{i}" for i in range(rows)]

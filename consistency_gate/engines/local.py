@@ -125,7 +125,7 @@ def evaluate_files(
     0.5
     """
     finish_loading = kernels.load_in_background()
-    streams: list[Generator[np.ndarray | pd.Series, None, None]] = []
+    streams: list[matrices.ReadAhead[np.ndarray] | Generator[pd.Series, None, None]] = []
     try:
         labels = Path(labels)
         label_cols = io.file_columns(labels)
@@ -176,7 +176,7 @@ def _canonical(source: io.PredictionSource) -> io.PredictionSource:
 
 def _outputs(
     source: io.PredictionSource, alignment: matrices.Alignment, chunk_rows: int
-) -> Generator[np.ndarray | pd.Series, None, None]:
+) -> matrices.ReadAhead[np.ndarray] | Generator[pd.Series, None, None]:
     """A prediction file in chunks, in the labels' id order: score matrices, or hard labels as text."""
     if source.has_scores:
         return matrices.score_chunks(source, chunk_rows, alignment)

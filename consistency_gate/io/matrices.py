@@ -4,8 +4,9 @@ What ``compare`` and the prediction-file gate spend their time on: reading a fil
 (pyarrow, a Parquet row group or CSV block at a time, into one float matrix per chunk, no pandas frame
 of 100 columns; the next chunk read in a thread) and putting a file's rows in the labels file's id
 order (integer ids by sorting, text ids by a hash look-up; no pandas index), in memory or, for a large
-file, through a temporary file (:data:`REORDER_IN_MEMORY`). A CSV whose first rows are in that order
-is read in its own order, its ids checked as its scores are parsed (:class:`Alignment`).
+file, through a temporary file (:data:`REORDER_IN_MEMORY`). A CSV file is read in its own order, its
+ids checked as its scores are parsed, and from where they are not the labels', its rows are placed by
+their ids as they are parsed (:class:`Alignment`): its id column is not parsed in a pass of its own.
 Where pyarrow cannot read a file as numbers (a text value among the scores, a CSV it cannot parse),
 or ids of different types are to be matched as text, the pandas readers of
 :mod:`consistency_gate.io.predictions` take over: they word the error, or read what pyarrow would not.
@@ -17,8 +18,9 @@ import contextlib
 import itertools
 import queue
 import threading
-from collections.abc import Generator, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO, TypeVar
 
@@ -45,9 +47,9 @@ class Alignment:
     labels: Path | None = None
     """With ``expected``: the labels file, whose ids align the prediction file where they must."""
     expected: pa.Array | None = None
-    """Set for a CSV file taken to be in the labels' order from its first rows (its id column alone
-    would cost a full parse): the labels' ids, checked against the file's as its scores are read.
-    From the first chunk where they differ, the file is aligned by its ids and read again."""
+    """Set for a CSV score file (its id column alone would cost a full parse): the labels' ids, checked
+    against the file's as its scores are read. From the first chunk where they differ, the file's
+    rows are placed by their ids (:class:`_Ids`) as they are parsed."""
 
 
 IN_ORDER = Alignment()
@@ -55,13 +57,14 @@ IN_ORDER = Alignment()
 
 def score_chunks(
     source: io.PredictionSource, chunk_rows: int = io.DEFAULT_CHUNK_ROWS, alignment: Alignment = IN_ORDER
-) -> Generator[np.ndarray, None, None]:
+) -> ReadAhead[np.ndarray]:
     """A score file's class columns, in the order of ``source.classes``, as C-contiguous (rows,
     classes) float matrices of ``chunk_rows`` rows (the last may be shorter), each value checked
     (finite, not negative); in file order, or in the labels' order as ``alignment`` says (with
     ``positions``, row ``positions[i]`` of the file as the i-th row: the file is then read whole).
     Float32 files stay float32. Errors name the file, its 1-based data row and the column. The next
-    chunk is read in a thread while this one is used (pyarrow's readers release the GIL); each
+    chunk is read in a thread, from the start, while this one is used (pyarrow's readers release the
+    GIL; :class:`ReadAhead`: close it to end the thread of a reader stopped early); each
     matrix is valid until the next one is read (they share a few buffers: fresh memory costs more
     than the copy).
 
@@ -77,7 +80,7 @@ def score_chunks(
     [[[0.6, 0.4], [0.9, 0.1], [0.2, 0.8]]]
     """
     assert source.classes is not None
-    return _one_ahead(_aligned(source, chunk_rows, alignment))
+    return ReadAhead(_aligned(source, chunk_rows, alignment))
 
 
 def _aligned(source: io.PredictionSource, chunk_rows: int, alignment: Alignment) -> Iterator[np.ndarray]:
@@ -88,14 +91,52 @@ def _aligned(source: io.PredictionSource, chunk_rows: int, alignment: Alignment)
     return _reordered(source, chunk_rows, alignment.positions)
 
 
-def _one_ahead(chunks: Iterator[T]) -> Generator[T, None, None]:
+class ReadAhead(Iterator[T]):
     """``chunks``, each produced in a thread while the one before is used, and no further ahead:
-    the thread starts on the chunk after next only once this one has been taken (so a producer that
-    reuses its buffers needs two, as :class:`_Buffer` does). An error in the thread is raised here,
-    where the chunk it was reading is asked for."""
-    ready: queue.Queue = queue.Queue(maxsize=1)
-    taken = threading.Semaphore(0)
-    stop = threading.Event()
+    the thread starts on the first at once (so that files are read side by side from the start), and
+    on the chunk after next only once this one has been taken (so a producer that reuses its buffers
+    needs two, as :class:`_Turns` has). An error in the thread is raised here, where the chunk it
+    was reading is asked for. :meth:`close` ends the thread, after the chunk it is reading (an
+    iterator dropped unclosed ends it at its next chunk).
+
+    >>> chunks = ReadAhead(iter([1, 2, 3]))
+    >>> next(chunks), list(chunks)
+    (1, [2, 3])
+    """
+
+    def __init__(self, chunks: Iterator[T]) -> None:
+        self.ready: queue.Queue = queue.Queue(maxsize=1)
+        self.taken = threading.Semaphore(0)
+        self.stop = threading.Event()
+        self.ended = False
+        produce = partial(_produce, chunks, self.ready, self.taken, self.stop)  # no reference to self
+        self.thread = threading.Thread(target=produce, name="consistency-gate-reader", daemon=True)
+        self.thread.start()
+
+    def __next__(self) -> T:
+        if self.ended:
+            raise StopIteration
+        kind, item = self.ready.get()
+        self.taken.release()
+        if kind == "chunk":
+            return item
+        self.close()
+        if kind == "error":
+            raise item
+        raise StopIteration
+
+    def close(self) -> None:
+        """End the thread, after the chunk it is reading, and wait for it."""
+        self.ended = True
+        self.stop.set()
+        self.thread.join()
+
+    def __del__(self) -> None:
+        self.stop.set()
+
+
+def _produce(chunks: Iterator[T], ready: queue.Queue, taken: threading.Semaphore, stop: threading.Event) -> None:
+    """:class:`ReadAhead`'s thread: each chunk handed over once the one before was taken."""
 
     def handed(item: tuple[str, object]) -> bool:
         """Put ``item`` and wait until the reader takes it (False: the reader stopped)."""
@@ -105,29 +146,13 @@ def _one_ahead(chunks: Iterator[T]) -> Generator[T, None, None]:
                 return False
         return True
 
-    def produce() -> None:
-        try:
-            for chunk in chunks:
-                if not handed(("chunk", chunk)):
-                    return
-            handed(("end", None))
-        except BaseException as exc:  # noqa: BLE001 - handed to the reader, which raises it
-            handed(("error", exc))
-
-    thread = threading.Thread(target=produce, name="consistency-gate-reader", daemon=True)
-    thread.start()
     try:
-        while True:
-            kind, item = ready.get()
-            taken.release()
-            if kind == "end":
+        for chunk in chunks:
+            if not handed(("chunk", chunk)):
                 return
-            if kind == "error":
-                raise item
-            yield item
-    finally:  # a reader that stops early ends the thread, after the chunk it is reading
-        stop.set()
-        thread.join()
+        handed(("end", None))
+    except BaseException as exc:  # noqa: BLE001 - handed to the reader, which raises it
+        handed(("error", exc))
 
 
 def _in_order(source: io.PredictionSource, chunk_rows: int) -> Iterator[np.ndarray]:
@@ -143,39 +168,103 @@ def _in_order(source: io.PredictionSource, chunk_rows: int) -> Iterator[np.ndarr
 
 
 def _file_order(
-    source: io.PredictionSource, chunk_rows: int, with_ids: bool = False
+    source: io.PredictionSource, chunk_rows: int, with_ids: bool = False, ahead: bool = False
 ) -> Iterator[tuple[np.ndarray, pa.ChunkedArray | None]]:
     """Each chunk's checked score matrix, and with ``with_ids`` (CSV only) its ids as text;
-    ArrowInvalid where pyarrow cannot read a value as a number."""
+    ArrowInvalid where pyarrow cannot read a value as a number. With ``ahead``, the next chunk is
+    parsed in a thread while this one is made a matrix and used (a CSV block parses on one core)."""
     buffer: _Buffer | None = None
     start = 0
-    for table in _tables(source, chunk_rows, source.id_column if with_ids else None):
-        buffer = buffer or _Buffer(table, source.classes, chunk_rows)
-        matrix = buffer.rows(table)
-        ids = table.column(source.id_column) if with_ids else None
-        del table  # its row group is freed before the next is read
-        io.check_scores(matrix, source, start)
-        yield matrix, ids
-        start += len(matrix)
+    tables = _tables(source, chunk_rows, source.id_column if with_ids else None)
+    with contextlib.closing(ReadAhead(tables)) if ahead else contextlib.nullcontext(tables) as read:
+        for table in read:
+            buffer = buffer or _Buffer(table, source.classes, chunk_rows)
+            matrix = buffer.rows(table)
+            ids = table.column(source.id_column) if with_ids else None
+            del table  # its row group is freed before the next is read
+            io.check_scores(matrix, source, start)
+            yield matrix, ids
+            start += len(matrix)
 
 
 def _checked(source: io.PredictionSource, chunk_rows: int, alignment: Alignment) -> Iterator[np.ndarray]:
     """The file in its own order while its ids are ``alignment.expected``, chunk by chunk; from the
-    first chunk where they are not (or that pyarrow cannot read), the file aligned by its ids (a
-    DataError where they are not the labels' reordered), read again, the chunks given skipped."""
+    first chunk where they are not, the rest of the file placed by its ids as it is parsed. Where
+    its ids are not the labels' reordered, or pyarrow cannot read a value, the file is aligned by
+    its id column (a DataError naming the id) and read again, the chunks given skipped."""
     assert alignment.expected is not None and alignment.labels is not None and source.id_column is not None
-    given = 0
-    with contextlib.suppress(pa.ArrowException):  # pyarrow cannot read a value: the aligned reader words it
-        for matrix, ids in _file_order(source, chunk_rows, with_ids=True):
-            if not ids.equals(pa.chunked_array([alignment.expected.slice(given, chunk_rows)])):  # a short end too
-                break
-            yield matrix
-            given += len(matrix)
-        else:
-            if given == len(alignment.expected):
-                return
-    positions = _file_positions(alignment.labels, alignment.expected, source.path, source.id_column)
+    expected, given = alignment.expected, 0
+    try:
+        with contextlib.closing(_file_order(source, chunk_rows, with_ids=True, ahead=True)) as parsed:
+            for matrix, ids in parsed:
+                if not ids.equals(pa.chunked_array([expected.slice(given, chunk_rows)])):  # a short end too
+                    rest = _by_id(itertools.chain([(matrix, ids)], parsed), expected.slice(given))
+                    yield from _placed(rest, len(expected) - given, chunk_rows)
+                    return
+                yield matrix
+                given += len(matrix)
+        if given == len(expected):
+            return
+    except (pa.ArrowException, _Misaligned):  # the aligned reader says why, or the pandas reader reads it
+        pass
+    positions = _file_positions(alignment.labels, expected, source.path, source.id_column)
     yield from itertools.islice(_aligned(source, chunk_rows, Alignment(positions)), given // chunk_rows, None)
+
+
+class _Misaligned(Exception):
+    """A file's ids are not the labels' reordered (the id pass then names the one that is not)."""
+
+
+class _Ids:
+    """Unique text ids, each found by its hash (pandas' ``hash_array``, sorted once): the labels'
+    ids, against which a file's are looked up chunk by chunk, exactly (pyarrow's ``index_in``
+    builds its hash table on every call: 36 ms for 400,000 ids, for each chunk).
+
+    >>> _Ids(pa.array(["s1", "s2", "s3"])).rows(pa.chunked_array([["s3", "s1"]])).tolist()
+    [2, 0]
+    >>> _Ids(pa.array(["s1", "s2"])).rows(pa.chunked_array([["s1", "x"]])) is None
+    True
+    """
+
+    def __init__(self, ids: pa.Array) -> None:
+        self.ids = ids
+        hashes = np.concatenate([_hashes(ids.slice(at, _HASHED)) for at in range(0, len(ids), _HASHED)] or [[]])
+        self.order = np.argsort(hashes)
+        self.hashes = hashes[self.order]
+
+    def rows(self, ids: pa.ChunkedArray) -> np.ndarray | None:
+        """The row of each of ``ids`` here; None where one is not here (or is empty)."""
+        if not len(self.order):
+            return None
+        found = self.order[np.searchsorted(self.hashes, _hashes(ids)).clip(max=len(self.order) - 1)]
+        return found if self.ids.take(found).equals(ids.combine_chunks()) else None
+
+
+_HASHED = 100_000
+"""Ids hashed at a time (each a Python string while it is hashed)."""
+
+
+def _hashes(ids: pa.Array | pa.ChunkedArray) -> np.ndarray:
+    from pandas.util import hash_array
+
+    return hash_array(ids.to_numpy(zero_copy_only=False), categorize=False)
+
+
+def _by_id(
+    parsed: Iterator[tuple[np.ndarray, pa.ChunkedArray]], ids: pa.Array
+) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """Each chunk of a file, with the row of ``ids`` (the labels' ids not yet given) that each of
+    its rows holds; _Misaligned where an id is not one of ``ids``, or not each of them once."""
+    lookup, seen, count = _Ids(ids), np.zeros(len(ids), dtype=bool), 0
+    for matrix, chunk_ids in parsed:
+        rows = lookup.rows(chunk_ids)
+        count += len(matrix)
+        if rows is None or count > len(ids):
+            raise _Misaligned
+        seen[rows] = True
+        yield matrix, rows
+    if count < len(ids) or not seen.all():  # an id repeated: another is missing
+        raise _Misaligned
 
 
 _UNBUFFERED = "clip"
@@ -190,92 +279,101 @@ order through a temporary file of its scores' size (in :func:`tempfile.gettempdi
 def _reordered(source: io.PredictionSource, chunk_rows: int, positions: np.ndarray) -> Iterator[np.ndarray]:
     """The file's rows in the order of ``positions``, in memory of at most
     :data:`REORDER_IN_MEMORY` plus a few chunks, whatever the number of rows."""
+    targets = np.empty_like(positions)
+    targets[positions] = np.arange(len(positions))  # where each file row goes
+
+    def with_targets(parsed: Iterator[tuple[np.ndarray, object]]) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        at = 0
+        for matrix, _ in parsed:
+            yield matrix, targets[at : at + len(matrix)]
+            at += len(matrix)
+
+    try:
+        parsed = _file_order(source, chunk_rows, ahead=_is_csv(source.path))
+        yield from _placed(with_targets(parsed), len(positions), chunk_rows)
+    except pa.ArrowException:  # a value pyarrow cannot read as a number: pandas reads it, or says why
+        import pandas as pd
+
+        whole = io.score_matrix(pd.concat(io.iter_frames(source.path, source.columns, chunk_rows)), source)
+        yield from (whole[rows] for _, rows in position_chunks(positions, chunk_rows))
+
+
+def _placed(pieces: Iterator[tuple[np.ndarray, np.ndarray]], rows: int, chunk_rows: int) -> Iterator[np.ndarray]:
+    """``rows`` rows in chunks of ``chunk_rows``, from ``pieces``: matrices of a file's rows, each
+    with the row each of its rows is to be (every row once). Every piece is placed before the
+    first chunk is given, in memory or, above :data:`REORDER_IN_MEMORY`, through a temporary file."""
     with contextlib.ExitStack() as cleanup:
-        try:
-            tables = _tables(source, chunk_rows)
-            if _is_csv(source.path):  # a CSV block parses on one core: the next one while this one is placed
-                tables = _one_ahead(tables)
-            first = next(tables)
-            buffer = _Buffer(first, source.classes, chunk_rows)
-            tables = itertools.chain([first], tables)
-            del first
-            if len(positions) * len(source.classes) * buffer.dtype.itemsize <= REORDER_IN_MEMORY:
-                placed: _InMemory | _OnDisk = _InMemory(tables, buffer, len(positions))
-            else:
-                import tempfile
+        placed: _InMemory | _OnDisk | None = None
+        for matrix, targets in pieces:
+            if placed is None:
+                shape = (rows, matrix.shape[1])
+                if rows * matrix.shape[1] * matrix.itemsize <= REORDER_IN_MEMORY:
+                    placed = _InMemory(shape, matrix.dtype)
+                else:
+                    import tempfile
 
-                spill = cleanup.enter_context(tempfile.TemporaryFile(prefix="consistency-gate-reorder-"))
-                placed = _OnDisk(tables, buffer, positions, chunk_rows, spill)
-        except pa.ArrowException:  # a value pyarrow cannot read as a number: pandas reads it, or says why
-            import pandas as pd
-
-            whole = io.score_matrix(pd.concat(io.iter_frames(source.path, source.columns, chunk_rows)), source)
-            yield from (whole[rows] for _, rows in position_chunks(positions, chunk_rows))
-            return
-        for i, (_, rows) in enumerate(position_chunks(positions, chunk_rows)):
-            matrix = placed.chunk(i, rows)
-            io.check_scores(matrix, source, rows)
-            yield matrix
+                    spill = cleanup.enter_context(tempfile.TemporaryFile(prefix="consistency-gate-reorder-"))
+                    placed = _OnDisk(shape, matrix.dtype, chunk_rows, spill)
+            placed.add(matrix, targets)
+        for start in range(0, rows if placed else 0, chunk_rows):
+            yield placed.chunk(start, min(start + chunk_rows, rows))
 
 
 class _InMemory:
-    """A whole file's scores as one (rows, classes) matrix (its scores' size in memory); each chunk
-    is gathered from it row by row."""
+    """A whole file's scores as one (rows, classes) matrix (its scores' size in memory), each row
+    put in its place as it is read; a chunk is a slice of it."""
 
-    def __init__(self, tables: Iterator[pa.Table], buffer: _Buffer, rows: int) -> None:
-        self.buffer = buffer
-        self.rows = np.empty((rows, len(buffer.classes)), dtype=buffer.dtype)
-        at = 0
-        for table in tables:
-            buffer.rows(table, out=self.rows[at : at + table.num_rows])
-            at += table.num_rows
+    def __init__(self, shape: tuple[int, int], dtype: np.dtype) -> None:
+        self.rows = np.empty(shape, dtype=dtype)
 
-    def chunk(self, index: int, rows: np.ndarray) -> np.ndarray:
-        """File rows ``rows`` (those of output chunk ``index``) as a (rows, classes) matrix."""
-        return np.take(self.rows, rows, axis=0, out=self.buffer.next_rows(len(rows)), mode=_UNBUFFERED)
+    def add(self, matrix: np.ndarray, targets: np.ndarray) -> None:
+        """Put row i of ``matrix`` in row ``targets[i]``."""
+        self.rows[targets] = matrix
+
+    def chunk(self, start: int, stop: int) -> np.ndarray:
+        """Rows ``start`` to ``stop``."""
+        return self.rows[start:stop]
 
 
 class _OnDisk:
-    """A file's rows sorted by the output chunk they belong to, through a temporary file (a bucket
-    sort on disk): each chunk of the file as read is split by output chunk and appended to the file
-    a segment at a time; an output chunk then reads its segments back, which hold its rows in file
-    order, and puts them in its own. Memory: a few chunks, and 10 bytes per row of positions."""
+    """A file's rows sorted by the chunk they belong to, through a temporary file (a bucket sort on
+    disk): each piece of the file as read is split by chunk and appended to the file a segment at a
+    time, with the row each of its rows is to be; a chunk then reads its segments back and puts
+    their rows in place. Memory: a few chunks, and 4 bytes per row."""
 
-    def __init__(
-        self, tables: Iterator[pa.Table], buffer: _Buffer, positions: np.ndarray, chunk_rows: int, file: BinaryIO
-    ) -> None:
-        self.buffer = buffer
-        count = -(-len(positions) // chunk_rows)
-        destination = np.empty(len(positions), dtype=np.min_scalar_type(count))  # file row -> output chunk
-        destination[positions] = np.arange(len(positions)) // chunk_rows
-        self.segments: list[list[tuple[int, int]]] = [[] for _ in range(count)]  # (offset, rows) per output chunk
-        self.scratch = np.empty((chunk_rows, len(buffer.classes)), dtype=buffer.dtype)
+    def __init__(self, shape: tuple[int, int], dtype: np.dtype, chunk_rows: int, file: BinaryIO) -> None:
+        self.chunk_rows = chunk_rows
+        count = -(-shape[0] // chunk_rows)
+        self.segments: list[list[tuple[int, np.ndarray]]] = [[] for _ in range(count)]  # (offset, rows) per chunk
+        self.scratch = np.empty((chunk_rows, shape[1]), dtype=dtype)
+        self.out = _Turns(chunk_rows, shape[1], dtype)
         self.file = file
-        at = 0
-        for table in tables:
-            rows = buffer.rows(table)
-            chunks = destination[at : at + len(rows)]
-            order = np.argsort(chunks, kind="stable")
-            grouped = np.take(rows, order, axis=0, out=self.scratch[: len(rows)], mode=_UNBUFFERED)
-            bounds = np.searchsorted(chunks[order], np.arange(count + 1))
-            for index in np.flatnonzero(np.diff(bounds)):
-                start, end = bounds[index], bounds[index + 1]
-                self.segments[index].append((self.file.tell(), end - start))
-                self.file.write(grouped[start:end])
-            at += len(rows)
-            del table  # pyarrow's allocator keeps what its decoding threads freed unless told: 745 -> 665 MB
-            pa.default_memory_pool().release_unused()  # at 1,000,000 shuffled rows, for about 5% of the time
 
-    def chunk(self, index: int, rows: np.ndarray) -> np.ndarray:
-        """File rows ``rows`` (those of output chunk ``index``) as a (rows, classes) matrix."""
-        in_file_order = self.scratch[: len(rows)]
+    def add(self, matrix: np.ndarray, targets: np.ndarray) -> None:
+        """Append the rows of ``matrix`` (row i to be row ``targets[i]``) to their chunks' segments."""
+        chunks = targets // self.chunk_rows
+        order = np.argsort(chunks, kind="stable")
+        grouped = np.take(matrix, order, axis=0, out=self.scratch[: len(matrix)], mode=_UNBUFFERED)
+        within = (targets[order] % self.chunk_rows).astype(np.int32)
+        bounds = np.searchsorted(chunks[order], np.arange(len(self.segments) + 1))
+        for index in np.flatnonzero(np.diff(bounds)):
+            start, end = bounds[index], bounds[index + 1]
+            self.segments[index].append((self.file.tell(), within[start:end]))
+            self.file.write(grouped[start:end])
+        pa.default_memory_pool().release_unused()  # pyarrow's allocator keeps what its decoding threads freed
+        # unless told: 745 -> 665 MB at 1,000,000 shuffled rows, for about 5% of the time
+
+    def chunk(self, start: int, stop: int) -> np.ndarray:
+        """Rows ``start`` to ``stop`` (a chunk's)."""
+        segments = self.segments[start // self.chunk_rows]
+        in_file_order = self.scratch[: stop - start]
         at = 0
-        for offset, count in self.segments[index]:
+        for offset, within in segments:
             self.file.seek(offset)
-            self.file.readinto(memoryview(in_file_order[at : at + count]).cast("B"))
-            at += count
-        matrix = self.buffer.next_rows(len(rows))
-        matrix[np.argsort(rows)] = in_file_order  # the i-th smallest file row goes where it is asked for
+            self.file.readinto(memoryview(in_file_order[at : at + len(within)]).cast("B"))
+            at += len(within)
+        matrix = self.out.next_rows(stop - start)
+        matrix[np.concatenate([within for _, within in segments])] = in_file_order
         return matrix
 
 
@@ -294,24 +392,36 @@ _PIECE_BYTES = 2**20
 """Scores made row-major at a time by :meth:`_Buffer.rows`: small enough for the cache."""
 
 
-class _Buffer:
-    """Matrices reused chunk after chunk: a chunk's rows, in turn in two matrices (one being used,
-    one being filled: see :func:`_one_ahead`)."""
+class _Turns:
+    """Two matrices reused chunk after chunk, in turn: one being used, one being filled (see
+    :class:`ReadAhead`)."""
+
+    def __init__(self, rows: int, columns: int, dtype: np.dtype) -> None:
+        self.dtype = np.dtype(dtype)
+        self.by_rows = [np.empty((rows, columns), dtype=self.dtype) for _ in range(2)]
+        self.turn = 0
+
+    def next_rows(self, n: int) -> np.ndarray:
+        """The next of the matrices used in turn, ``n`` rows of it."""
+        self.turn = (self.turn + 1) % len(self.by_rows)
+        return self.by_rows[self.turn][:n]
+
+
+class _Buffer(_Turns):
+    """A score file's chunks as (rows, classes) matrices, float32 where every class column is."""
 
     def __init__(self, table: pa.Table, classes: tuple[str, ...], rows: int) -> None:
         float32 = all(table.column(name).type == pa.float32() for name in classes)
-        self.dtype = np.dtype(np.float32 if float32 else np.float64)
+        super().__init__(rows, len(classes), np.float32 if float32 else np.float64)
         self.classes = classes
-        self.by_rows = [np.empty((rows, len(classes)), dtype=self.dtype) for _ in range(2)]
-        self.turn = 0
 
-    def rows(self, table: pa.Table, out: np.ndarray | None = None) -> np.ndarray:
+    def rows(self, table: pa.Table) -> np.ndarray:
         """The table's class columns as a C-contiguous (rows, classes) matrix (nulls as NaN), in
-        ``out`` or the next of the matrices used in turn. pyarrow makes the rows row-major
+        the next of the matrices used in turn. pyarrow makes the rows row-major
         :data:`_PIECE_BYTES` at a time (a CSV block at 100 classes; a Parquet row group in pieces):
         in the cache, 1.5x faster than a column-by-column copy and a transpose of the chunk for CSV,
         as fast for Parquet (3x slower than that for a whole 50,000-row Parquet batch)."""
-        matrix = self.next_rows(table.num_rows) if out is None else out
+        matrix = self.next_rows(table.num_rows)
         step = max(1, _PIECE_BYTES // (len(self.classes) * self.dtype.itemsize))
         at = 0
         for batch in table.select(list(self.classes)).to_batches():
@@ -320,11 +430,6 @@ class _Buffer:
                 matrix[at : at + piece.num_rows] = np.asarray(piece.to_tensor(null_to_nan=True, row_major=True))
                 at += piece.num_rows
         return matrix
-
-    def next_rows(self, n: int) -> np.ndarray:
-        """The next of the (rows, classes) matrices used in turn, ``n`` rows of it."""
-        self.turn = (self.turn + 1) % len(self.by_rows)
-        return self.by_rows[self.turn][:n]
 
 
 def _is_csv(path: Path) -> bool:
@@ -395,8 +500,8 @@ def _row_groups(parquet: pq.ParquetFile, classes: list[str]) -> Iterator[pa.Reco
 def row_order(labels: Path, sources: list[io.PredictionSource], id_column: str) -> list[Alignment]:
     """For each prediction file, where the labels file's rows are in it, by id. The ids must be
     unique and the same set in every file (DataError naming the file and the first id that is not).
-    A CSV score file whose first rows hold the labels' first ids is taken to be in order, its ids
-    checked as its scores are read (:attr:`Alignment.expected`): its id column is not parsed twice.
+    A CSV score file (against text ids) is aligned as its scores are read (:attr:`Alignment.expected`):
+    its id column is not parsed twice.
 
     >>> import tempfile
     >>> import pandas as pd
@@ -412,7 +517,7 @@ def row_order(labels: Path, sources: list[io.PredictionSource], id_column: str) 
     _require_unique(reference, labels, id_column)
     order: list[Alignment] = []
     for source in sources:
-        if source.has_scores and _starts_in_order(source.path, reference, id_column):
+        if source.has_scores and _is_csv(source.path) and pa.types.is_string(reference.type):
             order.append(Alignment(labels=labels, expected=reference))
         else:
             order.append(Alignment(_file_positions(labels, reference, source.path, id_column)))
@@ -431,21 +536,6 @@ def _file_positions(labels: Path, reference: pa.Array, path: Path, id_column: st
     if rows is None:
         _mismatch(reference, ids, labels, path, id_column)
     return rows
-
-
-def _starts_in_order(path: Path, reference: pa.Array, id_column: str) -> bool:
-    """Whether a CSV file's first block of rows (about 1 MB) holds the first of the text ids
-    ``reference``, in order."""
-    if not (_is_csv(path) and pa.types.is_string(reference.type)):
-        return False
-    import pyarrow.csv as pacsv
-
-    try:
-        first = pacsv.open_csv(path, convert_options=io.csv_options((), id_column)).read_next_batch()
-    except (pa.ArrowException, OSError, StopIteration):  # not UTF-8, ragged, empty...: the full pass says why
-        return False
-    ids = first.column(0)
-    return len(ids) > 0 and ids.equals(reference.slice(0, len(ids)))
 
 
 def _positions(reference: pa.Array, ids: pa.Array) -> np.ndarray | None:
