@@ -1,6 +1,8 @@
 """`consistency-gate compare` as a subprocess: the SPEC section 6 contract and bad input."""
 
 import os
+import subprocess
+import sys
 
 import numpy as np
 import pandas as pd
@@ -281,6 +283,28 @@ def test_missing_file_and_verbose_traceback(tmp_path, where):
     assert "nope.csv: file not found" in proc.stderr and "Traceback" in proc.stderr
     quiet = run_cli("compare", *files)
     assert quiet.returncode == 3 and "Traceback" not in quiet.stderr
+
+
+@pytest.mark.parametrize("preset", [None, "ACTIVE"])
+def test_compare_sets_its_reader_threads_in_its_own_process_only(files, preset):
+    """A fresh compare process keeps OpenBLAS to one thread and numba's OpenMP workers passive (it
+    does no linear algebra); a user's setting wins, and a process that loaded numpy is left alone."""
+    paths, *_ = files
+    script = (
+        "import os, sys\nfrom consistency_gate.cli import main\n"
+        "if sys.argv[1] == 'numpy': import numpy\n"
+        "try:\n    main(sys.argv[2:])\nexcept SystemExit:\n    pass\n"
+        "print(os.environ.get('OMP_WAIT_POLICY'), os.environ.get('OPENBLAS_NUM_THREADS'))"
+    )
+    args = ["compare", "--labels", paths["labels"], "--previous", paths["prev"], "--candidate", paths["cand"]]
+    env = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "OPENBLAS_NUM_THREADS")}
+    env |= {"OMP_WAIT_POLICY": preset} if preset else {}
+    for first in ("fresh", "numpy"):
+        proc = subprocess.run(
+            [sys.executable, "-c", script, first, *map(str, args)], capture_output=True, text=True, env=env, check=True
+        )
+        expected = f"{preset or 'PASSIVE'} 1" if first == "fresh" else f"{preset} None"
+        assert proc.stdout.splitlines()[-1] == expected, proc.stderr
 
 
 def test_usage_error_exits_2(tmp_path):
