@@ -178,6 +178,17 @@ def test_a_csv_file_is_aligned_as_it_is_read_not_by_a_pass_over_its_ids_first(tm
         assert read[:, 0].tolist() == [1, 2, 3]
 
 
+def test_ids_whose_hashes_collide_are_still_placed_exactly(tmp_path, monkeypatch):
+    """Ids are found by hash and then compared: where hashes collide (here all of them), the file
+    is aligned by its id column instead, never a row put in another's place."""
+    labels = _write(pd.DataFrame({"id": [f"s{i}" for i in range(1, 6)], "label": "a"}), tmp_path / "labels.csv")
+    moved = _ids_file(tmp_path, "moved", ["s4", "s2", "s5", "s1", "s3"], ".csv")
+    (alignment,) = matrices.row_order(labels, [moved], "id")
+    monkeypatch.setattr(matrices, "_hashes", lambda ids: np.zeros(len(ids), dtype=np.uint64))
+    read = np.vstack([m.copy() for m in matrices.score_chunks(moved, 2, alignment)])
+    assert read[:, 0].tolist() == [1, 2, 3, 4, 5]
+
+
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     rows=st.integers(1, 30),
