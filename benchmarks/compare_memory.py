@@ -92,6 +92,8 @@ def main() -> None:
                 print(f"  {fmt:8s} {rows:>10,} rows  peak RSS {peak:8.0f} MB  {seconds:6.1f} s")
                 for path in paths:
                     path.unlink()
+            if len(peaks) < 2:  # one size: no growth to print
+                continue
             added = (peaks[-1] - peaks[0]) * 2**20 / (args.rows[-1] - args.rows[0])
             print(
                 f"  {fmt:8s} peak RSS ratio {args.rows[-1]:,} / {args.rows[0]:,} rows: {peaks[-1] / peaks[0]:.2f}"
