@@ -641,10 +641,6 @@ def main(argv: list[str] | None = None) -> None:
     sys.exit(code if isinstance(code, int) else 0)
 
 
-if __name__ == "__main__":
-    main()
-
-
 def run() -> None:
     """The console script and ``python -m consistency_gate``: :func:`main`, then an exit without the
     interpreter's last full garbage collection (``gc.freeze``), which would walk every object pandas,
@@ -654,3 +650,7 @@ def run() -> None:
         main()
     finally:
         gc.freeze()
+
+
+if __name__ == "__main__":
+    run()

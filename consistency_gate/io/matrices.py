@@ -61,7 +61,8 @@ def score_chunks(
     """A score file's class columns, in the order of ``source.classes``, as C-contiguous (rows,
     classes) float matrices of ``chunk_rows`` rows (the last may be shorter), each value checked
     (finite, not negative); in file order, or in the labels' order as ``alignment`` says (with
-    ``positions``, row ``positions[i]`` of the file as the i-th row: the file is then read whole).
+    ``positions``, row ``positions[i]`` of the file as the i-th row; with ``expected``, rows placed by
+    id from where they stop being in order: a file out of order is read whole before its first chunk).
     Float32 files stay float32. Errors name the file, its 1-based data row and the column. The next
     chunk is read in a thread, from the start, while this one is used (pyarrow's readers release the
     GIL; :class:`ReadAhead`: close it to end the thread of a reader stopped early); each
