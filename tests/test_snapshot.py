@@ -195,3 +195,53 @@ def test_single_runs_follow_the_recipes_scheduler_else_train_at_the_configured_r
     dynsnap = TrainSettings(method="dynsnap-step", m=1, n_snapshots=1, epochs=5, lr=0.1)  # the paper's schedule
     expected = [step_decay_lr(0.1, t, 5) for t in range(1, 6)]
     assert train_members(halving, dynsnap, quiet=True).runs[0].lr_curve == pytest.approx(expected)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA (run on a GPU machine)")
+def test_trained_on_cuda_the_members_live_on_cpu_and_predict_alike_on_a_cpu_only_machine(tmp_path):
+    """A GPU runner's repair is served on CPU machines: the members' weights come back as CPU
+    tensors, from the sliced-tensor path and from the DataLoader path (pinned memory) alike, and the
+    saved ensemble predicts in a process that sees no GPU what it predicts on CUDA."""
+    import functools
+    import os
+    import subprocess
+    import sys
+
+    from torch.utils.data import Dataset, TensorDataset
+
+    from consistency_gate.ensembles.recipes import TrainingRecipe, build_module
+
+    class Pairs(Dataset):  # a map-style dataset that is no TensorDataset: a DataLoader with pin_memory
+        def __init__(self, x, y):
+            self.x, self.y = x, y
+
+        def __len__(self):
+            return len(self.y)
+
+        def __getitem__(self, i):
+            return self.x[i], int(self.y[i])
+
+    x, y = _blobs()
+    xs, ys = torch.as_tensor(x), torch.as_tensor(y)
+    spec = RecipeSpec("mlp", {"hidden": [16]}, 5, 3)
+    settings = TrainSettings(method="dynsnap-cyc", m=2, n_snapshots=2, epochs=4, seed=5)
+    for data in (TensorDataset(xs, ys), Pairs(xs, ys)):
+        recipe = TrainingRecipe(functools.partial(build_module, spec), data)
+        build = train_members(recipe, settings, quiet=True, device="cuda")
+        assert all(t.device.type == "cpu" for m in build.members for t in m.state.values())
+        assert max(r.val_accs[-1] for r in build.runs) > 0.8
+    features = [f"f{i}" for i in range(5)]
+    states, weights = [m.state for m in build.members], [1.0] * len(build.members)
+    mean, std = np.zeros(5, np.float32), np.ones(5, np.float32)
+    ens = TorchEnsemble(spec, states, weights, ["a", "b", "c"], features, mean, std)
+    ens.save(tmp_path)
+    np.save(tmp_path / "x.npy", x)
+    on_cuda = ens.predict_proba(x)
+    script = (
+        "import sys, numpy as np, torch; from consistency_gate.ensembles.model import TorchEnsemble; "
+        "assert not torch.cuda.is_available(); folder = sys.argv[1]; "
+        "np.save(folder + '/cpu.npy', TorchEnsemble.load(folder).predict_proba(np.load(folder + '/x.npy')))"
+    )
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}
+    subprocess.run([sys.executable, "-c", script, str(tmp_path)], check=True, env=env)
+    np.testing.assert_allclose(np.load(tmp_path / "cpu.npy"), on_cuda, atol=1e-5)
