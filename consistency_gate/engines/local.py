@@ -42,7 +42,7 @@ def compare_files(
     label_column: str = "label",
     id_column: str | None = None,
     ks: Sequence[int] | None = None,
-    chunk_rows: int = io.DEFAULT_CHUNK_ROWS,
+    chunk_rows: int | None = None,
     confidence: float = 0.95,
     slices: Sequence[str] = (),
 ) -> ComparisonResult:
@@ -105,7 +105,7 @@ def evaluate_files(
     label_column: str = "label",
     id_column: str | None = None,
     ks: Sequence[int] | None = None,
-    chunk_rows: int = io.DEFAULT_CHUNK_ROWS,
+    chunk_rows: int | None = None,
     slices: Sequence[str] = (),
     keep_samples: bool = False,
     ks_from: str = "--k",
@@ -113,7 +113,8 @@ def evaluate_files(
     """Stream the files through an :class:`Evaluation`; rows align by id or by position; the first
     pair is also counted per value of the ``slices`` columns of the labels file. ``keep_samples``
     keeps each sample's predictions (for a flip table); ``ks_from`` names where ``ks`` came from
-    in an error.
+    in an error. Files are read ``chunk_rows`` rows at a time (default: as many rows of the widest
+    file as :func:`~consistency_gate.io.predictions.chunk_rows_for` gives).
 
     >>> import tempfile
     >>> folder = Path(tempfile.mkdtemp())
@@ -140,6 +141,7 @@ def evaluate_files(
             slices=tuple(slices),
             keep_samples=keep_samples,
         )
+        chunk_rows = chunk_rows or io.chunk_rows_for(max(len(s.classes or ()) for s in sources))
         label_fields = [label_column] + data_slices  # the ids were read once, by row_order
         label_frames = io.iter_frames(labels, label_fields, chunk_rows, text_columns=tuple(label_fields))
         order = matrices.row_order(labels, sources, id_column) if id_column else [matrices.IN_ORDER] * len(sources)
