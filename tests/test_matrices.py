@@ -237,3 +237,31 @@ def test_a_csv_is_read_in_its_order_and_placed_by_its_ids_from_where_it_is_not_i
             read()
         return
     assert np.array_equal(read(), scores[pd.Index(file_ids).get_indexer(labels_ids)].astype(float))
+
+
+@pytest.mark.parametrize(("depth", "untaken"), [(1, 1), (4, 5)])
+def test_a_reader_goes_no_further_ahead_than_its_depth_and_closes(depth, untaken):
+    """Depth 1: the next chunk is read only once the one before is taken (buffers reused in turn);
+    a larger depth: that many wait to be taken, and the thread holds one more. close() ends it."""
+    import time
+
+    produced: list[int] = []
+
+    def chunks():
+        for i in range(50):
+            produced.append(i)
+            yield i
+
+    def settled(count: int) -> None:
+        deadline = time.monotonic() + 5
+        while len(produced) < count and time.monotonic() < deadline:
+            time.sleep(0.01)
+        time.sleep(0.2)  # and no further
+        assert len(produced) == count
+
+    reader = matrices.ReadAhead(chunks(), depth)
+    settled(untaken)
+    assert [next(reader), next(reader)] == [0, 1]
+    settled(untaken + 2)
+    reader.close()
+    assert not reader.thread.is_alive() and list(reader) == []
