@@ -329,25 +329,3 @@ def _warm_ups() -> list[Callable[[], object]]:
         *(partial(top_k_rows, scores, 2) for scores in (f32, f64)),
         *(partial(pair_moments, scores, scores) for scores in (f32, f64)),
     ]
-
-
-def load_in_background() -> Callable[[], None]:
-    """Start :func:`precompile` in a thread: numba's start-up in a fresh process (about 0.3 s for its
-    compiler, then each kernel from the cache) then overlaps the reading of the files, whose
-    pyarrow readers release the GIL. A kernel called before it is done waits for numba's lock.
-    Returns the function that ends it: after the kernel it is compiling (so that an error on a
-    machine whose cache is cold does not wait for every kernel), and waits for that, as a thread
-    still in LLVM's C++ at exit would abort the process.
-
-    >>> finish = load_in_background()
-    >>> finish()
-    """
-    stop = threading.Event()
-    thread = threading.Thread(target=precompile, args=(stop,), name="consistency-gate-kernels", daemon=True)
-    thread.start()
-
-    def finish() -> None:
-        stop.set()
-        thread.join()
-
-    return finish

@@ -11,11 +11,45 @@ the top-k sets nested (TopK is a subset of Top(K+1)), so CCON-k never decreases 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import importlib
+import threading
+from collections.abc import Callable, Sequence
+from types import ModuleType
 
 import numpy as np
 
-from consistency_gate.core import kernels
+
+def _kernels() -> ModuleType:
+    """:mod:`consistency_gate.core.kernels`, imported at first use: it imports numba (0.15 s), which
+    a command then imports in :func:`load_kernels_in_background`'s thread, not before its readers start."""
+    return importlib.import_module("consistency_gate.core.kernels")
+
+
+def load_kernels_in_background() -> Callable[[], None]:
+    """Import the kernels and load them (:func:`consistency_gate.core.kernels.precompile`) in a
+    thread: numba's start-up in a fresh process (its import, about 0.3 s for its compiler, then each
+    kernel from the cache) then overlaps the reading of the files, whose pyarrow readers release the
+    GIL. A kernel called before it is done waits for the import, or for numba's lock. Returns the
+    function that ends it: after the kernel it is compiling (so that an error on a machine whose
+    cache is cold does not wait for every kernel), and waits for that, as a thread still in LLVM's
+    C++ at exit would abort the process.
+
+    >>> finish = load_kernels_in_background()
+    >>> finish()
+    """
+    stop = threading.Event()
+    thread = threading.Thread(target=_load, args=(stop,), name="consistency-gate-kernels", daemon=True)
+    thread.start()
+
+    def finish() -> None:
+        stop.set()
+        thread.join()
+
+    return finish
+
+
+def _load(stop: threading.Event) -> None:
+    _kernels().precompile(stop)
 
 
 def predicted_classes(scores: np.ndarray) -> np.ndarray:
@@ -38,7 +72,7 @@ def top_k(scores: np.ndarray, k: int) -> np.ndarray:
     """
     scores = _float_matrix(scores)
     _require_k(k, scores.shape[1])
-    return kernels.top_k_rows(scores, k)
+    return _kernels().top_k_rows(scores, k)
 
 
 def pair_top_k(a: np.ndarray, b: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray, tuple[np.ndarray, ...]]:
@@ -55,7 +89,7 @@ def pair_top_k(a: np.ndarray, b: np.ndarray, k: int) -> tuple[np.ndarray, np.nda
     if a.dtype != b.dtype:  # one of the two precompiled signatures (float32 to float64 is exact)
         a, b = a.astype(np.float64, copy=False), b.astype(np.float64, copy=False)
     _require_k(k, a.shape[1])
-    top_a, top_b, moments = kernels.pair_top_k_moments(a, b, k)
+    top_a, top_b, moments = _kernels().pair_top_k_moments(a, b, k)
     return top_a, top_b, tuple(moments)
 
 
@@ -108,7 +142,7 @@ def pair_indicators(y_true: np.ndarray, top_a: np.ndarray, top_b: np.ndarray, ks
     if min(top_a.shape[1], top_b.shape[1]) < 1:
         raise ValueError("a top list needs at least one class")
     ks = np.array(sorted(set(ks)), dtype=np.int64)
-    return kernels.pair_indicators(y_true, top_a, top_b, ks).view(bool)
+    return _kernels().pair_indicators(y_true, top_a, top_b, ks).view(bool)
 
 
 def row_moments(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, ...]:
@@ -121,7 +155,7 @@ def row_moments(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, ...]:
     a, b = _float_matrix(a), _float_matrix(b)
     if a.shape != b.shape:
         raise ValueError(f"score matrices differ in shape: {a.shape} and {b.shape}")
-    return tuple(kernels.pair_moments(a, b))
+    return tuple(_kernels().pair_moments(a, b))
 
 
 def rowwise_pearson(
@@ -144,7 +178,7 @@ def rowwise_pearson(
     [-1.0]
     """
     sums = [np.ascontiguousarray(v, dtype=np.float64) for v in (sum_a, sum_b, sq_a, sq_b, dot_ab)]
-    return kernels.pearson_rows(*sums, int(width), float(rel_tol * width))
+    return _kernels().pearson_rows(*sums, int(width), float(rel_tol * width))
 
 
 def rounding_tolerance(*arrays: np.ndarray) -> float:
@@ -163,4 +197,4 @@ def rowwise_cosine(sq_a: np.ndarray, sq_b: np.ndarray, dot_ab: np.ndarray) -> np
     [1.0, nan]
     """
     sums = [np.ascontiguousarray(v, dtype=np.float64) for v in (sq_a, sq_b, dot_ab)]
-    return kernels.cosine_rows(*sums)
+    return _kernels().cosine_rows(*sums)

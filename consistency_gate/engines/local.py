@@ -13,8 +13,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from consistency_gate.core import kernels
 from consistency_gate.core.evaluation import ComparisonResult, Evaluation, canonical_classes, usable_ks
+from consistency_gate.core.rows import load_kernels_in_background
 from consistency_gate.core.slices import TRUE_CLASS
 from consistency_gate.errors import DataError
 from consistency_gate.io import matrices
@@ -125,7 +125,7 @@ def evaluate_files(
     >>> evaluation.result().metrics["itoc"]
     0.5
     """
-    finish_loading = kernels.load_in_background()
+    finish_loading = load_kernels_in_background()
     streams: list[matrices.ReadAhead[np.ndarray] | Generator[pd.Series, None, None]] = []
     try:
         labels = Path(labels)
