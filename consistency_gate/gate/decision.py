@@ -36,7 +36,7 @@ class Decision:
     comparison: ComparisonResult
     rules: list[rules.RuleResult]
     verdict: str
-    samples: pd.DataFrame  # the flip table
+    samples: pd.DataFrame  # the flip table (empty where nothing logs or draws it)
     ks: list[int]  # the k values counted (the top-k plot's)
     metrics: dict  # the reported metrics: the config's k values only
     first_generation: bool  # no baseline: the "comparison" is the candidate against itself

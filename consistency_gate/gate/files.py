@@ -16,6 +16,7 @@ import os
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 
 from consistency_gate.core.evaluation import flip_table
 from consistency_gate.engines.local import evaluate_files
@@ -69,7 +70,8 @@ def run_file_gate(
         uri = tracking_uri or os.environ.get("MLFLOW_TRACKING_URI") or None
         if uri:  # before any work: an unreachable server is exit 5 at once
             session.connect(uri)
-        decision = _decide(Path(labels), Path(previous), Path(candidate), cfg, label_column, id_column)
+        files = Path(labels), Path(previous), Path(candidate)
+        decision = _decide(*files, cfg, label_column, id_column, flips=bool(uri) or html)
         result = GateResult.of(
             decision,
             candidate={"name": name, "version": None, "predictions": str(candidate)},
@@ -100,9 +102,17 @@ def _refuse_model_work(cfg: rules.GateConfig) -> None:
 
 
 def _decide(
-    labels: Path, previous: Path, candidate: Path, cfg: rules.GateConfig, label_column: str, id_column: str | None
+    labels: Path,
+    previous: Path,
+    candidate: Path,
+    cfg: rules.GateConfig,
+    label_column: str,
+    id_column: str | None,
+    flips: bool,
 ) -> Decision:
-    """Stream the three files through the metrics (keeping each sample for the flip table) and judge."""
+    """Stream the three files through the metrics and judge; with ``flips``, keep each sample for
+    the flip table (logged, and drawn in the HTML report; a gate that does neither skips it: 0.6 s
+    of 2.6 at 400,000 rows)."""
     evaluation = evaluate_files(
         labels,
         {"previous": previous, "candidate": candidate},
@@ -110,12 +120,15 @@ def _decide(
         id_column=id_column,
         ks=cfg.ks if cfg.ks_given else None,
         slices=cfg.slices,
-        keep_samples=True,
+        keep_samples=flips,
         ks_from=f"{cfg.source}: ks",
     )
     comparison = evaluation.result(confidence=cfg.confidence, interval_method=cfg.interval_method)
-    ids = io.read_column(labels, id_column).to_numpy() if id_column else np.arange(comparison.n)
-    return Decision.judge(comparison, cfg, flip_table(evaluation.samples(), ids), evaluation.ks)
+    samples = pd.DataFrame()
+    if flips:
+        ids = io.read_column(labels, id_column).to_numpy() if id_column else np.arange(comparison.n)
+        samples = flip_table(evaluation.samples(), ids)
+    return Decision.judge(comparison, cfg, samples, evaluation.ks)
 
 
 def _log_run(result: GateResult, decision: Decision, cfg: rules.GateConfig, session: GateSession, labels: Path) -> None:

@@ -162,10 +162,10 @@ class GateSession:
         """Write the report and end the gate run FINISHED; returns ``result``. After a promotion a
         run that cannot be ended (retried for ``END_RUN_RETRY_S``) is a warning in the report (the
         next gate marks it FAILED), not an error that would hide what the alias holds."""
-        import mlflow
-
         self.write_report(result.to_dict())
-        if self.started:
+        if self.started:  # a gate on prediction files without a tracking store started none: no MLflow import
+            import mlflow
+
             try:
                 mlflow.end_run("FINISHED")
             except Exception as exc:  # noqa: BLE001 - MLflow and requests raise many kinds
