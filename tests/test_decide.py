@@ -89,6 +89,27 @@ def test_passing_count_is_the_largest_count_whose_bound_meets_the_threshold(n, t
     assert int(ci.passing_count(n, threshold, decide, level)) == by_bound
 
 
+@given(
+    st.integers(1, 10**7),
+    st.floats(0.0, 1.0),
+    st.floats(1e-9, 1 - 1e-9),  # the tail a rule's level leaves (a subnormal q has no digits to compare)
+    st.sampled_from([0.0, 0.5, 1.0, 2.0, 6.0]),
+)
+@settings(max_examples=300, deadline=None)
+def test_binomial_cdf_and_quantile_match_scipy_stats(n, where, q, skew):
+    """What the gate computes without importing scipy.stats (:func:`ci.binomial_cdf`,
+    :func:`ci.binomial_quantile`) against scipy.stats.binom, small rates included. Where P(X <= k)
+    is q to rounding (Bin(61, 1/2) at 30 is 0.5; q = 1 - 1e-16), the two round to either side of it
+    and their quantiles may differ."""
+    p = where ** (1 + skew)  # rates near 0 as often as not
+    k = np.array([-1, 0, int(n * where), n - 1, n, n + 1])
+    expected = binom.cdf(k, n, p)
+    assert np.allclose(ci.binomial_cdf(k, n, p), expected, rtol=1e-9, atol=1e-300)
+    ours, theirs = int(ci.binomial_quantile(q, n, p)), int(binom.ppf(q, n, p))
+    if ours != theirs:  # only where P(X <= k) is q to rounding for every k between them
+        assert np.allclose(binom.cdf(np.arange(min(ours, theirs), max(ours, theirs)), n, p), q, rtol=1e-9, atol=0)
+
+
 @pytest.mark.parametrize(
     ("rate", "threshold", "at_most", "decide"),
     [

@@ -245,6 +245,48 @@ def one_sided(level: float) -> float:
     return 2 * level - 1
 
 
+def binomial_cdf(k: int | np.ndarray, n: int | np.ndarray, p: float | np.ndarray) -> np.ndarray:
+    """P(X <= k) for X ~ Bin(n, p), the regularized incomplete beta through scipy.special (a gate
+    then does not import scipy.stats: 0.4 s of a fresh process): the upper tail I(p; k + 1, n - k)
+    complemented for p < 0.5, I(1 - p; n - k, k + 1) otherwise (1 - p is then exact). It agrees
+    with ``scipy.stats.binom.cdf`` to the last bit for most arguments and within 1e-9 relative at
+    millions of samples, where neither is exact (a property test compares them).
+
+    >>> round(float(binomial_cdf(6, 600, 0.02)), 6), float(binomial_cdf(-1, 5, 0.5)), float(binomial_cdf(5, 5, 0.5))
+    (0.044295, 0.0, 1.0)
+    """
+    from scipy.special import betainc, betaincc
+
+    k, n, p = np.broadcast_arrays(np.floor(np.asarray(k, dtype=float)), np.asarray(n, dtype=float), p)
+    out = np.where(k >= n, 1.0, 0.0)
+    small = (k >= 0) & (k < n) & (p < 0.5)
+    large = (k >= 0) & (k < n) & (p >= 0.5)
+    out[small] = betaincc(k[small] + 1, n[small] - k[small], p[small])
+    out[large] = betainc(n[large] - k[large], k[large] + 1, 1 - p[large])
+    return out
+
+
+def binomial_quantile(q: float, n: int | np.ndarray, p: float) -> np.ndarray:
+    """The smallest k with P(Bin(n, p) <= k) >= q, for q in (0, 1): a normal guess with its skew
+    term, moved a count at a time while :func:`binomial_cdf` says it is not that k (a step or two).
+
+    >>> binomial_quantile(0.05, 600, 0.02).tolist(), binomial_quantile(0.95, np.array([10, 600]), 0.02).tolist()
+    (7, [1, 18])
+    """
+    from scipy.special import ndtri
+
+    n = np.asarray(n, dtype=np.int64)
+    z, sd = float(ndtri(q)), np.sqrt(n * p * (1 - p))
+    guess = np.floor(n * p + z * sd + (z * z - 1) * (1 - 2 * p) / 6)
+    k = np.atleast_1d(np.clip(guess, 0, n).astype(np.int64))
+    total = np.broadcast_to(np.atleast_1d(n), k.shape)
+    while (low := np.flatnonzero(binomial_cdf(k, total, p) < q)).size:  # cdf(n) is 1: this ends
+        k[low] += 1
+    while (high := np.flatnonzero((k > 0) & (binomial_cdf(k - 1, total, p) >= q))).size:
+        k[high] -= 1
+    return k.reshape(n.shape)
+
+
 def passing_count(n: int | np.ndarray, threshold: float, decide: str, level: float) -> np.ndarray:
     """For a rule ``share <= threshold`` on ``n`` samples (an int or an array of them), the largest
     count that passes it (-1 when none does), as the rule decides: ``estimate`` (count / n <=
@@ -256,8 +298,6 @@ def passing_count(n: int | np.ndarray, threshold: float, decide: str, level: flo
     >>> [int(passing_count(600, 0.02, decide, 0.95)) for decide in ("estimate", "upper", "lower")]
     [12, 6, 18]
     """
-    from scipy.stats import binom
-
     n = np.asarray(n, dtype=np.int64)
     alpha = 1 - level
     threshold += 1e-12  # the tolerance of Rule.holds
@@ -267,11 +307,11 @@ def passing_count(n: int | np.ndarray, threshold: float, decide: str, level: flo
         count = np.floor(n * threshold + 1e-9).astype(np.int64)
         return np.minimum(count, n)
     if decide == "upper":  # the largest k with P(X <= k; t) <= alpha
-        k = binom.ppf(alpha, n, threshold).astype(np.int64)  # smallest k with P(X <= k) >= alpha
-        return np.where(binom.cdf(k, n, threshold) <= alpha, k, k - 1)
+        k = binomial_quantile(alpha, n, threshold)  # smallest k with P(X <= k) >= alpha
+        return np.where(binomial_cdf(k, n, threshold) <= alpha, k, k - 1)
     if decide == "lower":  # the largest k with P(X >= k; t) >= alpha, i.e. P(X <= k - 1) <= 1 - alpha
-        k = binom.ppf(1 - alpha, n, threshold).astype(np.int64)  # smallest k with P(X <= k) >= 1 - alpha
-        return np.minimum(np.where(binom.cdf(k, n, threshold) <= 1 - alpha, k + 1, k), n)
+        k = binomial_quantile(1 - alpha, n, threshold)  # smallest k with P(X <= k) >= 1 - alpha
+        return np.minimum(np.where(binomial_cdf(k, n, threshold) <= 1 - alpha, k + 1, k), n)
     raise ValueError(f"decide must be estimate, upper or lower, got {decide!r}")
 
 
@@ -288,12 +328,10 @@ def pass_probability(
     >>> round(float(pass_probability(600, 0.02, 0.02, True, "estimate", 0.95)), 2)  # a coin toss
     0.58
     """
-    from scipy.stats import binom
-
     if not at_most:  # share >= t is (1 - share) <= 1 - t, with the bounds swapped
         rate, threshold = 1 - rate, 1 - threshold
         decide = {"upper": "lower", "lower": "upper"}.get(decide, decide)
-    return binom.cdf(passing_count(n, threshold, decide, level), n, rate)
+    return binomial_cdf(passing_count(n, threshold, decide, level), n, rate)
 
 
 def samples_needed(
