@@ -2,7 +2,7 @@
 
     python benchmarks/compare_vs_pandas.py [--classes 100] [--rows 400000 1000000] [--repeat 3]
                                            [--formats parquet csv] [--orders in-order shuffled]
-                                           [--ids int str] [--peers plain top5]
+                                           [--ids int str] [--peers plain top5] [--gate]
 
 Per format (Parquet, CSV), row order of the candidate file (in id order, or shuffled), id type
 (integers, or text ``s<i>``) and size, it writes a labels file and two prediction files
@@ -15,7 +15,10 @@ Per format (Parquet, CSV), row order of the candidate file (in id order, or shuf
 - plain (the headline peer): the 20-line script a user writes: the three files read whole with
   pandas, ``set_index("id")``, the generations aligned to the labels, ``idxmax``, CON and the four
   flips (far fewer metrics than ours, no input checks);
-- top5: the same plus top-5 accuracy and consistency with ``argpartition`` and a 5x5 broadcast.
+- top5: the same plus top-5 accuracy and consistency with ``argpartition`` and a 5x5 broadcast;
+- with ``--gate``, the prediction-file gate too: ``consistency-gate check --labels ... --previous-predictions
+  ... --candidate-predictions ... --id-column id`` with the default rules and no tracking store (exit 0 or
+  1), against the first peer.
 
 Prints each case's median seconds, the ratios ours / peer (below 1: ours is faster), and where our
 time goes (in this process, imports paid: ids aligned, scores read and checked, the whole compare).
@@ -24,6 +27,7 @@ time goes (in this process, imports paid: ids aligned, scores read and checked, 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import subprocess
 import sys
@@ -108,14 +112,24 @@ def _ours(paths: list[Path]) -> list[str]:
     return [sys.executable, "-m", "consistency_gate", "compare", *files, *options]
 
 
+def _gate(paths: list[Path]) -> list[str]:
+    """The prediction-file gate, as a CI step runs it (default rules; no tracking store: nothing logged)."""
+    labels, previous, candidate = map(str, paths)
+    files = ["--labels", labels, "--previous-predictions", previous, "--candidate-predictions", candidate]
+    return [sys.executable, "-m", "consistency_gate", "check", *files, "--id-column", "id"]
+
+
 def _peer(script: str, paths: list[Path]) -> list[str]:
     return [sys.executable, "-c", script, *map(str, paths)]
 
 
-def _seconds(command: list[str]) -> float:
+def _seconds(command: list[str], passed: tuple[int, ...] = (0,)) -> float:
+    """Seconds of ``command``, in a fresh process without a tracking store; ``passed``: its exit codes
+    that are no error (a gate exits 1 when it fails)."""
     start = time.perf_counter()
-    proc = subprocess.run(command, capture_output=True, text=True)
-    if proc.returncode != 0:
+    env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
+    proc = subprocess.run(command, capture_output=True, text=True, env=env)
+    if proc.returncode not in passed:
         sys.exit(f"failed: {proc.stderr.strip().splitlines()[-1]}")
     return time.perf_counter() - start
 
@@ -151,26 +165,33 @@ def main() -> None:
     parser.add_argument("--orders", nargs="+", default=["in-order", "shuffled"], choices=["in-order", "shuffled"])
     parser.add_argument("--ids", nargs="+", default=["int", "str"], choices=["int", "str"])
     parser.add_argument("--peers", nargs="+", default=["plain", "top5"], choices=list(PEERS))
+    parser.add_argument("--gate", action="store_true", help="also time the prediction-file gate (check)")
     args = parser.parse_args()
     print(f"{args.classes} classes; median of {args.repeat} alternating runs, each in a fresh process")
     peers = "  ".join(f"{peer + ' (s)':>10}  {'ratio':>6}" for peer in args.peers)
-    print(f"{'format':>8} {'order':>9} {'ids':>4} {'rows':>10}  {'ours (s)':>8}  {peers}  where ours goes")
+    gate = f"  {'check (s)':>9}  {'ratio':>6}" if args.gate else ""
+    print(f"{'format':>8} {'order':>9} {'ids':>4} {'rows':>10}  {'ours (s)':>8}  {peers}{gate}  where ours goes")
     with tempfile.TemporaryDirectory(prefix="compare-vs-pandas-") as tmp:
         for fmt in args.formats:
             for order in args.orders:
                 for ids in args.ids:
                     for rows in args.rows:
                         paths = write_files(Path(tmp), rows, args.classes, fmt, order == "shuffled", ids)
-                        times: dict[str, list[float]] = {"ours": [], **{peer: [] for peer in args.peers}}
+                        times: dict[str, list[float]] = {"ours": [], "check": [], **{p: [] for p in args.peers}}
                         for _ in range(args.repeat):
                             times["ours"].append(_seconds(_ours(paths)))
                             for peer in args.peers:
                                 times[peer].append(_seconds(_peer(PEERS[peer], paths)))
+                            if args.gate:
+                                times["check"].append(_seconds(_gate(paths), passed=(0, 1)))
                         ours = statistics.median(times["ours"])
                         shown = "  ".join(
                             f"{statistics.median(times[p]):>10.2f}  {ours / statistics.median(times[p]):>6.2f}"
                             for p in args.peers
                         )
+                        if args.gate:
+                            check, first = statistics.median(times["check"]), statistics.median(times[args.peers[0]])
+                            shown += f"  {check:>9.2f}  {check / first:>6.2f}"
                         print(
                             f"{fmt:>8} {order:>9} {ids:>4} {rows:>10,}  {ours:>8.2f}  {shown}  {split(paths)}",
                             flush=True,
