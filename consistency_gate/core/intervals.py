@@ -151,12 +151,10 @@ def mcnemar_exact(b: int, c: int) -> float:
     """
     if 2 * min(b, c) + 1 >= b + c:  # the tails X <= min(b, c) and X >= max(b, c) cover every outcome
         return 1.0
-    from scipy.special import betainc
-
     # P(X <= min(b, c)) for X ~ Bin(b + c, 1/2), doubled (the two tails are alike): scipy.stats'
     # binomtest(b, b + c).pvalue to the last bit, without importing scipy.stats; where it underflows
     # (below 2.2e-308) this is 0, binomtest sometimes 5e-324
-    return min(1.0, 2 * float(betainc(max(b, c), min(b, c) + 1, 0.5)))
+    return min(1.0, 2 * float(binomial_cdf(min(b, c), b + c, 0.5)))
 
 
 def mean_interval(

@@ -108,11 +108,10 @@ class ReadAhead(Iterator[T]):
 
     def __init__(self, chunks: Iterator[T], depth: int = 1) -> None:
         self.ready: queue.Queue = queue.Queue(maxsize=depth)
-        self.taken = threading.Semaphore(0)
+        self.taken = threading.Semaphore(0) if depth == 1 else None
         self.stop = threading.Event()
         self.ended = False
-        wait = self.taken if depth == 1 else None
-        produce = partial(_produce, chunks, self.ready, wait, self.stop)  # no reference to self
+        produce = partial(_produce, chunks, self.ready, self.taken, self.stop)  # no reference to self
         self.thread = threading.Thread(target=produce, name="consistency-gate-reader", daemon=True)
         self.thread.start()
 
@@ -120,7 +119,8 @@ class ReadAhead(Iterator[T]):
         if self.ended:
             raise StopIteration
         kind, item = self.ready.get()
-        self.taken.release()
+        if self.taken is not None:
+            self.taken.release()
         if kind == "chunk":
             return item
         self.close()
