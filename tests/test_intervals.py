@@ -220,3 +220,11 @@ def test_gate_report_carries_the_configured_level_intervals_and_mcnemar(tmp_path
     assert low <= report["metrics"]["ctoi"] <= high
     n, ctoi = result.n, round(report["metrics"]["ctoi"] * result.n)
     assert [low, high] == pytest.approx(proportion_confint(ctoi, n, 0.1, method="wilson"))
+
+
+@pytest.mark.parametrize(("rate", "threshold"), [(0.0273, 0.03), (0.018, 0.02), (0.01, 0.02), (0.95, 0.9)])
+def test_the_coarse_sample_size_is_never_below_the_smallest_and_close_to_it(rate, threshold):
+    at_most = rate < threshold
+    exact = ci.samples_needed(rate, threshold, at_most, 0.95, "upper" if at_most else "lower")
+    coarse = ci.samples_needed(rate, threshold, at_most, 0.95, "upper" if at_most else "lower", coarse=True)
+    assert exact <= coarse <= 1.02 * exact
