@@ -16,7 +16,7 @@ RULE = "rules:\n  - {metric: con, min: 0.9}\n"
         (
             "rulez: []\n",
             "gate.yaml: line 1: unknown key 'rulez' "
-            "(known: classes, confidence, intervals, ks, remediation, rules, slices)",
+            "(known: classes, confidence, decision, intervals, ks, remediation, rules, slices)",
         ),
         (
             "rules:\n  - {metric: con, mx: 0.9}\n",

@@ -198,7 +198,7 @@ def test_validation_failure_is_logged_and_run_failed(store, tmp_path):
     assert validation["success"] is False
 
 
-def test_model_without_class_scores(store):
+def test_a_label_only_model_is_gated_on_what_labels_allow(store):
     class HardLabels(mlflow.pyfunc.PythonModel):
         def predict(self, context, model_input, params=None):
             return ["setosa"] * len(model_input)
@@ -207,8 +207,32 @@ def test_model_without_class_scores(store):
         with mlflow.start_run(experiment_id=mlflow.get_experiment_by_name("training").experiment_id):
             mlflow.pyfunc.log_model(name="model", python_model=HardLabels(), registered_model_name="hard-only")
     _client(store).set_registered_model_alias("hard-only", "champion", "1")
-    with pytest.raises(ModelError, match="no class scores"):
-        run_gate("hard-only", store["data"], candidate="2", config=LENIENT, tracking_uri=store["uri"])
+    cfg = parse_config("rules:\n  - {metric: ctoi, max: 0.5}\n")
+    result = run_gate("hard-only", store["data"], candidate="2", config=cfg, tracking_uri=store["uri"], quiet=True)
+    truth = pd.read_csv(store["data"])["label"]
+    assert result.verdict == "passed"
+    assert result.metrics["acc_candidate"] == pytest.approx((truth == "setosa").mean())
+    assert result.metrics["con"] == 1.0 and result.metrics["ctoi"] == 0.0
+    assert result.metrics["pearson"] is None and result.metrics["cosine"] is None
+    assert "hard labels" in result.null_reasons["pearson"]
+    said = [w for w in result.warnings if "class labels only" in w]
+    assert len(said) == 1 and "top-k, Pearson and cosine are null" in said[0]
+    assert "models:/hard-only/1 (" in said[0] and "models:/hard-only/2 (" in said[0]
+
+
+def test_repairs_of_a_label_only_candidate_are_skipped_with_the_reason(store):
+    class FirstClass(mlflow.pyfunc.PythonModel):
+        def predict(self, context, model_input, params=None):
+            return np.where(model_input["petal_length"] > 2.5, "versicolor", "setosa")
+
+    with mlflow.start_run(experiment_id=mlflow.get_experiment_by_name("training").experiment_id):
+        info = mlflow.pyfunc.log_model(name="model", python_model=FirstClass(), registered_model_name=MODEL)
+    cfg = parse_config("rules:\n  - {metric: ctoi, max: 0.0}\nremediation:\n  strategy: [blend, rerank]\n")
+    version = str(info.registered_model_version)
+    result = run_gate(MODEL, store["data"], candidate=version, config=cfg, tracking_uri=store["uri"], quiet=True)
+    assert result.verdict == "failed" and result.registered_version is None
+    assert [a["verdict"] for a in result.attempts] == ["skipped", "skipped"]
+    assert all("gives class labels only" in a["note"] for a in result.attempts)
 
 
 def test_config_errors(tmp_path):

@@ -19,7 +19,7 @@ The engines (:mod:`consistency_gate.engines.local`, :mod:`consistency_gate.engin
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from itertools import combinations
 
 import numpy as np
@@ -27,6 +27,7 @@ import pandas as pd
 
 from consistency_gate.core.counts import FLIP_NAMES, ConsistencyCounts, Outputs
 from consistency_gate.core.slices import TRUE_CLASS, SliceCounts, SliceResult
+from consistency_gate.core.threshold import BinaryDecision
 from consistency_gate.errors import DataError, UsageError, plain
 
 DEFAULT_KS = (1, 5)
@@ -75,25 +76,28 @@ def usable_ks(ks: Sequence[int] | None, widths: Mapping[str, int], where: str = 
 
 def evaluate_frames(
     labels: pd.Series,
-    frames: Sequence[pd.DataFrame],
+    frames: Sequence[pd.DataFrame | pd.Series],
     ks: Sequence[int],
     where: str,
     slices: Sequence[str] = (),
     slice_values: Mapping[str, pd.Series] | None = None,
+    decision: BinaryDecision | None = None,
 ) -> Evaluation:
-    """The previous generation's and the candidate's score frames (one column per class label) on the
-    same samples, counted with their true ``labels`` and kept per sample (for the flip table); the one
-    place where in-memory scores become an :class:`Evaluation` (the gate of registered models and the
-    ``consistency`` evaluator). ``slices`` names the slicing columns (``TRUE_CLASS`` among them, if
-    asked) and ``slice_values`` holds the values of the others.
+    """The previous generation's and the candidate's score frames (one column per class label; a series
+    of hard labels for a label-only model) on the same samples, counted with their true ``labels`` and
+    kept per sample (for the flip table); the one place where in-memory scores become an
+    :class:`Evaluation` (the gate of registered models and the ``consistency`` evaluator). ``slices``
+    names the slicing columns (``TRUE_CLASS`` among them, if asked) and ``slice_values`` holds the
+    values of the others; ``decision`` answers binary scores at a threshold.
 
     >>> frames = [pd.DataFrame({"a": [0.9, 0.2], "b": [0.1, 0.8]}), pd.DataFrame({"a": [0.4, 0.3], "b": [0.6, 0.7]})]
     >>> result = evaluate_frames(pd.Series(["a", "b"]), frames, ks=[1], where="eval.csv").result()
     >>> result.metrics["con"], result.metrics["ctoi"]
     (0.5, 0.5)
     """
+    class_sets = [None if isinstance(f, pd.Series) else list(f.columns) for f in frames]  # a series: hard labels
     evaluation = Evaluation(
-        ["previous", "candidate"], [list(f.columns) for f in frames], ks=ks, keep_samples=True, slices=slices
+        ["previous", "candidate"], class_sets, ks=ks, keep_samples=True, slices=slices, decision=decision
     )
     evaluation.add(labels.astype(str), frames, where=where, slices=slice_values)
     return evaluation
@@ -227,6 +231,10 @@ class Evaluation:
     With ``slices`` (slicing column names) the first pair (previous, candidate) is also counted
     per slice value (:mod:`consistency_gate.core.slices`): each batch then gives its values of
     those columns, but for :data:`~consistency_gate.core.slices.TRUE_CLASS`, the batch's labels.
+
+    With a ``decision`` (:class:`~consistency_gate.core.threshold.BinaryDecision`, its positive class
+    named) on two classes, a generation that gives scores answers the positive class where its score
+    of that class reaches the threshold, and the other class otherwise; its top-2 is both classes.
     """
 
     def __init__(
@@ -236,6 +244,7 @@ class Evaluation:
         ks: Sequence[int] = DEFAULT_KS,
         keep_samples: bool = False,
         slices: Sequence[str] = (),
+        decision: BinaryDecision | None = None,
     ) -> None:
         self.names = list(names)
         self.index = ClassIndex()
@@ -250,6 +259,7 @@ class Evaluation:
         self.slice_counts = SliceCounts(ks=self.ks) if slices else None
         self.keep_samples = keep_samples
         self._samples: list[pd.DataFrame] = []
+        self.decision = None if decision is None else decision.resolved(self.index.labels, decision.positive)
 
     def add(
         self,
@@ -291,14 +301,30 @@ class Evaluation:
         if len(scores) == 2 and None not in scores and np.array_equal(scores[0][1], scores[1][1]):
             (previous, columns), (candidate, _) = scores
             *outputs, moments = Outputs.pair_from_scores(previous, candidate, columns, k_max=self.ks[-1])
-            return outputs, {(0, 1): moments}
+            return [self._decided(out) for out in outputs], {(0, 1): moments}
         outputs = [
             Outputs.from_labels(self.index.ids(pd.Series(frame), register=True))
             if found is None
-            else Outputs.from_scores(*found, k_max=self.ks[-1])
+            else self._decided(Outputs.from_scores(*found, k_max=self.ks[-1]))
             for frame, found in zip(frames, scores, strict=True)
         ]
         return outputs, {}
+
+    def _decided(self, out: Outputs) -> Outputs:
+        """A binary generation's outputs answered at the decision threshold (unchanged without one)."""
+        if self.decision is None:
+            return out
+        positive, negative = (self.index.ids(pd.Series([c]), register=False)[0] for c in self._binary_classes())
+        column = np.flatnonzero(out.columns == positive)
+        p_positive = out.scores[:, column[0]] if len(column) else np.zeros(len(out.labels))
+        labels = self.decision.answers(p_positive, positive, negative)
+        top = np.column_stack([labels, np.where(labels == positive, negative, positive)])[:, : out.top.shape[1]]
+        return replace(out, labels=labels, top=top)
+
+    def _binary_classes(self) -> tuple[str, str]:
+        """The positive class and the other one."""
+        positive = self.decision.positive
+        return positive, next(c for c in self.index.labels if c != positive)
 
     @staticmethod
     def _scores(

@@ -16,6 +16,7 @@ import pandas as pd
 from consistency_gate.core.evaluation import ComparisonResult, Evaluation, canonical_classes, usable_ks
 from consistency_gate.core.rows import load_kernels_in_background
 from consistency_gate.core.slices import TRUE_CLASS
+from consistency_gate.core.threshold import BinaryDecision
 from consistency_gate.errors import DataError
 from consistency_gate.io import matrices
 from consistency_gate.io import predictions as io
@@ -109,11 +110,13 @@ def evaluate_files(
     slices: Sequence[str] = (),
     keep_samples: bool = False,
     ks_from: str = "--k",
+    decision: BinaryDecision | None = None,
 ) -> Evaluation:
     """Stream the files through an :class:`Evaluation`; rows align by id or by position; the first
     pair is also counted per value of the ``slices`` columns of the labels file. ``keep_samples``
     keeps each sample's predictions (for a flip table); ``ks_from`` names where ``ks`` came from
-    in an error. Files are read ``chunk_rows`` rows at a time (default: as many rows of the widest
+    in an error; ``decision`` (its positive class named) answers binary scores at a threshold. Files are
+    read ``chunk_rows`` rows at a time (default: as many rows of the widest
     file as :func:`~consistency_gate.io.predictions.chunk_rows_for` gives).
 
     >>> import tempfile
@@ -140,6 +143,7 @@ def evaluate_files(
             ks=resolve_ks(ks, sources, ks_from),
             slices=tuple(slices),
             keep_samples=keep_samples,
+            decision=decision,
         )
         chunk_rows = chunk_rows or io.chunk_rows_for(max(len(s.classes or ()) for s in sources))
         label_fields = [label_column] + data_slices  # the ids were read once, by row_order

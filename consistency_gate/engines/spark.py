@@ -27,6 +27,7 @@ import pandas as pd
 from consistency_gate.core.counts import ROLES, ConsistencyCounts
 from consistency_gate.core.evaluation import ComparisonResult, Evaluation, flip_table
 from consistency_gate.core.slices import TRUE_CLASS, SliceCounts
+from consistency_gate.core.threshold import BinaryDecision
 from consistency_gate.engines.local import resolve_ks
 from consistency_gate.errors import DataError, ModelError, UsageError
 from consistency_gate.io import predictions as io
@@ -289,12 +290,13 @@ def gate_comparison(
     ks: Sequence[int],
     partitions: int | None = None,
     slices: Sequence[str] = (),
+    decision: BinaryDecision | None = None,
 ) -> tuple[ComparisonResult, pd.DataFrame]:
     """Predict ``data`` with each model (previous generation first; one model for a first
     generation) on Spark and compare them: the counts of :meth:`Evaluation.result` (per slice of
     the ``slices`` columns too) and the flip table of the flipped samples (CtoI and ItoC, at most
     ``MAX_FLIPS_PER_PARTITION`` of a partition). Without ``id_column`` the flip table's ids are
-    Spark row ids.
+    Spark row ids. ``decision`` answers binary scores at a threshold, as in-process.
 
     Example::
 
@@ -324,7 +326,7 @@ def gate_comparison(
     class_sets = [m.classes for m, _ in pair]
 
     def partial(batches: Iterator[pd.DataFrame]) -> Iterator[pd.DataFrame]:
-        evaluation = Evaluation(list(ROLES), class_sets, ks=ks, keep_samples=True, slices=slices)
+        evaluation = Evaluation(list(ROLES), class_sets, ks=ks, keep_samples=True, slices=slices, decision=decision)
         row_ids: list[np.ndarray] = []
         for batch in batches:
             batch = batch.reset_index(drop=True)

@@ -48,7 +48,7 @@ except ImportError:  # pragma: no cover - mlflow is a dependency; keeps the core
 DEFAULT_WEIGHT = 0.5  # blend: as much of the previous generation as of the candidate
 DEFAULT_K = 3  # rerank: the previous generation picks among the candidate's three first choices
 WEIGHTS = tuple(round(0.1 * i, 1) for i in range(1, 10))  # 0 is the candidate, 1 the previous generation
-KS = tuple(range(2, 11))  # k = 1 is the candidate itself
+KS = tuple(range(2, 11))  # k = 1 is the candidate itself; k = the number of classes, the previous generation
 
 
 def blend(previous: np.ndarray, candidate: np.ndarray, weight: float) -> np.ndarray:
@@ -169,7 +169,7 @@ def tune(
     grid: Sequence[Repair] = (
         [Repair("blend", weight=w, tuned_on=where) for w in WEIGHTS]
         if method == "blend"
-        else [Repair("rerank", k=k, tuned_on=where) for k in KS if k <= np.shape(candidate)[1]]
+        else [Repair("rerank", k=k, tuned_on=where) for k in KS if k < np.shape(candidate)[1]]
     )
     judged = [(repair, *judge(repair.apply(previous, candidate))) for repair in grid]
     passing = [repair for repair, passed, _ in judged if passed]

@@ -112,7 +112,13 @@ def _decide(
 ) -> Decision:
     """Stream the three files through the metrics and judge; with ``flips``, keep each sample for
     the flip table (logged, and drawn in the HTML report; a gate that does neither skips it: 0.6 s
-    of 2.6 at 400,000 rows)."""
+    of 2.6 at 400,000 rows). A ``decision:`` block must name its positive class: a file's column order
+    says nothing."""
+    if cfg.decision is not None and cfg.decision.positive is None:
+        raise UsageError(
+            f"{cfg.source}: decision: names no positive class, and prediction files do not say which class is "
+            "positive (their columns are read in any order): add `positive: <class>` to the block"
+        )
     evaluation = evaluate_files(
         labels,
         {"previous": previous, "candidate": candidate},
@@ -122,6 +128,7 @@ def _decide(
         slices=cfg.slices,
         keep_samples=flips,
         ks_from=f"{cfg.source}: ks",
+        decision=cfg.decision,
     )
     comparison = evaluation.result(confidence=cfg.confidence, interval_method=cfg.interval_method)
     samples = pd.DataFrame()

@@ -51,6 +51,7 @@ class GateResult:
     timings: dict[str, float] = field(default_factory=dict)
     links: dict[str, str] = field(default_factory=dict)  # MLflow UI links (http(s) tracking URIs only)
     warnings: list[str] = field(default_factory=list)  # e.g. a candidate identical to its baseline
+    decision: dict | None = None  # a binary model's positive class and threshold (BinaryDecision.to_dict)
     html: str | None = field(default=None, repr=False)  # the HTML report (gate/report.html), once made
 
     @classmethod
@@ -142,4 +143,5 @@ class GateResult:
             "null_reasons": self.null_reasons,
             "links": self.links,
             "warnings": self.warnings,
+            "decision": self.decision,
         }

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Literal
@@ -30,6 +30,7 @@ from pydantic import (
 
 from consistency_gate.core import intervals as ci
 from consistency_gate.core.intervals import METHODS
+from consistency_gate.core.threshold import DEFAULT_THRESHOLD, BinaryDecision
 from consistency_gate.ensembles.config import RemediationBlock
 from consistency_gate.errors import UsageError
 
@@ -158,6 +159,7 @@ class GateConfig:
     confidence: float = 0.95  # the level of the metrics' intervals
     interval_method: str = "wilson"  # for proportions: wilson or clopper-pearson
     slices: tuple[str, ...] = ()  # slicing columns of the evaluation data (or TRUE_CLASS)
+    decision: BinaryDecision | None = None  # a binary model's positive class and threshold (decision: block)
 
 
 @dataclass(frozen=True)
@@ -331,7 +333,19 @@ def parse_config(text: str, source: str = "config") -> GateConfig:
         confidence=document.confidence,
         interval_method=document.intervals,
         slices=tuple(document.slices or ()),
+        decision=_decision(document.decision, source, _line(root, ("decision",))),
     )
+
+
+def _decision(spec: _DecisionSpec | None, source: str, line: int) -> BinaryDecision | None:
+    """The ``decision:`` block as a checked value (None without the block)."""
+    if spec is None:
+        return None
+    positive = None if spec.positive is None else str(spec.positive)
+    try:
+        return BinaryDecision(positive, spec.threshold, configured=True)
+    except UsageError as exc:
+        raise UsageError(f"{source}: line {line}: {exc}") from None
 
 
 FiniteNumber = Annotated[float, Field(strict=True, allow_inf_nan=False)]
@@ -360,6 +374,15 @@ class _RuleSpec(BaseModel):
         return self
 
 
+class _DecisionSpec(BaseModel):
+    """``decision:`` as written: a binary model's positive class and the threshold on its probability."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    positive: StrictStr | StrictInt | None = None
+    threshold: FiniteNumber = DEFAULT_THRESHOLD
+
+
 class _Document(BaseModel):
     """A gate config file as written (the top-level keys)."""
 
@@ -372,6 +395,7 @@ class _Document(BaseModel):
     confidence: Annotated[float, Field(gt=0.5, lt=1)] = 0.95
     intervals: Literal[METHODS] = "wilson"
     slices: Annotated[list[StrictStr], Field(min_length=1)] | None = None
+    decision: _DecisionSpec | None = None
 
     @model_validator(mode="after")
     def _distinct_slices(self) -> _Document:
@@ -388,7 +412,9 @@ def _usage_error(exc: ValidationError, root: yaml.Node | None, source: str) -> U
     if error["type"] == "extra_forbidden":
         where, model = loc[:-1], _Document
         for part in where:
-            model = {"remediation": RemediationBlock, "rules": _RuleSpec}.get(str(part), model)
+            model = {"remediation": RemediationBlock, "rules": _RuleSpec, "decision": _DecisionSpec}.get(
+                str(part), model
+            )
         known = ", ".join(sorted(model.model_fields))
         what = f"unknown key '{loc[-1]}'" + (f" in {_key_path(where)}" if where else "")
         return UsageError(f"{source}: line {_line(root, loc)}: {what} (known: {known})")
@@ -531,6 +557,33 @@ def evaluate_rules(
     return results
 
 
+def with_margin(rule: Rule) -> Rule:
+    """``rule`` judged on its strict one-sided bound (upper for a max, lower for a min and for acc's
+    min_delta): a setting tuned on a calibration set must pass there with room for the sampling error,
+    not by a hair on the estimate, to pass the evaluation set too. Rules that have no such bound (a
+    serving cost, a min_delta of another metric) are left as they are.
+
+    >>> with_margin(Rule("ctoi", "max", 0.02)).decide, with_margin(Rule("con", "min", 0.9)).decide
+    ('upper', 'lower')
+    """
+    if rule.metric in COST_METRICS or (rule.kind == "min_delta" and rule.metric != "acc"):
+        return rule
+    return replace(rule, decide="upper" if rule.kind == "max" else "lower")
+
+
+def tuning_confidence(level: float) -> float:
+    """The one-sided level a repair's setting is tuned at on a calibration set, for a gate at ``level``:
+    twice the normal quantile, so the bound there leaves room for the sampling error of both sets (a rule
+    already judged on its bound is judged on it again on the evaluation set).
+
+    >>> round(tuning_confidence(0.95), 4)
+    0.9995
+    """
+    from scipy.special import ndtr, ndtri
+
+    return float(ndtr(2 * ndtri(level)))
+
+
 def judged_on(rule: Rule, level: float) -> str:
     """What a rule compares with its threshold, in words.
 
@@ -649,7 +702,7 @@ def _advice(rule: Rule, value: float, level: float, n: int) -> str:
     """How many samples would pass the rule with 80% power at the measured rate; empty if none would."""
     if rule.kind == "min_delta" or not is_share_of_samples(rule.metric) or not rule.holds(value):
         return ""
-    needed = ci.samples_needed(value, rule.threshold, rule.kind == "max", level, rule.decide)
+    needed = ci.samples_needed(value, rule.threshold, rule.kind == "max", level, rule.decide, coarse=True)
     if needed is None:
         return ""
     return (

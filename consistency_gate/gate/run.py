@@ -17,15 +17,16 @@ import contextlib
 import sys
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
 
-from consistency_gate.core.evaluation import evaluate_frames, flip_table, usable_ks
+from consistency_gate.core.evaluation import canonical_classes, evaluate_frames, flip_table, usable_ks
 from consistency_gate.core.slices import TRUE_CLASS
+from consistency_gate.core.threshold import BinaryDecision
 from consistency_gate.engines.spark import SparkModel, gate_comparison
 from consistency_gate.ensembles.config import REMEDIATION_KINDS, REPAIR_METHODS, RemediationConfig, remediation_kind
 from consistency_gate.errors import DataError, ModelError, UsageError, redact_credentials
@@ -82,6 +83,7 @@ class _GateRun:
     measure_cost: bool = False  # measure the candidate's serving cost before any remediation asks
     dataset: Dataset | None = None  # the evaluation data as logged to the run (metrics are linked to it)
     cost: ServingCost | None = None  # the candidate's serving cost, once measured
+    decision: BinaryDecision | None = None  # a binary model's answer at its threshold, once the classes are known
 
     @property
     def run_id(self) -> str:
@@ -103,6 +105,23 @@ class _GateRun:
     def non_features(self) -> tuple[str, ...]:
         """The evaluation data's columns that no model reads: label, id, slicing columns."""
         return scoring.non_features(self.label_column, self.id_column, self.data_slices)
+
+
+def binary_decision(configured: BinaryDecision | None, frames: list[pd.DataFrame | pd.Series]) -> BinaryDecision | None:
+    """The answer of binary models at a threshold: the config's ``decision:`` block, else P(positive) >= 0.5
+    with the candidate's second class positive (None for models of more classes; a UsageError when the
+    block is configured for them). ``frames`` are the generations' scores, the candidate's last.
+
+    >>> frames = [pd.DataFrame({"bad": [0.4], "good": [0.6]}), pd.DataFrame({"good": [0.3], "bad": [0.7]})]
+    >>> binary_decision(None, frames).describe()
+    'bad when P(bad) >= 0.5, else the other class'
+    """
+    scored = [f for f in frames if isinstance(f, pd.DataFrame)]
+    classes = canonical_classes([list(f.columns) for f in scored])
+    if len(classes) != 2 and configured is None:
+        return None
+    default_positive = str(scored[-1].columns[1]) if scored and scored[-1].shape[1] == 2 else None
+    return (configured or BinaryDecision()).resolved(classes, default_positive)
 
 
 def _data_slices(cfg: rules.GateConfig) -> tuple[str, ...]:
@@ -222,7 +241,9 @@ class _Comparer:
 
     gate: _GateRun
     baseline: scoring.LoadedModel | None = None
-    base_scores: pd.DataFrame | None = None  # the baseline's scores on ``gate.frame``
+    base_scores: pd.DataFrame | pd.Series | None = None  # the baseline's scores (or labels) on ``gate.frame``
+    label_only: dict[str, str] = field(default_factory=dict)  # model URI -> why it answers with labels only
+    single: Decision | None = None  # the candidate's own decision, once made (a repair's ItoC kept is against it)
 
     def decide(self, cand_scores: pd.DataFrame, cand_model: SparkModel, cost: dict | None = None) -> Decision:
         """The comparison and the rules' verdict: ``cand_scores`` are the candidate's scores on
@@ -232,9 +253,11 @@ class _Comparer:
         first_generation = self.base_scores is None
         frames = [cand_scores, cand_scores] if first_generation else [self.base_scores, cand_scores]
         names = [gate.cand_ref.uri] if first_generation else [self.baseline.ref.uri, gate.cand_ref.uri]
-        widths = {name: len(f.columns) for name, f in zip(names, frames[: len(names)], strict=True)}
+        scored = zip(names, frames[: len(names)], strict=True)
+        widths = {name: len(f.columns) for name, f in scored if isinstance(f, pd.DataFrame)}
         counted = usable_ks(cfg.ks if cfg.ks_given else None, widths, f"{cfg.source}: ks")
-        ks = sorted(set(counted) | set(range(1, min(10, *widths.values()) + 1)))  # and the top-k plot's
+        plotted = range(1, min(10, *widths.values()) + 1) if widths else ()  # the top-k plot's
+        ks = sorted(set(counted) | set(plotted))
         if gate.engine == "spark":
             base = [] if first_generation else [self.spark_model(self.baseline, self.base_scores)]
             comparison, samples = gate_comparison(
@@ -245,24 +268,26 @@ class _Comparer:
                 ks=ks,
                 partitions=gate.partitions,
                 slices=cfg.slices,
+                decision=gate.decision,
             )
             comparison.confidence, comparison.interval_method = cfg.confidence, cfg.interval_method
         else:
             frame = gate.frame
             slice_values = {c: frame[c] for c in gate.data_slices}
             evaluation = evaluate_frames(
-                frame[gate.label_column], frames, ks, str(gate.data_path), cfg.slices, slice_values
+                frame[gate.label_column], frames, ks, str(gate.data_path), cfg.slices, slice_values, gate.decision
             )
             comparison = evaluation.result(confidence=cfg.confidence, interval_method=cfg.interval_method)
             ids = frame[gate.id_column].to_numpy() if gate.id_column else np.arange(len(frame))
             samples = flip_table(evaluation.samples(), ids)
         return Decision.judge(comparison, cfg, samples, ks, first_generation, cost)
 
-    def spark_model(self, model: scoring.LoadedModel, scores: pd.DataFrame) -> SparkModel:
+    def spark_model(self, model: scoring.LoadedModel, scores: pd.DataFrame | pd.Series) -> SparkModel:
         """How Spark loads a registered version: its classes are those its scorer gave on the sample."""
         frame = scoring.feature_frame(model, self.gate.frame, self.gate.non_features)
         features = model.features or list(frame.columns)
-        return SparkModel(model.ref.uri, model.flavor, list(scores.columns), features)
+        classes = list(scores.columns) if isinstance(scores, pd.DataFrame) else []  # label-only: never on Spark
+        return SparkModel(model.ref.uri, model.flavor, classes, features)
 
 
 def _gate_in_run(gate: _GateRun) -> GateResult:
@@ -289,15 +314,30 @@ def _gate_in_run(gate: _GateRun) -> GateResult:
             gate.dataset = tracking.log_evaluation_data(frame, gate.data_path, gate.label_column)
     with gate.timed("predict"):  # on Spark: the sample only (classes, diagnosis); the job predicts the rest
         frames = [scoring.predict(m, frame, gate.non_features) for m in models]
+    label_only = {m.ref.uri: why for m, f in zip(models, frames, strict=True) if (why := scoring.label_only(f))}
+    if label_only and gate.engine == "spark":
+        raise UsageError(
+            f"{next(iter(label_only))} answers with class labels only; --engine spark gates models that give class "
+            "scores: gate it with --engine local"
+        )
     if gate.measure_cost:
         _measure_cost(gate, models[-1])
+    gate.decision = binary_decision(cfg.decision, frames)
     base_scores = frames[0] if base_ref else None
-    comparer = _Comparer(gate, models[0] if base_ref else None, base_scores)
+    comparer = _Comparer(gate, models[0] if base_ref else None, base_scores, label_only)
     with gate.timed("metrics"):
         cost = gate.cost.metrics(gate.cost) if gate.cost else None
         single = comparer.decide(frames[-1], comparer.spark_model(models[-1], frames[-1]), cost)
+        comparer.single = single
     baseline = base_ref.to_dict() if base_ref else None
     result = GateResult.of(single, cand_ref.to_dict(), baseline, gate.run_id)
+    result.decision = gate.decision.to_dict() if gate.decision else None
+    if label_only:  # said once, for every generation that gives labels only
+        which = " and ".join(f"{uri} ({why})" for uri, why in label_only.items())
+        result.warnings.append(
+            f"class labels only from {which}: gated on what labels allow (agreement, flips, accuracy, BTC/BEC, "
+            "rel_nfr); top-k, Pearson and cosine are null, and repairs that need class scores are skipped"
+        )
     if base_ref and base_ref.model_id and base_ref.model_id == cand_ref.model_id:
         result.warnings.insert(
             0,
@@ -323,7 +363,7 @@ def _gate_in_run(gate: _GateRun) -> GateResult:
         with gate.timed("remediation"):
             result.ensemble, result.attempts = _remediate_in_turn(gate, comparer, models[-1], frames[-1])
         if result.ensemble is not None:  # None: every method was skipped (the attempts say why)
-            result.verdict = result.ensemble["verdict"]
+            result.verdict = "passed" if result.ensemble["verdict"] == "passed" else "failed"
             result.registered_version = result.ensemble["registered_version"]
         promoted_version = result.registered_version
     with gate.timed("logging"):
@@ -456,14 +496,16 @@ def _remediate_in_turn(
 ) -> tuple[dict | None, list[dict]]:
     """Try the configured methods in turn (:attr:`RemediationConfig.methods`), each in its own nested
     run, until one passes and is registered; returns the last attempt's report (None when every
-    method was skipped) and a summary row per attempt. In a list of several, a method that lacks what
-    it needs (a previous generation, training data) is reported as skipped, not as an error."""
+    method was skipped) and a summary row per attempt. A method that lacks what it needs (a previous
+    generation, class scores, training data, more classes than its k) is reported as skipped with the
+    reason, not as an error; a repair that is a rollback is reported as such and the next one tried."""
     remediation = gate.cfg.remediation
     methods = remediation.methods
     report, attempts = None, []
+    classes = _classes_of(cand_scores, gate.frame[gate.label_column])
     for method in methods:
-        skipped = _missing_for(method, comparer, remediation)
-        if skipped and len(methods) > 1:
+        skipped = _missing_for(method, comparer, remediation, len(classes))
+        if skipped:
             attempts.append({"method": method, "verdict": "skipped", "note": skipped})
             if not gate.quiet:
                 print(f"{method}: skipped ({skipped})", file=sys.stderr, flush=True)
@@ -472,7 +514,7 @@ def _remediate_in_turn(
         if method in REPAIR_METHODS:
             report = _repair(gate, comparer, cand_model, cand_scores, settings)
         else:
-            report = _remediate(gate, comparer, cand_model, list(cand_scores.columns), settings)
+            report = _remediate(gate, comparer, cand_model, classes, settings)
         attempts.append(_attempt_summary(report))
         if len(methods) > 1 and not gate.quiet:
             print(f"{method}: {attempt_line(attempts[-1])}", file=sys.stderr, flush=True)
@@ -481,11 +523,35 @@ def _remediate_in_turn(
     return report, attempts
 
 
-def _missing_for(method: str, comparer: _Comparer, remediation: RemediationConfig) -> str | None:
+def _classes_of(scores: pd.DataFrame | pd.Series, labels: pd.Series) -> list[str]:
+    """The classes what remediation builds answers in: the candidate's score columns, or for a label-only
+    candidate the labels it and the evaluation set name (sorted as text)."""
+    if isinstance(scores, pd.DataFrame):
+        return list(scores.columns)
+    return sorted({str(c) for c in scores.unique()} | {str(c) for c in labels.unique()})
+
+
+def _missing_for(method: str, comparer: _Comparer, remediation: RemediationConfig, n_classes: int) -> str | None:
     """Why ``method`` cannot run here (None: it can): a repair and focal distillation learn from the
-    previous generation; every method but a repair trains on data."""
-    if comparer.baseline is None and (method in REPAIR_METHODS or method == "focal-distillation"):
+    previous generation's class scores (and a repair from the candidate's too); ``rerank`` picks among
+    k < ``n_classes`` classes (of two, the previous generation's pick would be its own answer: a
+    rollback); every method but a repair trains on data."""
+    from consistency_gate.ensembles.repair import KS
+
+    if method == "rerank" and (n_classes <= min(KS) or (remediation.k is not None and remediation.k >= n_classes)):
+        k = remediation.k if remediation.k is not None else min(KS)
+        return (
+            f"rerank needs k < the number of classes, and k is {k} for {n_classes} classes: re-ranking every class "
+            "by the previous generation is the previous generation (a rollback)"
+        )
+    learns_from_previous = method in REPAIR_METHODS or method == "focal-distillation"
+    if comparer.baseline is None and learns_from_previous:
         return "no previous generation to learn from"
+    if learns_from_previous:
+        needed = comparer.label_only if method in REPAIR_METHODS else [comparer.baseline.ref.uri]
+        scoreless = [uri for uri in comparer.label_only if uri in needed]
+        if scoreless:
+            return f"it needs class scores and {scoreless[0]} gives class labels only"
     if method not in REPAIR_METHODS and not remediation.can_train:
         return "it trains, and the remediation block names no training data (data:, or a recipe of your own)"
     return None
@@ -501,11 +567,13 @@ def _attempt_summary(report: dict) -> dict:
         "con": metrics.get("con"),
         "ctoi": metrics.get("ctoi"),
         "acc": metrics.get("acc_candidate"),
+        "itoc_kept": report.get("itoc_kept"),
         "members": report["members"],
         "latency_ratio": cost.get("latency_ratio"),
         "train_seconds": report["train_seconds"],
         "run_id": report["run_id"],
         "registered_version": report["registered_version"],
+        **({"note": report["note"]} if "note" in report else {}),
     }
 
 
@@ -561,8 +629,18 @@ def _judge_attempt(
     passes; returns the attempt's report (``built``: what it built and what that took)."""
     spark_model = SparkModel(model_info.model_uri, "pyfunc", list(scores.columns), list(features or []))
     decision = comparer.decide(scores, spark_model, cost.metrics(gate.cost))
+    rollback = comparer.baseline is not None and decision.metrics.get("con") == 1.0
     report = {
-        "verdict": decision.verdict,
+        "verdict": "rollback" if rollback else decision.verdict,
+        **(
+            {
+                "note": f"its answers equal the previous generation's (v{gate.base_ref.version}) on every sample: "
+                "a rollback at the cost of both models, not a repair; it is not registered"
+            }
+            if rollback
+            else {}
+        ),
+        "itoc_kept": _itoc_kept(comparer.single, decision),
         "rules": [r.to_dict() for r in decision.rules],
         "metrics": decision.metrics,
         "intervals": decision.intervals,
@@ -575,7 +653,7 @@ def _judge_attempt(
         "registered_version": None,
     }
     decision.log(model_info.model_id, gate.dataset)
-    if decision.verdict == "passed":
+    if report["verdict"] == "passed":
         cand_ref = gate.cand_ref
         version = registry.register_version(model_info.model_uri, cand_ref.name)
         registry.tag_version(
@@ -585,6 +663,18 @@ def _judge_attempt(
         report["registered_version"] = version
     tracking.log_json(report, "gate/report.json")
     return report
+
+
+def _itoc_kept(single: Decision | None, attempt: Decision) -> float | None:
+    """The share of the candidate's positive flips (ItoC against the baseline) that an attempt answers
+    right too; None when the candidate has none, or the flip tables do not hold every sample (Spark)."""
+    if single is None or len(single.samples) != len(attempt.samples) or not len(single.samples):
+        return None
+    flipped = (single.samples["flip"] == "ItoC").to_numpy()
+    if not flipped.any():
+        return None
+    right = attempt.samples["flip"].isin(["CtoC", "ItoC"]).to_numpy()
+    return float(right[flipped].mean())
 
 
 def _repair(
@@ -616,7 +706,7 @@ def _repair(
         same = scoring.predict(served, gate.frame, gate.non_features)[classes].to_numpy()
         if not np.allclose(same, scores.to_numpy(), atol=1e-6):
             raise ModelError(f"{model_info.model_uri}: the logged {method} repair does not predict what was gated")
-        cost = _serving_cost(lambda f: served.predict_scores(f), features, model_info.model_uri, members=2)
+        cost = _serving_cost(lambda f: scoring.predict(served, f, ()), features, model_info.model_uri, members=2)
         built = {"members": 2, "runs": 0, "kappa": 0.0, "train_seconds": seconds, "setting": repair.setting}
         return _judge_attempt(
             gate, comparer, method, model_info, scores, cand_model.features, cost, {**built, "run_id": child_run_id}
@@ -633,8 +723,9 @@ def _generation(model: scoring.LoadedModel, scores: pd.DataFrame) -> dict:
 def _repair_setting(
     gate: _GateRun, comparer: _Comparer, cand_model: scoring.LoadedModel, remediation: RemediationConfig
 ) -> Repair:
-    """The repair's setting: as the config fixes it; else tuned with the gate's rules on the
-    ``calibration:`` file (or the remediation's ``data:``), never on the evaluation set; else the default."""
+    """The repair's setting: as the config fixes it; else tuned with the gate's rules, each judged on its
+    strict one-sided bound (:func:`~consistency_gate.gate.rules.with_margin`), on the ``calibration:``
+    file (or the remediation's ``data:``), never on the evaluation set; else the default."""
     from consistency_gate.ensembles.repair import Repair, aligned, tune
 
     method = remediation.settings.method
@@ -651,15 +742,17 @@ def _repair_setting(
     prev_scores, cand_scores = (scoring.predict(m, tuning, exclude) for m in (comparer.baseline, cand_model))
     previous, candidate, classes = aligned(prev_scores, cand_scores)
     cfg = gate.cfg
-    kept = replace(cfg, rules=[r for r in cfg.rules if r.metric not in rules.COST_METRICS and not r.per_slice])
+    # each rule on its strict bound there, wide enough for the evaluation set's sampling error as well: a
+    # setting that passes calibration by a hair fails the evaluation set
+    margin = [rules.with_margin(r) for r in cfg.rules if r.metric not in rules.COST_METRICS and not r.per_slice]
+    kept = replace(cfg, rules=margin, confidence=rules.tuning_confidence(cfg.confidence))
     ks = usable_ks(None if not cfg.ks_given else cfg.ks, {str(source): len(classes)}, f"{cfg.source}: ks")
     base = pd.DataFrame(previous, columns=classes)
 
     def judge(probabilities: np.ndarray) -> tuple[bool, float]:
         repaired = pd.DataFrame(probabilities, columns=classes)
-        comparison = evaluate_frames(tuning[label], [base, repaired], ks, str(source)).result(
-            confidence=cfg.confidence, interval_method=cfg.interval_method
-        )
+        evaluation = evaluate_frames(tuning[label], [base, repaired], ks, str(source), decision=gate.decision)
+        comparison = evaluation.result(confidence=kept.confidence, interval_method=cfg.interval_method)
         decision = Decision.judge(comparison, kept, pd.DataFrame(), ks)
         return decision.verdict == "passed", comparison.metrics["ctoi"]
 
@@ -690,7 +783,9 @@ def _validate(gate: _GateRun, models: list[scoring.LoadedModel]) -> None:
         # a first sample the models cannot take (a text cell in a numeric column, a wrong shape): GX reports
         # why below; a model that cannot predict at all fails again when it predicts the set
         with contextlib.suppress(DataError, ModelError):
-            known = sorted({str(c) for m in models for c in scoring.model_classes(m, frame, gate.non_features)})
+            classes = [scoring.model_classes(m, frame, gate.non_features) for m in models]
+            # a label-only model's class set is unknown: its labels are checked when counted
+            known = None if None in classes else sorted({str(c) for found in classes for c in found})
     report = validate_evaluation_data(frame, label_column, features, known, arrays)
     tracking.log_json(report.result, "gate/data_validation.json")
     if missing:

@@ -25,13 +25,15 @@ if TYPE_CHECKING:
     from great_expectations.data_context import AbstractDataContext
 
 _NUMERIC = ["int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "float16", "float32", "float64"]
+# the dtypes a column of each MLflow type may have as read (io.casts gives it the signature's type):
+# an integer column with an empty cell reads as floats, a pandas category column is text in a category
 _TYPES = {
     "double": _NUMERIC,
     "float": _NUMERIC,
-    "long": _NUMERIC[:8],
-    "integer": _NUMERIC[:8],
+    "long": _NUMERIC,
+    "integer": _NUMERIC,
     "boolean": ["bool", "boolean"],
-    "string": ["object", "str", "string"],
+    "string": ["object", "str", "string", "category"],
 }
 
 
@@ -114,9 +116,9 @@ def mistyped_columns(frame: pd.DataFrame, features: dict[str, str | None]) -> li
     """The feature columns present in ``frame`` whose pandas dtype is not one that their MLflow
     type (``features``: column -> type name, None for unknown) accepts.
 
-    >>> frame = pd.DataFrame({"a": [1.0], "b": ["x"], "c": [2]})
-    >>> mistyped_columns(frame, {"a": "double", "b": "double", "c": "long", "d": "double", "e": None})
-    ['b']
+    >>> frame = pd.DataFrame({"a": [1.0], "b": ["x"], "c": [2.0], "d": ["y"]})
+    >>> mistyped_columns(frame, {"a": "double", "b": "double", "c": "long", "d": "long", "e": None})
+    ['b', 'd']
     """
     return [
         name

@@ -1,17 +1,21 @@
-"""Scoring: load a registered model version (sklearn, PyTorch or pyfunc) as a class-probability
-scorer, and predict an evaluation frame with it, telling the model's failures from the data's.
+"""Scoring: load a registered model version (LightGBM, XGBoost, CatBoost, sklearn, PyTorch or pyfunc)
+as a class-probability scorer, and predict an evaluation frame with it, telling the model's failures
+from the data's.
 
+The flavors and what their outputs mean are in :mod:`consistency_gate.mlops.flavors`. Before a model
+predicts, each column it reads is cast to its signature's type (:mod:`consistency_gate.io.casts`).
 A model logged with a tensor signature gets its input in that shape
 (:func:`consistency_gate.io.tensors.tensor_batch`). Scores that are logits are softmaxed:
 the version tag ``consistency_gate.outputs`` says which a model gives (``logits``, the default
-for PyTorch and for pyfunc arrays of any sign, or ``probabilities``).
+for PyTorch and for pyfunc arrays of any sign, or ``probabilities``). A model that answers with
+class labels only predicts a :class:`pandas.Series` of labels (:func:`label_only`).
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
-from collections.abc import Callable, Sequence
+import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -19,19 +23,20 @@ import numpy as np
 import pandas as pd
 
 from consistency_gate.errors import DataError, GateError, ModelError, TrackingError, plain
+from consistency_gate.io.casts import cast_to_signature
 from consistency_gate.io.tensors import TensorInput, array_column, tensor_batch
-from consistency_gate.mlops.registry import CLASSES_TAG, OUTPUTS_TAG, ModelRef
+from consistency_gate.mlops.flavors import Output, Scorer, class_scores, load_native, named_classes, pyfunc_output
+from consistency_gate.mlops.registry import OUTPUTS_TAG, ModelRef
 from consistency_gate.mlops.store import looks_unreachable
 
 if TYPE_CHECKING:
     from mlflow.models import ModelSignature
 
-Scorer = Callable[[pd.DataFrame], pd.DataFrame]
-
 
 @dataclass
 class LoadedModel:
-    """A model version that maps a feature frame to a frame of class probabilities."""
+    """A model version that maps a feature frame to a frame of class probabilities (or, for a
+    label-only model, a series of class labels)."""
 
     ref: ModelRef
     flavor: str
@@ -39,16 +44,18 @@ class LoadedModel:
     feature_types: dict[str, str]
     predict_scores: Scorer
     tensor: TensorInput | None = None  # the input a tensor signature declares
+    categorical: tuple[str, ...] = ()  # the columns it takes as pandas categories (gradient-boosted trees)
 
 
 def load_model(ref: ModelRef, classes_hint: list[str] | None = None) -> LoadedModel:
-    """Load a version with the flavor that yields class probabilities (sklearn, pytorch, pyfunc).
+    """Load a version with the flavor that yields class probabilities (lightgbm, xgboost, catboost,
+    sklearn, pytorch, pyfunc: :mod:`consistency_gate.mlops.flavors`).
 
     Example::
 
         model = load_model(ModelRef("fraud-clf", "4"))
         model.flavor, model.features[:2]
-        # ('sklearn', ['amount', 'country'])
+        # ('lightgbm', ['amount', 'country'])
     """
     import mlflow
 
@@ -61,9 +68,11 @@ def load_model(ref: ModelRef, classes_hint: list[str] | None = None) -> LoadedMo
     flavors = info.flavors or {}
     features, types = _signature_features(info.signature)
     tensor = _signature_tensor(info.signature)
+    categorical: tuple[str, ...] = ()
     try:
-        if "sklearn" in flavors:
-            scorer, flavor = _sklearn_scorer(ref), "sklearn"
+        native = load_native(ref, list(flavors), classes_hint)
+        if native is not None:
+            scorer, flavor, categorical = native
         elif "pytorch" in flavors:
             scorer, flavor = _torch_scorer(ref, classes_hint, tensor), "pytorch"
         else:
@@ -74,7 +83,7 @@ def load_model(ref: ModelRef, classes_hint: list[str] | None = None) -> LoadedMo
         if looks_unreachable(exc):
             raise TrackingError(f"cannot reach the store to load {ref.uri}: {exc}") from None
         raise ModelError(f"{ref.uri}: cannot load the model ({type(exc).__name__}: {exc})") from None
-    return LoadedModel(ref, flavor, features, types, scorer, tensor)
+    return LoadedModel(ref, flavor, features, types, scorer, tensor, categorical)
 
 
 def _signature_features(signature: ModelSignature | None) -> tuple[list[str] | None, dict[str, str]]:
@@ -100,55 +109,35 @@ def _signature_tensor(signature: ModelSignature | None) -> TensorInput | None:
     return TensorInput(tuple(int(d) for d in specs[0].shape), str(specs[0].type))
 
 
-def _sklearn_scorer(ref: ModelRef) -> Scorer:
-    import mlflow.sklearn
-
-    model = mlflow.sklearn.load_model(ref.uri)
-    if not hasattr(model, "predict_proba"):
-        raise ModelError(f"{ref.uri}: the sklearn model has no predict_proba, so it gives no class scores")
-    classes = [str(c) for c in model.classes_]
-
-    def score(features: pd.DataFrame) -> pd.DataFrame:
-        return pd.DataFrame(np.asarray(model.predict_proba(features)), columns=classes, index=features.index)
-
-    return score
-
-
 def _torch_scorer(ref: ModelRef, classes_hint: list[str] | None, tensor: TensorInput | None) -> Scorer:
     import mlflow.pytorch
     import torch
 
-    classes = _model_classes(ref, classes_hint, "a PyTorch model")
+    classes = named_classes(ref, classes_hint, "a PyTorch model")
     logits = _outputs_logits(ref, default=True)
     device = "cuda" if torch.cuda.is_available() else "cpu"
     model = mlflow.pytorch.load_model(ref.uri, map_location=device)
     with contextlib.suppress(NotImplementedError):  # exported (pt2) graphs have no train/eval modes
         model.eval()
 
+    def probabilities(out: torch.Tensor) -> torch.Tensor:
+        if not logits:
+            return out
+        return torch.sigmoid(out) if out.ndim == 1 or out.shape[1] == 1 else torch.softmax(out, dim=1)
+
     def score(features: pd.DataFrame) -> pd.DataFrame:
         x = torch.as_tensor(tensor_batch(features, tensor, features.attrs.get("source", "evaluation data")))
         outs = []
         with torch.no_grad():
             for start in range(0, len(x), 8192):
-                out = model(x[start : start + 8192].to(device))
-                outs.append((torch.softmax(out, dim=1) if logits else out).cpu().numpy())
+                outs.append(probabilities(model(x[start : start + 8192].to(device))).cpu().numpy())
         probs = np.concatenate(outs) if outs else np.zeros((0, len(classes)))
-        return _class_frame(ref, probs, classes, features.index)
+        return class_scores(ref, probs, classes, features.index)
 
     return score
 
 
-def _class_frame(ref: ModelRef, scores: np.ndarray, classes: list[str], index: pd.Index) -> pd.DataFrame:
-    """An (n, classes) score array as a frame with one column per class."""
-    if scores.ndim != 2 or scores.shape[1] != len(classes):
-        raise ModelError(
-            f"{ref.uri}: the model outputs scores of shape {scores.shape} but {len(classes)} classes are named "
-            f"(tag {CLASSES_TAG} or the config's classes); expected (samples, {len(classes)})"
-        )
-    return pd.DataFrame(scores, columns=classes, index=index)
-
-
-def _outputs_logits(ref: ModelRef, default: bool) -> bool:
+def _outputs_logits(ref: ModelRef, default: bool | None) -> bool | None:
     """Whether the version's scores are logits (to softmax), from its ``consistency_gate.outputs`` tag."""
     raw = ref.tags.get(OUTPUTS_TAG)
     if raw is None:
@@ -158,52 +147,35 @@ def _outputs_logits(ref: ModelRef, default: bool) -> bool:
     return raw == "logits"
 
 
-def _model_classes(ref: ModelRef, hint: list[str] | None, what: str) -> list[str]:
-    raw = ref.tags.get(CLASSES_TAG)
-    if raw:
-        try:
-            classes = json.loads(raw)
-        except json.JSONDecodeError:
-            raise ModelError(f"{ref.uri}: tag {CLASSES_TAG} must be a JSON list of class labels, got {raw!r}") from None
-        return [str(c) for c in classes]
-    if hint:
-        return hint
-    raise ModelError(
-        f"{ref.uri}: {what} needs its class names: set the model version tag {CLASSES_TAG} "
-        "to a JSON list, or 'classes:' in the gate config"
-    )
-
-
 def _pyfunc_scorer(ref: ModelRef, classes_hint: list[str] | None, tensor: TensorInput | None) -> Scorer:
     import mlflow.pyfunc
-    from scipy.special import softmax
 
     model = mlflow.pyfunc.load_model(ref.uri)
+    logits = _outputs_logits(ref, default=None)
 
-    def score(features: pd.DataFrame) -> pd.DataFrame:
+    def score(features: pd.DataFrame) -> Output:
         where = features.attrs.get("source", "evaluation data")
         out = model.predict(features if tensor is None else tensor_batch(features, tensor, where))
-        if isinstance(out, pd.DataFrame) and out.shape[1] >= 2:
-            out = out.copy()
-            out.columns = [str(c) for c in out.columns]
-            out.index = features.index
-            return out
-        if isinstance(out, np.ndarray) and out.ndim == 2 and out.shape[1] >= 2:
-            classes = _model_classes(ref, classes_hint, "a pyfunc model returning an array")
-            logits = _outputs_logits(ref, default=bool((out < 0).any()))
-            return _class_frame(ref, softmax(out, axis=1) if logits else out, classes, features.index)
-        raise ModelError(
-            f"{ref.uri}: the pyfunc model returned {type(out).__name__} {getattr(out, 'shape', '')}, so it gives no "
-            "class scores (a DataFrame with one column per class, or a (samples, classes) array); log it as "
-            "sklearn/pytorch or return class probabilities"
-        )
+        return pyfunc_output(ref, out, classes_hint, features.index, logits)
 
     return score
 
 
-def model_classes(model: LoadedModel, frame: pd.DataFrame, exclude: Sequence[str]) -> list[str]:
-    """Class names of a model, from one predicted row (none if its feature columns are missing:
-    the validation reports those); ``exclude`` as for :func:`feature_frame`.
+def label_only(scores: Output) -> str | None:
+    """Why a model's prediction holds class labels only (None: it holds class scores).
+
+    >>> label_only(pd.DataFrame({"a": [0.4], "b": [0.6]})) is None
+    True
+    """
+    return (
+        scores.attrs.get("label_only", "it answers with class labels only") if isinstance(scores, pd.Series) else None
+    )
+
+
+def model_classes(model: LoadedModel, frame: pd.DataFrame, exclude: Sequence[str]) -> list[str] | None:
+    """Class names of a model, from one predicted row: none if its feature columns are missing (the
+    validation reports those), None for a label-only model (its class set is not known);
+    ``exclude`` as for :func:`feature_frame`.
 
     Example::
 
@@ -212,31 +184,63 @@ def model_classes(model: LoadedModel, frame: pd.DataFrame, exclude: Sequence[str
     """
     if model.features and not set(model.features) <= set(frame.columns):
         return []
-    return list(predict(model, frame.head(1), exclude).columns)
+    first = predict(model, frame.head(1), exclude)
+    return None if label_only(first) else list(first.columns)
 
 
-def _refuse_non_finite(features: pd.DataFrame, model: LoadedModel) -> None:
-    """DataError naming the first numeric feature column (or array column) holding NaN or an
-    infinite value, and its first such row (1-based data row); nothing if every feature is finite."""
+_SCHEMA_COLUMN = re.compile(r"(?:for column|column) '?([^'.\s]+)'?\.?\s*(.*)", re.DOTALL)
+_MISSING = ("nan", "missing value", "null", "none", "infinit")
+
+
+def _failure_cause(features: pd.DataFrame, model: LoadedModel, exc: Exception) -> GateError:
+    """What made a prediction fail, in words: the column (its type and the type the model takes) MLflow's
+    schema check or the model names, a missing value when the model says it takes none (its first
+    column and row), else the model's own message (a ModelError)."""
+    where = features.attrs.get("source", "evaluation data")
+    text = " ".join(str(exc).split())
+    named = _SCHEMA_COLUMN.search(text) if "schema" in text.lower() or "column" in text.lower() else None
+    if named and named.group(1) in features.columns:
+        column = named.group(1)
+        wants = model.feature_types.get(column)
+        return DataError(
+            f"{where}: feature column '{column}' ({features[column].dtype}) cannot be given to {model.ref.uri}"
+            f"{f', whose signature takes {wants}' if wants else ''}: {named.group(2)[:200] or text[:200]}; "
+            "store the column with that type, or log the model with a signature of the type you store"
+        )
+    if any(word in text.lower() for word in _MISSING):
+        hole = _first_missing(features)
+        if hole is not None:
+            column, first = hole
+            return DataError(
+                f"{where}: feature column '{column}', row {_data_row(features.index[first])} holds "
+                f"{plain(features[column].iloc[first])} and {model.ref.uri} does not take missing or infinite "
+                f"values ({type(exc).__name__}: {text[:160]}); fill or drop such rows, or gate a model that "
+                "handles missing values"
+            )
+    return ModelError(f"{model.ref.uri}: prediction failed ({type(exc).__name__}: {text[:400]})")
+
+
+def _first_missing(features: pd.DataFrame) -> tuple[str, int] | None:
+    """The first feature column holding an empty or non-finite value and the position of its first such
+    row; None when every value is there."""
     arrays = array_column(features)
     for name in features.columns:
         column = features[name]
         if name == arrays:
             bad = np.array([not np.isfinite(np.asarray(v, dtype=np.float64)).all() for v in column])
-            shown = "an array with NaN or infinite values"
         elif pd.api.types.is_numeric_dtype(column.dtype) and not pd.api.types.is_bool_dtype(column.dtype):
             bad = ~np.isfinite(column.to_numpy(dtype=np.float64, na_value=np.nan))
-            shown = ""
         else:
-            continue
+            bad = column.isna().to_numpy()
         if bad.any():
             first = int(np.argmax(bad))
-            raise DataError(
-                f"{features.attrs.get('source', 'evaluation data')}: feature column '{name}', "
-                f"row {int(features.index[first]) + 1} holds "
-                f"{shown or plain(column.iloc[first])} and {model.ref.uri} cannot score it; fill or drop such rows "
-                "(or gate a model that handles missing values)"
-            )
+            return str(name), first
+    return None
+
+
+def _data_row(label: object) -> int:
+    """The 1-based data row of an index label (the frames' index is the file's row number from 0)."""
+    return int(label) + 1 if isinstance(label, int | np.integer) else 0
 
 
 def feature_frame(model: LoadedModel, frame: pd.DataFrame, exclude: Sequence[str]) -> pd.DataFrame:
@@ -264,11 +268,14 @@ def non_features(label_column: str, id_column: str | None, slices: Sequence[str]
     return tuple(c for c in (label_column, id_column, *slices) if c)
 
 
-def predict(model: LoadedModel, frame: pd.DataFrame, exclude: Sequence[str]) -> pd.DataFrame:
-    """The model's class scores for ``frame`` (``exclude`` as for :func:`feature_frame`). A model that
-    fails, or returns NaN, infinite or negative scores, is the model's fault (ModelError), unless the
-    features it read hold NaN or infinite values: then the data's (DataError, naming the first such
-    column and row).
+def predict(model: LoadedModel, frame: pd.DataFrame, exclude: Sequence[str]) -> Output:
+    """The model's class scores for ``frame`` (``exclude`` as for :func:`feature_frame`), or its class
+    labels for a label-only model (a series: :func:`label_only`). Each feature column is first cast to
+    the type the model's signature gives it (:func:`~consistency_gate.io.casts.cast_to_signature`);
+    NaN is passed on: the model says whether it takes it. A model that fails is the model's fault
+    (ModelError), unless its failure names a column or a missing value of the data: then the data's
+    (DataError, naming the column, its type, and the first empty row). NaN, infinite or negative
+    scores are the model's fault.
 
     Example::
 
@@ -277,15 +284,21 @@ def predict(model: LoadedModel, frame: pd.DataFrame, exclude: Sequence[str]) -> 
         # 0   0.02  0.98
     """
     features = feature_frame(model, frame, exclude)
+    if model.features:
+        features = cast_to_signature(features, model.feature_types, model.categorical)
     try:
         scores = model.predict_scores(features)
     except GateError:
         raise
-    except Exception as exc:  # noqa: BLE001 - any model failure is the model's, unless the data is not finite
-        _refuse_non_finite(features, model)
-        raise ModelError(f"{model.ref.uri}: prediction failed ({type(exc).__name__}: {exc})") from None
+    except Exception as exc:  # noqa: BLE001 - any model failure is the model's, unless it names the data
+        raise _failure_cause(features, model, exc) from None
+    if label_only(scores):
+        return scores
     values = scores.to_numpy(dtype=np.float64)
     if not np.isfinite(values).all() or (values < 0).any():
-        _refuse_non_finite(features, model)
-        raise ModelError(f"{model.ref.uri}: the model returned NaN, infinite or negative class scores")
+        bad = np.flatnonzero(~np.isfinite(values).all(axis=1) | (values < 0).any(axis=1))[0]
+        raise ModelError(
+            f"{model.ref.uri}: the model returned NaN, infinite or negative class scores (first at data row "
+            f"{_data_row(scores.index[bad])}: {plain(values[bad].tolist())[:120]})"
+        )
     return scores

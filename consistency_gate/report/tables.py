@@ -276,6 +276,7 @@ def verdict_table(report: dict) -> str:
         title = view.compared() if number == 0 else section.title
         lines += [*([""] if lines else []), f"{title}: {section.verdict}", "", table(section.rules, RULE_HEADER)]
         if number == 0:
+            lines += [f"\n{line}" for line in [decision_line(report.get("decision"))] if line]
             lines += [f"\nWarning: {warning}." for warning in view.warnings]
     lines += [f"\n{line}" for line in (view.cost, view.registered) if line]
     if view.attempts:
@@ -290,6 +291,20 @@ def verdict_table(report: dict) -> str:
         url = (report.get("links") or {}).get("run")
         lines.append(f"\nMLflow run: {view.run_id}" + (f" ({url})" if url else ""))
     return "\n".join(lines)
+
+
+def decision_line(decision: dict | None) -> str:
+    """How a binary model's answers were taken, for the text report ('' for models of more classes).
+
+    >>> decision_line({"positive": "fraud", "threshold": 0.2, "configured": True})
+    "Binary answers: 'fraud' where P('fraud') >= 0.2, else the other class (the config's decision: block)."
+    """
+    if not decision:
+        return ""
+    where = "the config's decision: block" if decision["configured"] else "the default; set it with decision:"
+    positive = repr(decision["positive"])
+    threshold = f"{decision['threshold']:g}"
+    return f"Binary answers: {positive} where P({positive}) >= {threshold}, else the other class ({where})."
 
 
 def cost_line(report: dict) -> str:
@@ -376,7 +391,7 @@ def attempt_row(a: dict) -> list:
     if a["verdict"] == "skipped":
         return [a["method"], f"skipped: {a['note']}", "", "", "", "", "", ""]
     latency = f"{a['latency_ratio']:.1f}x" if a.get("latency_ratio") is not None else "null"
-    outcome = "passed" if a["verdict"] == "passed" else "FAILED"
+    outcome = {"passed": "passed", "rollback": "ROLLBACK, not registered"}.get(a["verdict"], "FAILED")
     metrics = [fmt(a[k]) for k in ("con", "ctoi", "acc")]
     return [a["method"], outcome, *metrics, str(a["members"]), latency, f"{a['train_seconds']:.1f}"]
 
@@ -385,15 +400,17 @@ def attempt_line(a: dict) -> str:
     """An attempt in one line, as the gate prints it when it moves on to the next method.
 
     >>> attempt_line({"method": "m", "verdict": "failed", "con": 0.9, "ctoi": 0.07, "acc": 0.9, "members": 1,
-    ...     "latency_ratio": 1.0, "train_seconds": 2.0})
-    'FAILED (CON 0.9000, CtoI 0.0700, acc 0.9000; 1 member, latency 1.0x, trained in 2.0 s)'
+    ...     "latency_ratio": 1.0, "train_seconds": 2.0, "itoc_kept": 0.75})
+    'FAILED (CON 0.9000, CtoI 0.0700, acc 0.9000, ItoC kept 0.7500; 1 member, latency 1.0x, trained in 2.0 s)'
     """
     row = attempt_row(a)
     if a["verdict"] == "skipped":
         return row[1]
     _, outcome, con, ctoi, acc, members, latency, seconds = row
     built = f"{members} member" + ("" if members == "1" else "s")
-    return f"{outcome} (CON {con}, CtoI {ctoi}, acc {acc}; {built}, latency {latency}, trained in {seconds} s)"
+    kept = f", ItoC kept {fmt(a['itoc_kept'])}" if a.get("itoc_kept") is not None else ""
+    line = f"{outcome} (CON {con}, CtoI {ctoi}, acc {acc}{kept}; {built}, latency {latency}, trained in {seconds} s)"
+    return f"{line}: {a['note']}" if a["verdict"] == "rollback" and a.get("note") else line
 
 
 def attempt_rows(report: dict) -> list[list]:
