@@ -105,12 +105,17 @@ class GateResult:
     @property
     def passed_version(self) -> str | None:
         """The registered version that passed, for a deploy step: the candidate, or the ensemble
-        registered in its place; None when nothing passed (or files were gated, without versions).
+        registered in its place; None when nothing passed (or files were gated, without versions), and
+        when its promotion was refused because the baseline moved (it passed against a baseline that is
+        no longer the one in production: gate it again).
 
         >>> GateResult("passed", [], {}, None, {"name": "clf", "version": "2"}, None).passed_version
         '2'
+        >>> refused = {"alias": "champion", "version": "2", "promoted": False, "holds": "3", "refused": True}
+        >>> GateResult("passed", [], {}, None, {"version": "2"}, None, promotion=refused).passed_version is None
+        True
         """
-        if self.verdict != "passed":
+        if self.verdict != "passed" or (self.promotion or {}).get("refused"):
             return None
         return self.registered_version if self.registered_version is not None else self.candidate.get("version")
 
