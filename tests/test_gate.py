@@ -157,6 +157,7 @@ def test_torch_candidate_against_sklearn_baseline(store, tmp_path):
         ({"model": "no-such-model"}, ModelError, "not found"),
         ({"candidate": "99"}, ModelError, "version '99'"),
         ({"baseline": "@staging"}, ModelError, "alias '@staging' is not set"),
+        ({"candidate": "\u00b2"}, ModelError, "version '\u00b2' of model 'iris-clf': expected a number or @alias"),
     ],
 )
 def test_registry_errors(store, kwargs, error, text):

@@ -81,7 +81,7 @@ def resolve_version(client: MlflowClient, name: str, spec: str | None) -> ModelR
             mv = client.get_model_version_by_alias(name, alias)
         else:
             alias = None
-            if not spec.isdigit():
+            if not _is_number(spec):
                 raise ModelError(f"version '{spec}' of model '{name}': expected a number or @alias")
             if int(spec) > MAX_VERSION:  # a server answers 500 for a number its database cannot hold
                 raise ModelError(f"model '{name}': version '{spec}' not found; {registered_versions(client, name)}")
@@ -90,6 +90,16 @@ def resolve_version(client: MlflowClient, name: str, spec: str | None) -> ModelR
         what = f"alias '@{spec[1:]}' is not set" if spec and spec.startswith("@") else f"version '{spec}' not found"
         _reraise(exc, f"model '{name}': {what}; {registered_versions(client, name)}")
     return ModelRef(name, str(mv.version), alias, mv.run_id, dict(mv.tags or {}), logged_model_id(mv))
+
+
+def _is_number(text: str) -> bool:
+    """Whether ``text`` is a version number or pid in ASCII digits (``'²'.isdigit()`` is True, and
+    ``int('²')`` fails).
+
+    >>> _is_number("12"), _is_number("²"), _is_number("")
+    (True, False, False)
+    """
+    return text.isascii() and text.isdigit()
 
 
 def version_numbers(client: MlflowClient, name: str) -> list[int]:
@@ -158,7 +168,7 @@ def ref_from_uri(client: MlflowClient, uri: str) -> ModelRef:
     if uri.startswith("models:/") and at and name:
         return resolve_version(client, name, "@" + alias)
     name, slash, version = uri.removeprefix("models:/").rpartition("/")
-    if uri.startswith("models:/") and slash and name and version.isdigit():
+    if uri.startswith("models:/") and slash and name and _is_number(version):
         return resolve_version(client, name, version)
     return ModelRef(uri, "", source=uri)
 
@@ -404,7 +414,7 @@ def _holder_gone(client: MlflowClient, held: dict[str, str]) -> bool:
     if float(held.get(TAG_LOCK_EXPIRES, "0")) < time.time():
         return True
     pid = held.get(TAG_PID, "")
-    if held.get(TAG_HOST) == socket.gethostname() and pid.isdigit() and not process_alive(int(pid)):
+    if held.get(TAG_HOST) == socket.gethostname() and _is_number(pid) and not process_alive(int(pid)):
         return True
     try:
         return client.get_run(held.get(TAG_LOCK_OWNER, "")).info.status != "RUNNING"
