@@ -338,10 +338,12 @@ def _require_only(needed: dict[str, object], refused: dict[str, object], engine:
     extra = [flag for flag, value in refused.items() if value is not None]
     if extra or engine != "local":
         extra = extra or ["--engine spark"]
-        raise UsageError(
-            f"{', '.join(extra)} cannot be combined with {', '.join(needed)}: prediction files gate without a "
-            "registry (no versions to load, nothing to promote), registered models have no --name"
+        why = (
+            "--name names the run of a prediction-file gate; a registry gate's run is named after its model"
+            if "--model" in needed
+            else "prediction files gate without a registry (no versions to load, nothing to promote or time)"
         )
+        raise UsageError(f"{', '.join(extra)} cannot be combined with {', '.join(needed)}: {why}")
 
 
 @cli.command("report-schema")

@@ -188,6 +188,7 @@ def test_files_gate_logs_the_same_run_with_a_tracking_uri(files, tmp_path):
 def test_mixed_options_are_usage_errors(files, extra, message):
     proc = run_cli(*_args(files, *extra), env=_env_without_tracking())
     assert proc.returncode == 2 and message in proc.stderr and "Traceback" not in proc.stderr
+    assert "--name" not in proc.stderr  # issue 44: no word about an option that was not given
 
 
 def test_missing_file_option_remediation_and_bad_data(files, tmp_path):

@@ -338,7 +338,8 @@ def load_member_files(
     """
     labels = Path(labels)
     cols = io.file_columns(labels)
-    io.require_columns(labels, cols, [label_column] + ([id_column] if id_column else []))
+    flags = io.column_flags(label_column, id_column)
+    io.require_columns(labels, cols, [label_column] + ([id_column] if id_column else []), flags)
     fields = ([id_column] if id_column else []) + [label_column]
     truth = pd.concat(list(io.iter_frames(labels, fields, text_columns=tuple(fields))))
     if truth.empty:

@@ -134,7 +134,8 @@ def evaluate_files(
         labels = Path(labels)
         label_cols = io.file_columns(labels)
         data_slices = [c for c in slices if c != TRUE_CLASS]
-        io.require_columns(labels, label_cols, [label_column] + ([id_column] if id_column else []) + data_slices)
+        flags = io.column_flags(label_column, id_column)
+        io.require_columns(labels, label_cols, [label_column] + ([id_column] if id_column else []) + data_slices, flags)
         # score columns read in the canonical class order: no column permutation per chunk
         sources = [_canonical(io.inspect_prediction_file(path, id_column)) for path in generations.values()]
         evaluation = Evaluation(

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import codecs
 import csv
+import difflib
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -187,15 +188,62 @@ def inspect_prediction_file(path: str | Path, id_column: str | None = None) -> P
     return PredictionSource(path, tuple(str(c) for c in body), id_column)
 
 
-def require_columns(path: Path, columns: list[str], needed: list[str]) -> None:
-    """Raise DataError naming the first needed column that the file lacks.
+def require_columns(path: Path, columns: list[str], needed: list[str], flags: Mapping[str, str] | None = None) -> None:
+    """Raise DataError naming the first needed column that the file lacks, the file's columns that look
+    like it and the others worth reading (:func:`shown_columns`), and the option that names it
+    (``flags``: column -> option, e.g. ``{"label": "--label-column"}``).
 
     >>> require_columns(Path("gen2.csv"), ["id", "cat"], ["id"])  # nothing to say
+    >>> columns = [f"p{i}" for i in range(64)] + ["target"]
+    >>> require_columns(Path("eval.csv"), columns, ["label"], {"label": "--label-column"})
+    Traceback (most recent call last):
+    ...
+    consistency_gate.errors.DataError: eval.csv: column 'label' not found; the file has: target, p0 ... p63 (65 \
+columns); if 'target' holds it, pass --label-column target
     """
     for name in needed:
         if name not in columns:
-            shown = ", ".join(map(str, columns[:12])) + (" ..." if len(columns) > 12 else "")
-            raise DataError(f"{path}: column '{name}' not found; the file has: {shown}")
+            flag = (flags or {}).get(name)
+            others = [str(c) for c in columns if not _numbered(str(c)) and c not in needed]
+            hint = f"; if '{others[0]}' holds it, pass {flag} {others[0]}" if flag and len(others) == 1 else ""
+            hint = hint or (f"; name the right one with {flag}" if flag else "")
+            raise DataError(f"{path}: column '{name}' not found; the file has: {shown_columns(columns, name)}{hint}")
+
+
+def column_flags(label_column: str, id_column: str | None) -> dict[str, str]:
+    """The options that name the labels file's columns, for :func:`require_columns`' hint.
+
+    >>> column_flags("y", None)
+    {'y': '--label-column'}
+    """
+    return {label_column: "--label-column", **({id_column: "--id-column"} if id_column else {})}
+
+
+def shown_columns(columns: Sequence[object], wanted: str, most: int = 12) -> str:
+    """A file's columns for an error message: those that look like ``wanted`` first, then the named ones,
+    and runs of numbered columns (``p0`` ... ``p783``) as their first and last, with the count.
+
+    >>> shown_columns(["p0", "p1", "p2", "id", "Label"], "label")
+    'Label, id, p0 ... p2 (5 columns)'
+    """
+    names = [str(c) for c in columns]
+    close = difflib.get_close_matches(wanted, names, n=3, cutoff=0.6) + [
+        n for n in names if n.lower() == wanted.lower()
+    ]
+    first = list(dict.fromkeys(close))
+    named = [n for n in names if not _numbered(n) and n not in first]
+    numbered = [n for n in names if _numbered(n) and n not in first]
+    parts = (first + named)[:most]
+    if numbered:
+        parts.append(numbered[0] if len(numbered) == 1 else f"{numbered[0]} ... {numbered[-1]}")
+    left = len(first + named) - len((first + named)[:most])
+    count = f" ({len(names)} columns)" if len(names) > 3 else ""
+    return ", ".join(parts) + (f" and {left} more" if left else "") + count
+
+
+def _numbered(name: str) -> bool:
+    """Whether a column name is a prefix and a number (``p17``, ``feature_3``, ``42``)."""
+    return bool(re.fullmatch(r"[A-Za-z_]*\d+", name))
 
 
 def iter_frames(
@@ -508,7 +556,8 @@ def unique_ids(ids: pd.Series, source: str | Path, id_column: str) -> pd.Series:
 def _require_evaluation_columns(
     path: Path, columns: list[str], label_column: str, id_column: str | None, slices: Sequence[str]
 ) -> None:
-    require_columns(path, columns, [label_column] + ([id_column] if id_column else []))
+    flags = column_flags(label_column, id_column)
+    require_columns(path, columns, [label_column] + ([id_column] if id_column else []), flags)
     missing = [c for c in slices if c not in columns]
     if missing:
         shown = ", ".join(map(str, columns[:12])) + (" ..." if len(columns) > 12 else "")
