@@ -38,7 +38,7 @@ from consistency_gate.io import predictions as io
 from consistency_gate.io.tensors import array_column, tensor_batch
 from consistency_gate.mlops import registry, scoring, tracking
 from consistency_gate.mlops.cost import ServingCost, model_size_mb, predict_latency
-from consistency_gate.report.tables import attempt_line, verdict_table
+from consistency_gate.report.tables import attempt_line
 
 if TYPE_CHECKING:
     from mlflow import MlflowClient
@@ -350,10 +350,10 @@ def _gate_in_run(gate: _GateRun) -> GateResult:
         registry.tag_version(gate.client, cand_ref, single.verdict, _kind(cand_ref), gate.run_id)
     promoted_version = cand_ref.version if single.verdict == "passed" else None
     if single.verdict == "failed" and cfg.remediation is not None:
-        if not gate.quiet:  # why an ensemble trains now, before it does
+        if not gate.quiet:  # why remediation runs now, before it does (the rule table comes with the verdict)
+            failed = "; ".join(r.rule.describe() for r in single.rules if r.held is False)
             print(
-                f"{verdict_table({**result.to_dict(), 'run_id': None})}\n\nThe candidate failed: "
-                f"{_remediation_plan(cfg.remediation)} ...",
+                f"The candidate failed: {_remediation_plan(cfg.remediation)} ... (failed rules: {failed})",
                 file=sys.stderr,
                 flush=True,
             )

@@ -315,7 +315,7 @@ def cost_line(report: dict) -> str:
     ...     "ensemble": {"members": 4, "metrics": {"ctoi": 0.02, "con": 0.95}, "cost": {"latency_ms_per_1000": 38.0,
     ...     "latency_ratio": 3.8, "size_mb": 0.12, "size_ratio": 4.0}}}
     >>> print(cost_line(report))
-    Serving cost: the ensemble of 4 members predicts in 38 ms per 1,000 samples (3.8x the candidate's 10 ms) ...
+    Serving cost: the ensemble of 4 members predicts in 38.0 ms per 1,000 samples (3.8x the candidate's 10.0 ms) ...
     >>> cost_line(report).endswith("(4.0x), for CtoI 0.1000 -> 0.0200 and CON 0.8800 -> 0.9500.")
     True
     """
@@ -334,10 +334,22 @@ def cost_line(report: dict) -> str:
         if single.get(key) is not None and ensemble.get(key) is not None
     ]
     return (
-        f"Serving cost: {_served(ens)} predicts in {cost['latency_ms_per_1000']:.3g} ms "
-        f"per 1,000 samples ({cost['latency_ratio']:.1f}x the candidate's {single_cost['latency_ms_per_1000']:.3g} ms)"
+        f"Serving cost: {_served(ens)} predicts in {milliseconds(cost['latency_ms_per_1000'])} per 1,000 samples "
+        f"({cost['latency_ratio']:.1f}x the candidate's {milliseconds(single_cost['latency_ms_per_1000'])})"
         f"{size}" + (f", for {' and '.join(gains)}." if gains else ".")
     )
+
+
+def milliseconds(value: float) -> str:
+    """A time in ms to three significant digits, never in exponent form (1.65e+03 ms read badly).
+
+    >>> milliseconds(1654.2), milliseconds(38.04), milliseconds(0.1234)
+    ('1,650 ms', '38.0 ms', '0.123 ms')
+    """
+    if not value:
+        return "0 ms"
+    places = 2 - math.floor(math.log10(abs(value)))  # decimal places of the third significant digit
+    return f"{round(value, places):,.{max(0, places)}f} ms"
 
 
 def _served(remedy: dict) -> str:
