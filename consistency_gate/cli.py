@@ -620,8 +620,7 @@ def main(argv: list[str] | None = None) -> None:
     try:
         code = cli.main(args=argv, standalone_mode=False)
     except GateError as exc:
-        if _verbose:
-            traceback.print_exc()
+        _print_traceback()
         click.echo(f"error: {redact_credentials(str(exc))}", err=True)
         sys.exit(exc.exit_code)
     except click.exceptions.Abort:
@@ -631,8 +630,7 @@ def main(argv: list[str] | None = None) -> None:
         exc.show()
         sys.exit(exc.exit_code)
     except Exception as exc:  # noqa: BLE001 - anything else is a bug: say so, with exit 6
-        if _verbose:
-            traceback.print_exc()
+        _print_traceback()
         first = redact_credentials(str(exc)).splitlines()[0] if str(exc) else ""
         click.echo(
             f"internal error: {type(exc).__name__}: {first[:300]} (a bug in consistency-gate; nothing was promoted; "
@@ -641,6 +639,13 @@ def main(argv: list[str] | None = None) -> None:
         )
         sys.exit(INTERNAL_ERROR)
     sys.exit(code if isinstance(code, int) else 0)
+
+
+def _print_traceback() -> None:
+    """With ``--verbose``, the error's traceback on stderr, credentials redacted (a tracking URI's
+    password is in MLflow's messages: ``API request to http://user:secret@host ...``)."""
+    if _verbose:
+        click.echo(redact_credentials(traceback.format_exc()), err=True, nl=False)
 
 
 def run() -> None:

@@ -254,6 +254,14 @@ def test_unreachable_server_fails_fast():
         run_gate(MODEL, "eval.csv", config=LENIENT, tracking_uri="http://127.0.0.1:9")
 
 
+def test_verbose_tracebacks_keep_the_password_out(tmp_path):
+    (tmp_path / "eval.csv").write_text("x,label\n1,a\n")
+    uri = "http://alice:s3cretPW@127.0.0.1:9"
+    proc = run_cli("--verbose", "check", "--model", MODEL, "--data", tmp_path / "eval.csv", "--tracking-uri", uri)
+    assert proc.returncode == 5 and "Traceback" in proc.stderr, proc.stderr[-2000:]
+    assert "s3cretPW" not in proc.stderr + proc.stdout and "alice:***@" in proc.stderr
+
+
 def test_cli_check_exit_codes_and_report(store, tmp_path):
     config = tmp_path / "gate.yaml"
     config.write_text("rules:\n  - {metric: ctoi, max: 0.0}\n  - {metric: con, min: 1.0}\n")
