@@ -568,6 +568,7 @@ def _attempt_summary(report: dict) -> dict:
         "ctoi": metrics.get("ctoi"),
         "acc": metrics.get("acc_candidate"),
         "itoc_kept": report.get("itoc_kept"),
+        "failed_rules": [f"{r['quantity']} {r['condition']}" for r in report["rules"] if r["held"] is False],
         "members": report["members"],
         "latency_ratio": cost.get("latency_ratio"),
         "train_seconds": report["train_seconds"],

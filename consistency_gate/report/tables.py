@@ -395,8 +395,8 @@ def attempt_row(a: dict) -> list:
     """A remediation attempt's row (``strategy``): what it built, its outcome, what it buys and costs.
 
     >>> attempt_row({"method": "focal-distillation", "verdict": "failed", "con": 0.92, "ctoi": 0.068, "acc": 0.9,
-    ...     "members": 1, "latency_ratio": 1.02, "train_seconds": 3.14159})
-    ['focal-distillation', 'FAILED', '0.9200', '0.0680', '0.9000', '1', '1.0x', '3.1']
+    ...     "members": 1, "latency_ratio": 1.02, "train_seconds": 3.14159, "failed_rules": ["ctoi <= 0.02"]})
+    ['focal-distillation', 'FAILED: ctoi <= 0.02', '0.9200', '0.0680', '0.9000', '1', '1.0x', '3.1']
     >>> attempt_row({"method": "focal-distillation", "verdict": "skipped", "note": "no previous generation"})
     ['focal-distillation', 'skipped: no previous generation', '', '', '', '', '', '']
     """
@@ -404,6 +404,8 @@ def attempt_row(a: dict) -> list:
         return [a["method"], f"skipped: {a['note']}", "", "", "", "", "", ""]
     latency = f"{a['latency_ratio']:.1f}x" if a.get("latency_ratio") is not None else "null"
     outcome = {"passed": "passed", "rollback": "ROLLBACK, not registered"}.get(a["verdict"], "FAILED")
+    if a["verdict"] == "failed" and a.get("failed_rules"):
+        outcome += f": {'; '.join(a['failed_rules'])}"
     metrics = [fmt(a[k]) for k in ("con", "ctoi", "acc")]
     return [a["method"], outcome, *metrics, str(a["members"]), latency, f"{a['train_seconds']:.1f}"]
 
@@ -412,16 +414,19 @@ def attempt_line(a: dict) -> str:
     """An attempt in one line, as the gate prints it when it moves on to the next method.
 
     >>> attempt_line({"method": "m", "verdict": "failed", "con": 0.9, "ctoi": 0.07, "acc": 0.9, "members": 1,
-    ...     "latency_ratio": 1.0, "train_seconds": 2.0, "itoc_kept": 0.75})
-    'FAILED (CON 0.9000, CtoI 0.0700, acc 0.9000, ItoC kept 0.7500; 1 member, latency 1.0x, trained in 2.0 s)'
+    ...     "latency_ratio": 1.0, "train_seconds": 2.0, "itoc_kept": 0.75, "failed_rules": ["ctoi <= 0.02"]})
+    'FAILED (CON 0.9000, CtoI 0.0700, acc 0.9000, ItoC kept 0.7500; 1 member, latency 1.0x, trained in 2.0 s): \
+failed ctoi <= 0.02'
     """
-    row = attempt_row(a)
+    row = attempt_row({**a, "failed_rules": []})  # the outcome in a word; the rules it failed at the end
     if a["verdict"] == "skipped":
         return row[1]
     _, outcome, con, ctoi, acc, members, latency, seconds = row
     built = f"{members} member" + ("" if members == "1" else "s")
     kept = f", ItoC kept {fmt(a['itoc_kept'])}" if a.get("itoc_kept") is not None else ""
     line = f"{outcome} (CON {con}, CtoI {ctoi}, acc {acc}{kept}; {built}, latency {latency}, trained in {seconds} s)"
+    if a["verdict"] == "failed" and a.get("failed_rules"):
+        return f"{line}: failed {'; '.join(a['failed_rules'])}"
     return f"{line}: {a['note']}" if a["verdict"] == "rollback" and a.get("note") else line
 
 
