@@ -177,7 +177,11 @@ def test_data_errors(store, tmp_path):
             frame.assign(sepal_length=["long"] + list(frame["sepal_length"][1:])),
             "feature column 'sepal_length' is not numeric",
         ),
-        "badlabel.csv": (frame.assign(label=["tulip"] + list(frame["label"][1:])), "tulip"),
+        "badlabel.csv": (
+            frame.assign(label=["tulip"] + list(frame["label"][1:])),
+            r"1 of \d+ labels are no class of the models \('tulip'\); their classes are 'setosa', 'versicolor', "
+            "'virginica': write the labels as the models name their classes",
+        ),
         "nolabel3.csv": (frame.assign(label=list(frame["label"][:2]) + [None] + list(frame["label"][3:])), "row 3, "),
     }
     for name, (data, text) in cases.items():

@@ -805,4 +805,31 @@ def _validate(gate: _GateRun, models: list[scoring.LoadedModel]) -> None:
     if not report.success:
         for m in models:  # a sample of the wrong shape: name the column, the row and both shapes
             tensor_batch(scoring.feature_frame(m, frame, gate.non_features), m.tensor, str(gate.data_path))
+        if known is not None:
+            _refuse_unknown_labels(frame[label_column], known, f"{gate.data_path}: column '{label_column}'")
         raise DataError(f"evaluation data failed validation ({len(report.failures)} expectations): {report.summary()}")
+
+
+def _refuse_unknown_labels(labels: pd.Series, known: list[str], where: str) -> None:
+    """DataError naming the labels that no generation knows, the classes the models do know and what to
+    do; nothing when every label is a class of a generation.
+
+    >>> _refuse_unknown_labels(pd.Series([2, 7, 2]), ["digit-2", "digit-7"], "eval.csv: column 'label'")
+    Traceback (most recent call last):
+    ...
+    consistency_gate.errors.DataError: eval.csv: column 'label': 3 of 3 labels are no class of the models ('2', \
+'7'); their classes are 'digit-2', 'digit-7': write the labels as the models name their classes (or name the \
+models' outputs with the version tag consistency_gate.classes)
+    """
+    text = labels.astype(str)
+    unknown = ~text.isin(known)
+    if not unknown.any():
+        return
+    seen = list(dict.fromkeys(text[unknown]))
+    shown = ", ".join(map(repr, seen[:5])) + (" ..." if len(seen) > 5 else "")
+    classes = ", ".join(map(repr, known[:10])) + (f" ... ({len(known)} classes)" if len(known) > 10 else "")
+    raise DataError(
+        f"{where}: {int(unknown.sum())} of {len(labels)} labels are no class of the models ({shown}); their classes "
+        f"are {classes}: write the labels as the models name their classes (or name the models' outputs with the "
+        f"version tag {registry.CLASSES_TAG})"
+    )
