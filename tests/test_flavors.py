@@ -18,12 +18,14 @@ pytest.importorskip("lightgbm")
 pytest.importorskip("xgboost")
 
 # (library, what is logged, the flavor it is logged with, classes)
+# each flavor binary and multiclass, estimators and Boosters
 CASES = [
     ("lightgbm", "classifier", "lightgbm", 2),
-    ("lightgbm", "booster", "lightgbm", 2),
-    ("xgboost", "classifier", "xgboost", 2),
-    ("xgboost", "booster", "xgboost", 3),
+    ("lightgbm", "booster", "lightgbm", 3),
+    ("xgboost", "booster", "xgboost", 2),
+    ("xgboost", "classifier", "xgboost", 3),
     ("lightgbm", "classifier", "sklearn", 3),
+    ("xgboost", "classifier", "sklearn", 2),
 ]
 
 
@@ -183,7 +185,7 @@ def test_a_decision_block_on_a_multiclass_model_is_a_usage_error(store, tmp_path
     uri, data, _ = store
     cfg = _config("decision: {positive: good, threshold: 0.3}\n", tmp_path)
     with pytest.raises(UsageError, match="decision: applies to binary models, and these have 3 classes"):
-        run_gate("xgboost-xgboost-booster-3", data[3][0]["csv"], candidate="2", config=cfg, tracking_uri=uri)
+        run_gate("xgboost-xgboost-classifier-3", data[3][0]["csv"], candidate="2", config=cfg, tracking_uri=uri)
 
 
 def test_cheapest_registers_a_binary_repair_that_predicts_the_same_in_a_fresh_process(store, tmp_path):
