@@ -114,6 +114,11 @@ def test_promote_on_pass_moves_alias(tmp_path):
     result = run_gate(MODEL, store["data"], candidate="2", config=LENIENT, tracking_uri=store["uri"], promote=True)
     assert result.promoted
     assert str(_client(store).get_model_version_by_alias(MODEL, "champion").version) == "2"
+    # issue 44: a what-if gate of the production version against an older one leaves its tags as they are
+    tags = dict(_client(store).get_model_version(MODEL, "2").tags)
+    what_if = run_gate(MODEL, store["data"], candidate="2", baseline="3", config=STRICT, tracking_uri=store["uri"])
+    assert what_if.verdict == "failed" and _client(store).get_model_version(MODEL, "2").tags == tags
+    assert any("a side comparison, so v2's tags are left as they were" in w for w in what_if.warnings)
 
 
 def test_first_generation_checks_only_single_model_rules(store):

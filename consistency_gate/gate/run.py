@@ -347,7 +347,11 @@ def _gate_in_run(gate: _GateRun) -> GateResult:
     with gate.timed("logging"):
         single.log(cand_ref.model_id, gate.dataset)
         diagnosis = None if base_scores is None else _log_diagnosis(base_scores, frames[-1], frame[gate.label_column])
-        registry.tag_version(gate.client, cand_ref, single.verdict, _kind(cand_ref), gate.run_id)
+        side = _side_comparison(gate)
+        if side:
+            result.warnings.append(side)
+        else:
+            registry.tag_version(gate.client, cand_ref, single.verdict, _kind(cand_ref), gate.run_id)
     promoted_version = cand_ref.version if single.verdict == "passed" else None
     if single.verdict == "failed" and cfg.remediation is not None:
         if not gate.quiet:  # why remediation runs now, before it does (the rule table comes with the verdict)
@@ -470,6 +474,28 @@ def _log_diagnosis(base_scores: pd.DataFrame, cand_scores: pd.DataFrame, labels:
 
     mlflow.log_text("\n".join(f"- {line}" for line in report["explanation"]), "gate/diagnose.md")
     return report
+
+
+def _side_comparison(gate: _GateRun) -> str | None:
+    """Why this gate's verdict stays in its run and off the candidate's tags (None: it goes on them).
+
+    A version's tags say what the gate that decides its production fate found: a promoting gate, a
+    first generation's, or a gate against a baseline alias (the version it holds now). A baseline
+    given by number is a side comparison unless it holds @champion: a what-if comparison (the
+    production version against an older one) must not rewrite the production version's verdict.
+    """
+    base_ref, cand_ref = gate.base_ref, gate.cand_ref
+    if gate.promote or base_ref is None or base_ref.alias:
+        return None
+    alias = DEFAULT_BASELINE[1:]
+    holder = registry.read_alias(gate.client, cand_ref.name, alias)
+    if holder == base_ref.version:
+        return None
+    now = f"v{holder} is" if holder else "no version is"
+    return (
+        f"v{cand_ref.version} was gated against v{base_ref.version}, and {now} @{alias}: a side comparison, so "
+        f"v{cand_ref.version}'s tags are left as they were (this run holds its verdict)"
+    )
 
 
 def _kind(ref: registry.ModelRef) -> str:
