@@ -74,3 +74,19 @@ def test_the_file_gate_answers_at_the_configured_threshold(tmp_path):
     assert result.metrics["acc_candidate"] == pytest.approx(np.mean(cand == truth))
     with pytest.raises(UsageError, match="decision: names no positive class, and prediction files"):
         run_file_gate(*files, config=parse_config(rules + "decision: {threshold: 0.3}\n"))
+
+
+def test_hostile_class_names_are_escaped_in_markdown(tmp_path):
+    """Issue 44: Markdown outputs embedded <script> and escape characters from class labels verbatim."""
+    from consistency_gate.report.tables import verdict_markdown
+
+    hostile = "<script>alert(1)</script>|\x1b[31m"
+    pd.DataFrame({"label": [hostile, "ok", hostile]}).to_csv(tmp_path / "labels.csv", index=False)
+    for name, p in (("previous", [0.9, 0.2, 0.4]), ("candidate", [0.1, 0.2, 0.9])):
+        pd.DataFrame({hostile: p, "ok": 1 - np.array(p)}).to_csv(tmp_path / f"{name}.csv", index=False)
+    files = [tmp_path / f"{name}.csv" for name in ("labels", "previous", "candidate")]
+    config = parse_config("rules:\n  - {metric: ctoi, max: 0.0}\ndecision: {positive: ok, threshold: 0.5}\n")
+    result = run_file_gate(*files, config=config, name="<b>clf</b>")
+    markdown = verdict_markdown(result.to_dict())
+    assert "<script>" not in markdown and "<b>" not in markdown and "\x1b" not in markdown
+    assert "&lt;b>clf&lt;/b>" in markdown

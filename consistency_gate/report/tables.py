@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -544,7 +545,8 @@ def verdict_markdown(report: dict) -> str:
     <BLANKLINE>
     MLflow run: `abc123`
     """
-    view, links = Verdict.of(report), report.get("links") or {}
+    links = report.get("links") or {}
+    view = Verdict.of(markdown_safe(report))
     if view.nothing:
         return f"## ➖ consistency-gate: {view.gated}: nothing to decide\n\n{view.nothing_line}\n"
     icon = "✅" if report["verdict"] == "passed" else "❌"
@@ -567,12 +569,40 @@ def verdict_markdown(report: dict) -> str:
         lines += ["| " + " | ".join(row) + " |" for row in view.attempts]
     if view.slices:
         lines += ["", f"### Slices, worst first ({len(report['slices'])} in all: `gate/slices.json` in the run)", ""]
-        lines += _slices_markdown(report)
+        lines += _slices_markdown(markdown_safe(report))
     if view.promotion:
         lines += ["", view.promotion]
     if view.run_id:
         lines += ["", f"MLflow run: {_linked('`' + view.run_id + '`', links.get('run'))}"]
     return "\n".join(lines) + "\n"
+
+
+_MARKDOWN_SPECIAL = re.compile(r"([\\`\[\]|])")  # escapes, code, links, table cells (not an intraword _)
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]+")
+_TAG_OPEN = re.compile(r"<(?=[A-Za-z/!?])")
+_NOT_TEXT = ("links", "run_id")  # URLs and ids: written as links and code, never as text
+
+
+def markdown_safe(value: object, key: str | None = None) -> object:
+    """A report with every text in it fit to be Markdown text: control characters and newlines as a
+    space, ``&`` and a ``<`` that would open an HTML tag as entities (no ``<script>`` from a model or
+    class name; ``<= 0.02`` stays), and the Markdown characters that could forge a link, code or a
+    table cell escaped; links and run ids as they are.
+
+    >>> safe = markdown_safe({"candidate": {"name": "<script>x</script>|[a](b)\\nFAKE"}, "links": {"run": "http://h/"}})
+    >>> print(safe["candidate"]["name"], safe["links"]["run"])
+    &lt;script>x&lt;/script>\\|\\[a\\](b) FAKE http://h/
+    """
+    if key in _NOT_TEXT:
+        return value
+    if isinstance(value, dict):
+        return {k: markdown_safe(v, k) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return type(value)(markdown_safe(v) for v in value)
+    if isinstance(value, str):
+        text = _TAG_OPEN.sub("&lt;", _CONTROL.sub(" ", value).replace("&", "&amp;"))
+        return _MARKDOWN_SPECIAL.sub(r"\\\1", text)
+    return value
 
 
 def _linked(text: str, url: str | None) -> str:
