@@ -18,7 +18,7 @@ from pathlib import Path
 
 import click
 
-from consistency_gate.errors import INTERNAL_ERROR, GateError, UsageError, redact_credentials, redact_logs
+from consistency_gate.errors import INTERNAL_ERROR, GateError, UsageError, one_line, redact_credentials, redact_logs
 
 _verbose = False
 
@@ -621,7 +621,7 @@ def main(argv: list[str] | None = None) -> None:
         code = cli.main(args=argv, standalone_mode=False)
     except GateError as exc:
         _print_traceback()
-        click.echo(f"error: {redact_credentials(str(exc))}", err=True)
+        click.echo(f"error: {one_line(redact_credentials(str(exc)))}", err=True)
         sys.exit(exc.exit_code)
     except click.exceptions.Abort:
         click.echo("aborted", err=True)
@@ -631,7 +631,7 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(exc.exit_code)
     except Exception as exc:  # noqa: BLE001 - anything else is a bug: say so, with exit 6
         _print_traceback()
-        first = redact_credentials(str(exc)).splitlines()[0] if str(exc) else ""
+        first = one_line(redact_credentials(str(exc)))
         click.echo(
             f"internal error: {type(exc).__name__}: {first[:300]} (a bug in consistency-gate; nothing was promoted; "
             "please report it with the output of `consistency-gate --verbose ...`)",

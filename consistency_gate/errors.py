@@ -14,6 +14,9 @@ import re
 _USERINFO = re.compile(r"(\b[A-Za-z][A-Za-z0-9+.-]*://)([^\s/]+)@")
 
 
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
 def redact_credentials(text: str) -> str:
     """``text`` fit to print or log: in every URI, the password of ``user:password@`` becomes
     ``***``, and a user part without a password (a token, ``https://TOKEN@host``) becomes ``***``.
@@ -31,6 +34,16 @@ def redact_credentials(text: str) -> str:
         return f"{match.group(1)}{user}:***@" if password is not None else f"{match.group(1)}***@"
 
     return _USERINFO.sub(hide, text)
+
+
+def one_line(text: str) -> str:
+    """A message as one line: newlines and other control characters (a newline in a model name, an
+    escape sequence in a class label) as a space, so no input can start a line of its own.
+
+    >>> one_line("model 'a\\nFAKE: PASSED' not found")
+    "model 'a FAKE: PASSED' not found"
+    """
+    return _CONTROL.sub(" ", text)
 
 
 def redact_logs() -> None:

@@ -436,3 +436,12 @@ def test_versions_a_gate_failed_are_no_history(store):
             else:
                 client.set_model_version_tag(MODEL, version, TAG_VERDICT, verdict)
         client.set_registered_model_alias(MODEL, "champion", "1")
+
+
+def test_a_newline_in_an_input_cannot_forge_a_line(tmp_path):
+    (tmp_path / "eval.csv").write_text("x,label\n1,a\n")
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    proc = run_cli("check", "--model", "clf\nFAKE: PASSED", "--data", tmp_path / "eval.csv", "--tracking-uri", uri)
+    lines = proc.stderr.strip().splitlines()  # (a new SQLite store's INFO lines may come first)
+    assert proc.returncode == 4 and lines[-1].startswith("error: ") and "clf FAKE: PASSED" in lines[-1], proc.stderr
+    assert not any(line.startswith("FAKE") for line in lines + proc.stdout.splitlines())
