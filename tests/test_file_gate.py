@@ -233,5 +233,7 @@ def test_files_gate_run_is_named_after_its_verdict_and_logs_the_report_once(file
         files / "labels.csv", files / "gen1.csv", files / "gen2.parquet", id_column="id", config=cfg, tracking_uri=uri
     )
     run = MlflowClient(tracking_uri=uri).get_run(result.run_id)
-    assert run.info.run_name == f"{result.outcome.upper()}: gate predictions (prediction files)"
+    failed = [r.rule.metric for r in result.rules if r.held is False]
+    prefix = result.outcome.upper() + (" " + ", ".join(dict.fromkeys(failed)) if failed else "")
+    assert run.info.run_name == f"{prefix}: predictions (prediction files)"
     assert run.info.status == "FINISHED"

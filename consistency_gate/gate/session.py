@@ -7,7 +7,8 @@ share, so that they behave the same:
 - connecting to the tracking store (an unreachable server is exit 5 before any work);
 - the gate run: started in the experiment ``consistency-gate/<name>`` (nested under a
   pipeline's own run), tagged with its owner so that a later gate can close it if this process
-  dies, renamed with its verdict first once there is one (``FAILED: gate digits v2``), and ended FINISHED;
+  dies, renamed with its verdict and failed rules first once there is one (``FAILED ctoi: digits v2
+  vs v1``), and ended FINISHED;
 - the verdict's artifacts: ``gate/report.json`` (once), ``gate/report.html``, the run's tags
   and its Markdown description;
 - on any error: every run it started ended FAILED (retrying while the server comes back),
@@ -48,6 +49,24 @@ if TYPE_CHECKING:
 
 # how long a failing gate keeps trying to mark its runs FAILED on a tracking server that went away
 END_RUN_RETRY_S = float(os.environ.get("CONSISTENCY_GATE_END_RUN_RETRY_S", "30"))
+
+
+def run_title(result: GateResult, started_as: str) -> str:
+    """A gate run's name in the runs list: the outcome, the metrics of the rules that failed, then what
+    was gated against what (the name it started with, ``gate clf v2``, less its ``gate``).
+
+    >>> from consistency_gate.gate.result import GateResult
+    >>> from consistency_gate.gate.rules import Rule, RuleResult
+    >>> failed = [RuleResult(Rule("ctoi", "max", 0.02), 0.05, False), RuleResult(Rule("con", "min", 0.9), 0.95, True)]
+    >>> result = GateResult("failed", failed, {}, None, {"name": "clf", "version": "2"}, {"version": "1"})
+    >>> run_title(result, "gate clf v2")
+    'FAILED ctoi: clf v2 vs v1'
+    """
+    failed = list(dict.fromkeys(r.rule.metric for r in result.rules if r.held is False))
+    what = started_as.removeprefix("gate ")
+    if result.baseline and result.baseline.get("version") and result.candidate.get("version"):
+        what += f" vs v{result.baseline['version']}"
+    return f"{result.outcome.upper()}{' ' + ', '.join(failed) if failed else ''}: {what}"
 
 
 class GateSession:
@@ -145,8 +164,8 @@ class GateSession:
         """The verdict's artifacts in the gate run (:meth:`log_report`), and its name led by the verdict."""
         self.log_report(result, decision, diagnosis)
         run = self.client.get_run(self.run_id)
-        # the verdict first: the MLflow UI's runs list cuts a long name at its default column width
-        self.client.update_run(self.run_id, name=f"{result.outcome.upper()}: {run.info.run_name}")
+        # the verdict and the failed rules first: the MLflow UI's runs list cuts a long name at its width
+        self.client.update_run(self.run_id, name=run_title(result, run.info.run_name))
 
     def log_report(self, result: GateResult, decision: Decision, diagnosis: dict | None = None) -> None:
         """``gate/report.json``, ``gate/report.html`` (kept in ``result.html``), the run's tags and
