@@ -68,7 +68,7 @@ def test_passing_candidate_is_logged_tagged_and_reported(store, tmp_path):
     # MLflow-native: the data as the run's input, the verdict as its description, metrics on the model's page
     (dataset_input,) = run.inputs.dataset_inputs
     assert dataset_input.dataset.name == "eval.csv" and dataset_input.tags[0].value == "evaluation"
-    assert run.data.tags["mlflow.note.content"].startswith("## ✅ consistency-gate: iris-clf v2 PASSED")
+    assert run.data.tags["mlflow.note.content"].startswith("## consistency-gate: iris-clf v2 PASSED")
     model_id = client.get_model_version(MODEL, "2").source.removeprefix("models:/")
     linked = {m.key: m for m in client.get_logged_model(model_id).metrics if m.run_id == result.run_id}
     assert linked["con"].value == pytest.approx(result.metrics["con"]) and linked["con"].dataset_name == "eval.csv"

@@ -533,7 +533,7 @@ def verdict_markdown(report: dict) -> str:
     ...     "condition": "<= 0.02", "value": 0.025, "interval": [0.015, 0.041], "held": False, "false_pass": 0.58,
     ...     "note": ""}]}
     >>> print(verdict_markdown(report), end="")
-    ## ❌ consistency-gate: clf v2 FAILED
+    ## consistency-gate: clf v2 FAILED
     <BLANKLINE>
     Gate clf v2 against v1 (@champion) on 600 samples.
     <BLANKLINE>
@@ -548,11 +548,11 @@ def verdict_markdown(report: dict) -> str:
     links = report.get("links") or {}
     view = Verdict.of(markdown_safe(report))
     if view.nothing:
-        return f"## ➖ consistency-gate: {view.gated}: nothing to decide\n\n{view.nothing_line}\n"
-    icon = "✅" if report["verdict"] == "passed" else "❌"
+        return f"## consistency-gate: {view.gated}: nothing to decide\n\n{view.nothing_line}\n"
     gated = _linked(view.gated, links.get("candidate"))
     against = _linked(view.against, links.get("baseline"))
-    lines = [f"## {icon} consistency-gate: {view.headline}", "", f"{view.compared(gated, against)}."]
+    # plain words: a status emoji is an empty box where the reviewer's browser has no emoji font
+    lines = [f"## consistency-gate: {view.headline}", "", f"{view.compared(gated, against)}."]
     lines += [f"\n> **Warning:** {warning}." for warning in view.warnings]
     for section in view.sections:
         lines += ["", f"### {section.title}: {section.verdict}", ""]
