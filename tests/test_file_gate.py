@@ -173,7 +173,7 @@ def test_files_gate_logs_the_same_run_with_a_tracking_uri(files, tmp_path):
     assert {"gate/rules.json", "gate/slices.json", "gate/flips.json", "gate/flips.csv", "gate/report.json"} <= artifacts
     assert "gate/report.html" in artifacts
     flips = pd.read_csv(client.download_artifacts(run.info.run_id, "gate/flips.csv", str(tmp_path)))
-    assert len(flips) == 400 and flips["id"].iloc[0] == "s0"
+    assert len(flips) == 400 and flips["flip"].iloc[0] == "CtoI" and flips["id"].is_unique
     assert (flips["flip"] == "CtoI").mean() == pytest.approx(saved["metrics"]["ctoi"])
 
 

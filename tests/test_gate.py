@@ -94,8 +94,9 @@ def test_passing_candidate_is_logged_tagged_and_reported(store, tmp_path):
     plots = {a.path for a in client.list_artifacts(result.run_id, "gate/plots")}
     assert plots == {f"gate/plots/{p}.png" for p in ("flips_per_class", "correctness_matrix", "topk_curve")}
     flips = pd.read_csv(client.download_artifacts(result.run_id, "gate/flips.csv", str(tmp_path)))
-    assert list(flips.columns) == ["id", "label", "previous_prediction", "candidate_prediction", "flip"]
-    assert len(flips) == 150 and flips["id"].iloc[0] == "s0"
+    assert list(flips.columns) == ["flip", "id", "label", "previous_prediction", "candidate_prediction"]
+    kinds = ["CtoI", "ItoC", "ItoI", "CtoC"]  # issue 44: what a reviewer wants first, and the flip column first
+    assert len(flips) == 150 and flips["flip"].map(kinds.index).is_monotonic_increasing
     assert (flips["flip"] == "CtoI").mean() == pytest.approx(result.metrics["ctoi"])
 
 

@@ -79,7 +79,8 @@ def test_a_repair_of_sklearn_generations_passes_and_serves_the_gated_answers(sto
     )
     flips = pd.read_csv(client.download_artifacts(repair["run_id"], "gate/flips.csv", str(tmp_path)))
     served = _fresh_process_labels(store["uri"], f"models:/{MODEL}/{version.version}", store["eval"])
-    assert served == flips["candidate_prediction"].astype(str).tolist()  # what was gated is what is served
+    gated = flips.set_index("id").loc[pd.read_csv(store["eval"])["id"], "candidate_prediction"]
+    assert served == gated.astype(str).tolist()  # what was gated is what is served
 
 
 def test_a_repair_of_pytorch_generations_with_tensor_inputs(store, tmp_path):

@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import numpy as np
 import pandas as pd
 
 if TYPE_CHECKING:
@@ -283,7 +284,8 @@ def log_rules(rule_rows: list[dict]) -> None:
 
 
 def log_samples(samples: pd.DataFrame) -> None:
-    """The flip table as ``gate/flips.json`` (raw values) and ``gate/flips.csv`` (spreadsheet-safe).
+    """The flip table as ``gate/flips.json`` (raw values, in the samples' order) and ``gate/flips.csv``
+    (spreadsheet-safe, in the order a reviewer reads it: :func:`review_order`).
 
     Example::
 
@@ -294,8 +296,26 @@ def log_samples(samples: pd.DataFrame) -> None:
     mlflow.log_table(samples.reset_index(drop=True), artifact_file="gate/flips.json")
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "flips.csv"
-        spreadsheet_safe(samples).to_csv(path, index=False)
+        spreadsheet_safe(review_order(samples)).to_csv(path, index=False)
         mlflow.log_artifact(str(path), artifact_path="gate")
+
+
+FLIP_ORDER = ("CtoI", "ItoC", "ItoI", "CtoC")  # negative flips first, the answers that did not change last
+
+
+def review_order(samples: pd.DataFrame) -> pd.DataFrame:
+    """A flip table as a reviewer reads it: the flip column first, negative flips (CtoI) first, then
+    positive flips, both wrong, both right; the samples' own order within each kind.
+
+    >>> table = pd.DataFrame({"id": ["a", "b", "c"], "label": ["x", "x", "y"], "flip": ["CtoC", "CtoI", "ItoC"]})
+    >>> review_order(table).to_dict("list")
+    {'flip': ['CtoI', 'ItoC', 'CtoC'], 'id': ['b', 'c', 'a'], 'label': ['x', 'y', 'x']}
+    """
+    if "flip" not in samples.columns:
+        return samples
+    rank = samples["flip"].map({kind: i for i, kind in enumerate(FLIP_ORDER)}).fillna(len(FLIP_ORDER))
+    ordered = samples.iloc[np.argsort(rank.to_numpy(), kind="stable")]
+    return ordered[["flip", *[c for c in samples.columns if c != "flip"]]]
 
 
 _FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
