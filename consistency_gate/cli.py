@@ -15,10 +15,14 @@ import sys
 import traceback
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from consistency_gate.errors import INTERNAL_ERROR, GateError, UsageError, one_line, redact_credentials, redact_logs
+
+if TYPE_CHECKING:
+    from consistency_gate.gate.result import GateResult
 
 _verbose = False
 
@@ -308,22 +312,53 @@ def check(
                 cost=cost,
             )
     report = result.to_dict()
+    unwritten = list(result.unwritten)  # --report, when the session could not write it
     if summary_path:
-        with open(summary_path, "a", encoding="utf-8") as fh:
-            fh.write(verdict_markdown(report))
+        _write_output(unwritten, f"--summary {summary_path}", lambda: _append(summary_path, verdict_markdown(report)))
     if fmt == "json":
-        _echo_json(report)
+        _write_output(unwritten, "standard output", lambda: _echo_json(report))
     elif fmt == "markdown":
-        click.echo(verdict_markdown(report))
+        _write_output(unwritten, "standard output", lambda: click.echo(verdict_markdown(report)))
     elif fmt == "html" and result.html:
-        click.echo(result.html)
-    elif fmt == "html":  # nothing was decided, so there is no page: say why instead
-        click.echo(verdict_table(report))
-    else:
-        click.echo(verdict_table(report))
+        _write_output(unwritten, "standard output", lambda: click.echo(result.html))
+    else:  # html with nothing decided has no page: the table says why
+        _write_output(unwritten, "standard output", lambda: click.echo(verdict_table(report)))
     if result.promotion and not result.promoted:
         click.echo(f"error: {result.promotion['reason']}", err=True)
+    if unwritten:  # the gate decided and did what it says; only an output is missing: storage, exit 5
+        click.echo(f"warning: could not write {'; '.join(unwritten)}; {_what_happened(result)}", err=True)
+        return max(result.exit_code, 5)
     return result.exit_code
+
+
+def _append(path: Path, text: str) -> None:
+    with open(path, "a", encoding="utf-8") as fh:
+        fh.write(text)
+
+
+def _write_output(unwritten: list[str], what: str, write: Callable[[], None]) -> None:
+    """Write one of the gate's outputs, standard output flushed; a failure (a full disk, a closed pipe,
+    a read-only path) is added to ``unwritten`` instead of raised: the gate has decided by now, and
+    may have promoted."""
+    try:
+        write()
+        if what == "standard output":
+            sys.stdout.flush()
+    except OSError as exc:
+        unwritten.append(f"{what} ({type(exc).__name__}: {exc.strerror or exc})")
+        if what == "standard output":  # nothing more can reach a closed or full stdout
+            sys.stdout = open(os.devnull, "w")  # noqa: SIM115 - for the interpreter's last flush
+
+
+def _what_happened(result: GateResult) -> str:
+    """The verdict and the promotion in words, for the warning about an output that was not written."""
+    said = f"the gate's verdict is {result.verdict.upper()}"
+    if result.promotion is None:
+        return f"{said}; nothing was promoted (run {result.run_id})"
+    promotion = result.promotion
+    holds = "unknown" if promotion["holds"] in (None, "unknown") else f"v{promotion['holds']}"
+    moved = "promoted" if result.promoted else "not promoted"
+    return f"{said}; v{promotion['version']} {moved}: @{promotion['alias']} holds {holds} (run {result.run_id})"
 
 
 def _require_only(needed: dict[str, object], refused: dict[str, object], engine: str) -> None:

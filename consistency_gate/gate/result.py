@@ -53,6 +53,7 @@ class GateResult:
     warnings: list[str] = field(default_factory=list)  # e.g. a candidate identical to its baseline
     decision: dict | None = None  # a binary model's positive class and threshold (BinaryDecision.to_dict)
     html: str | None = field(default=None, repr=False)  # the HTML report (gate/report.html), once made
+    unwritten: list[str] = field(default_factory=list, repr=False)  # outputs that could not be written, and why
 
     @classmethod
     def of(cls, decision: Decision, candidate: dict, baseline: dict | None, run_id: str | None = None) -> GateResult:

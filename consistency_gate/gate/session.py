@@ -181,7 +181,10 @@ class GateSession:
         """Write the report and end the gate run FINISHED; returns ``result``. After a promotion a
         run that cannot be ended (retried for ``END_RUN_RETRY_S``) is a warning in the report (the
         next gate marks it FAILED), not an error that would hide what the alias holds."""
-        self.write_report(result.to_dict())
+        try:
+            self.write_report(result.to_dict())
+        except OSError as exc:  # the gate has decided (and may have promoted): a missing output, not a failed gate
+            result.unwritten.append(f"--report {self.report_path} ({type(exc).__name__}: {exc.strerror or exc})")
         if self.started:  # a gate on prediction files without a tracking store started none: no MLflow import
             import mlflow
 
@@ -196,7 +199,8 @@ class GateSession:
                     f"the gate run could not be ended ({type(exc).__name__}: {redact_credentials(str(exc))[:300]}); "
                     f"the next gate of '{self.owner}' marks it FAILED"
                 )
-                self.write_report(result.to_dict())
+                with contextlib.suppress(OSError):  # said in result.unwritten already
+                    self.write_report(result.to_dict())
         return result
 
     def write_report(self, report: dict) -> None:
