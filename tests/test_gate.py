@@ -216,7 +216,9 @@ def test_a_label_only_model_is_gated_on_what_labels_allow(store):
 
     for _ in range(2):
         with mlflow.start_run(experiment_id=mlflow.get_experiment_by_name("training").experiment_id):
-            mlflow.pyfunc.log_model(name="model", python_model=HardLabels(), registered_model_name="hard-only")
+            mlflow.pyfunc.log_model(  # pip_requirements: not inferred (a subprocess reloading the model)
+                name="model", python_model=HardLabels(), registered_model_name="hard-only", pip_requirements=[]
+            )
     _client(store).set_registered_model_alias("hard-only", "champion", "1")
     cfg = parse_config("rules:\n  - {metric: ctoi, max: 0.5}\n")
     result = run_gate("hard-only", store["data"], candidate="2", config=cfg, tracking_uri=store["uri"], quiet=True)
@@ -237,7 +239,9 @@ def test_repairs_of_a_label_only_candidate_are_skipped_with_the_reason(store):
             return np.where(model_input["petal_length"] > 2.5, "versicolor", "setosa")
 
     with mlflow.start_run(experiment_id=mlflow.get_experiment_by_name("training").experiment_id):
-        info = mlflow.pyfunc.log_model(name="model", python_model=FirstClass(), registered_model_name=MODEL)
+        info = mlflow.pyfunc.log_model(
+            name="model", python_model=FirstClass(), registered_model_name=MODEL, pip_requirements=[]
+        )
     cfg = parse_config("rules:\n  - {metric: ctoi, max: 0.0}\nremediation:\n  strategy: [blend, rerank]\n")
     version = str(info.registered_model_version)
     result = run_gate(MODEL, store["data"], candidate=version, config=cfg, tracking_uri=store["uri"], quiet=True)

@@ -92,7 +92,9 @@ def test_a_repair_of_pytorch_generations_with_tensor_inputs(store, tmp_path):
     torch.manual_seed(1)
     weak = torch.nn.Sequential(torch.nn.Linear(4, 3))  # untrained: a poor second generation
     with mlflow.start_run():
-        mlflow.pytorch.log_model(weak, name="model", registered_model_name="iris-torch", input_example=x[:2])
+        mlflow.pytorch.log_model(
+            weak, name="model", registered_model_name="iris-torch", input_example=x[:2], pip_requirements=["torch"]
+        )
     client.set_model_version_tag("iris-torch", "2", "consistency_gate.classes", '["setosa", "versicolor", "virginica"]')
     client.set_registered_model_alias("iris-torch", "champion", "1")
     cfg = parse_config(

@@ -176,7 +176,10 @@ def test_check_spark_refuses_a_label_predicting_sklearn_pyfunc(store, tmp_path):
     x = frame.drop(columns=["label", "id"])
     with mlflow.start_run():
         mlflow.sklearn.log_model(
-            LogisticRegression(max_iter=500).fit(x, frame["label"]), name="model", registered_model_name=MODEL
+            LogisticRegression(max_iter=500).fit(x, frame["label"]),
+            name="model",
+            registered_model_name=MODEL,
+            pip_requirements=["scikit-learn"],  # not inferred: that reloads the model in a subprocess
         )
     args = check_args("4", store["data"], store["root"] / "gate.yaml", store["uri"], "--id-column", "id")
     proc = run_cli(*args, "--engine", "spark")
