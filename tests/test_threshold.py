@@ -57,7 +57,8 @@ def test_a_threshold_names_a_probability_and_a_class_of_the_models():
         parse_config("rules:\n  - {metric: ctoi, max: 0.05}\ndecision:\n  threshold: 1.0\n")
 
 
-def test_the_file_gate_answers_at_the_configured_threshold(tmp_path):
+def test_the_file_gate_answers_at_the_configured_threshold(tmp_path, monkeypatch):
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)  # no run: another test's server may be gone
     rng = np.random.default_rng(0)
     n = 400
     truth = rng.random(n) < 0.3
@@ -76,8 +77,9 @@ def test_the_file_gate_answers_at_the_configured_threshold(tmp_path):
         run_file_gate(*files, config=parse_config(rules + "decision: {threshold: 0.3}\n"))
 
 
-def test_hostile_class_names_are_escaped_in_markdown(tmp_path):
+def test_hostile_class_names_are_escaped_in_markdown(tmp_path, monkeypatch):
     """Issue 44: Markdown outputs embedded <script> and escape characters from class labels verbatim."""
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)  # no run: another test's server may be gone
     from consistency_gate.report.tables import verdict_markdown
 
     hostile = "<script>alert(1)</script>|\x1b[31m"
