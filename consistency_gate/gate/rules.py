@@ -721,6 +721,10 @@ def plan_sizes(rules: list[Rule], rates: dict[str, float], level: float, power: 
     >>> row = plan_sizes([Rule("ctoi", "max", 0.02, decide="upper")], {"ctoi": 0.01}, 0.95)[0]
     >>> row["samples"], round(row["power"], 3), round(row["false_pass"], 3)
     (969, 0.821, 0.05)
+    >>> estimate = plan_sizes([Rule("ctoi", "max", 0.02)], {"ctoi": 0.0}, 0.95)[0]
+    >>> estimate["samples"], estimate["note"]
+    (1, 'judged on the estimate, a model exactly at the threshold passes 98% of the time at this size (about \
+half on large sets): decide: upper bounds that at 5%')
     """
     rows = []
     for rule in rules:
@@ -747,6 +751,12 @@ def plan_sizes(rules: list[Rule], rates: dict[str, float], level: float, power: 
                 row["false_pass"] = false_pass(rule, level, row["samples"])
                 if not meets:
                     row["note"] = "the expected rate breaks the rule: the size that fails it"
+                elif rule.decide == "estimate":  # any size passes a model at its rate; the false pass is the issue
+                    row["note"] = (
+                        f"judged on the estimate, a model exactly at the threshold passes {row['false_pass']:.0%} of "
+                        f"the time at this size (about half on large sets): decide: "
+                        f"{'upper' if at_most else 'lower'} bounds that at {1 - level:.0%}"
+                    )
         rows.append(row)
     return rows
 
