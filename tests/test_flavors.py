@@ -252,3 +252,29 @@ def test_what_a_pyfunc_returns_is_read_as_scores_or_labels():
     with pytest.raises(ModelError, match="one score per sample .* but 3 classes are named"):
         three = ModelRef("m", "1", tags={"consistency_gate.classes": '["a", "b", "c"]'})
         pyfunc_output(three, np.array([0.8, 0.1]), None, index, None)
+
+
+def test_a_pytorch_model_with_one_output_gives_p_positive(tmp_path):
+    import mlflow
+    import torch
+    from mlflow.models import infer_signature
+
+    from consistency_gate.mlops.registry import ModelRef
+    from consistency_gate.mlops.scoring import load_model, predict
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    mlflow.set_tracking_uri(uri)
+    mlflow.set_experiment("training")
+    torch.manual_seed(0)
+    net = torch.nn.Linear(3, 1)  # one logit: a binary model
+    x = np.random.default_rng(0).normal(size=(5, 3)).astype(np.float32)
+    with mlflow.start_run():
+        info = mlflow.pytorch.log_model(
+            net, name="model", signature=infer_signature(x, net(torch.as_tensor(x)).detach().numpy()),
+            input_example=x[:2], pip_requirements=["torch"],
+        )  # fmt: skip
+    ref = ModelRef(info.model_uri, "", tags={"consistency_gate.classes": '["no", "yes"]'}, source=info.model_uri)
+    scores = predict(load_model(ref), pd.DataFrame(x), ())
+    expected = torch.sigmoid(net(torch.as_tensor(x))).detach().numpy()[:, 0]
+    np.testing.assert_allclose(scores["yes"].to_numpy(), expected, atol=1e-6)
+    np.testing.assert_allclose(scores["no"].to_numpy(), 1 - expected, atol=1e-6)
