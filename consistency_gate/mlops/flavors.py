@@ -29,6 +29,7 @@ import numpy as np
 import pandas as pd
 
 from consistency_gate.errors import ModelError
+from consistency_gate.io.text import as_text
 from consistency_gate.mlops.registry import CLASSES_TAG, ModelRef
 
 Output = pd.DataFrame | pd.Series
@@ -75,16 +76,10 @@ def label_series(labels: object, index: pd.Index, why: str) -> pd.Series:
     values = np.asarray(labels, dtype=object).reshape(-1)
     if len(values) != len(index):
         raise ModelError(f"the model answered {len(values)} labels for {len(index)} samples")
-    text = [_label_text(v) for v in values]
+    text = as_text(pd.Series(values, dtype=object)).map(str).to_numpy()  # as label files are read
     series = pd.Series(text, index=index, dtype=object)
     series.attrs["label_only"] = why
     return series
-
-
-def _label_text(value: object) -> str:
-    if isinstance(value, float | np.floating) and float(value).is_integer():
-        return str(int(value))
-    return str(value)
 
 
 def tagged_classes(ref: ModelRef) -> list[str] | None:
