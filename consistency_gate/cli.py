@@ -323,7 +323,7 @@ def check(
         _write_output(unwritten, "standard output", lambda: click.echo(result.html))
     else:  # html with nothing decided has no page: the table says why
         _write_output(unwritten, "standard output", lambda: click.echo(verdict_table(report)))
-    if result.promotion and not result.promoted:
+    if result.promotion and result.promoted is not True:
         click.echo(f"error: {result.promotion['reason']}", err=True)
     if unwritten:  # the gate decided and did what it says; only an output is missing: storage, exit 5
         click.echo(f"warning: could not write {'; '.join(unwritten)}; {_what_happened(result)}", err=True)
@@ -357,7 +357,7 @@ def _what_happened(result: GateResult) -> str:
         return f"{said}; nothing was promoted (run {result.run_id})"
     promotion = result.promotion
     holds = "unknown" if promotion["holds"] in (None, "unknown") else f"v{promotion['holds']}"
-    moved = "promoted" if result.promoted else "not promoted"
+    moved = {True: "promoted", False: "not promoted"}.get(result.promoted, "promotion unknown")
     return f"{said}; v{promotion['version']} {moved}: @{promotion['alias']} holds {holds} (run {result.run_id})"
 
 

@@ -2,15 +2,19 @@
 its runs end FAILED when the server is back within the gate's retry budget; otherwise the gate names
 the runs it left RUNNING and the next gate of the model closes them."""
 
+import json
 import os
 import re
 import time
+from pathlib import Path
 
 import pytest
 from conftest import read_report, run_cli, start_cli
 from mlflow import MlflowClient
 from mlflow_server import MlflowServer
 from registry_fixtures import MODEL, build_store, check_args
+
+import consistency_gate
 
 pytestmark = pytest.mark.slow  # a real mlflow server per module
 
@@ -74,15 +78,22 @@ def test_gate_over_http_then_server_killed_mid_gate(server, tmp_path):
     assert "consistency_gate.verdict" not in local.get_model_version(MODEL, "3").tags
     assert local.get_run(report["run_id"]).info.status == "RUNNING"
 
-    # what the killed gate had logged is still there once the server is back; the next gate of the
-    # model finds the run orphaned (its process is gone) and ends it FAILED, saying why
+    # what the killed gate had logged is still there once the server is back; the next gate of any
+    # model on the store (here prediction files under another name, in another experiment) finds the
+    # run orphaned (its process is gone) and ends it FAILED, saying why
     server.start()
     http = MlflowClient(tracking_uri=server.url, registry_uri=server.url)
     killed = http.get_run(report["run_id"])
     assert killed.data.params == logged
     assert killed.data.params["model"] == MODEL
-    third = run_cli(*check_args("2", store["data"], config, server.url, "--id-column", "id"))
+    examples = Path(consistency_gate.__file__).parent / "examples"
+    files = ("--labels", examples / "labels.csv", "--previous-predictions", examples / "previous.csv")
+    third = run_cli(
+        "check", *files, "--candidate-predictions", examples / "previous.csv", "--id-column", "id",
+        "--name", "other-model", "--tracking-uri", server.url, "--config", config, "--format", "json",
+    )  # fmt: skip
     assert third.returncode == 0, third.stderr
+    assert http.get_run(json.loads(third.stdout)["run_id"]).info.experiment_id != killed.info.experiment_id
     closed = http.get_run(report["run_id"])
     assert closed.info.status == "FAILED"
     assert closed.data.tags["consistency_gate.error"].startswith("orphaned")

@@ -330,6 +330,8 @@ def test_a_503_at_the_alias_look_up_or_move_is_exit_5(served, tmp_path):
     failing = {"target": ""}
 
     def fail(method: str, path: str) -> int | None:
+        if failing["target"] == "lock":  # the promotion lock cannot be taken: the move is never asked for
+            return 503 if method == "POST" and path.endswith("registered-models/create") else None
         hit = {"look-up": method == "GET", "move": method == "POST"}.get(failing["target"], False)
         return 503 if hit and "registered-models/alias" in path else None
 
@@ -337,7 +339,7 @@ def test_a_503_at_the_alias_look_up_or_move_is_exit_5(served, tmp_path):
         proxy = ForwardProxy(server.port, fail=fail).start()
         config = _con_config(tmp_path)
         env = proxy.env(retries="0")
-        for target in ("look-up", "move"):
+        for target in ("look-up", "move", "lock"):
             failing["target"] = target
             report = tmp_path / f"{target}.json"
             args = check_args("2", store["data"], config, server.url, "--promote", "--report", report)
@@ -347,6 +349,38 @@ def test_a_503_at_the_alias_look_up_or_move_is_exit_5(served, tmp_path):
             written = read_report(report)
             assert written.get("promoted") is not True, target
             assert written.get("exit_code", 5) == 5 and "503" in json.dumps(written), target
+    finally:
+        if proxy is not None:
+            proxy.stop()
+
+
+@pytest.mark.slow
+def test_an_outage_longer_than_the_read_back_window_is_an_unknown_promotion(served, tmp_path):
+    """Issue 44: the alias moved, then the registry answered no read-back for longer than the gate
+    reads it back (2 s here, 30 s by default): ``promoted`` is null (unknown), never false; exit 5, the
+    report and the run's tag say unknown and what to do, while @champion holds v2."""
+    server, store, client = _served(served)
+    proxy = None
+    moved: list[str] = []
+
+    def fail(method: str, path: str) -> int | None:
+        if method == "POST" and path.endswith("registered-models/alias"):
+            moved.append(path)
+        return 503 if moved and method == "GET" and "registered-models/alias" in path else None
+
+    try:
+        proxy = ForwardProxy(server.port, fail=fail).start()
+        report = tmp_path / "report.json"
+        args = check_args("2", store["data"], _con_config(tmp_path), server.url, "--promote", "--report", report)
+        proc = run_cli(*args, "--id-column", "id", env={**proxy.env(retries="0"), "CONSISTENCY_GATE_READ_BACK_S": "2"})
+        assert moved and _champion(client) == "2"
+        assert proc.returncode == 5, proc.stderr[-2000:]
+        written = read_report(report)
+        assert written["promoted"] is None and written["promotion"]["holds"] == "unknown"
+        assert "whether it moved is unknown" in written["promotion"]["reason"]
+        assert "Promotion unknown" in proc.stdout and "error: asked the registry" in proc.stderr
+        run = client.get_run(written["run_id"])
+        assert run.data.tags["consistency_gate.promoted"] == "unknown" and run.info.status == "FINISHED"
     finally:
         if proxy is not None:
             proxy.stop()

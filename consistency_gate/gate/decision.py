@@ -180,9 +180,9 @@ def tag_run(report: dict) -> None:
     tags = {
         "consistency_gate.verdict": report["candidate_verdict"],
         "consistency_gate.outcome": report["outcome"],
-        "consistency_gate.promoted": str(report["promoted"]),
+        "consistency_gate.promoted": {True: "True", False: "False"}.get(report["promoted"], "unknown"),
     }
-    if report["promotion"] and not report["promoted"]:
+    if report["promotion"] and report["promoted"] is not True:
         tags["consistency_gate.promotion"] = report["promotion"]["reason"][:500]
     if report["registered_version"] is not None:
         tags["consistency_gate.ensemble_version"] = report["registered_version"]

@@ -36,7 +36,7 @@ class GateResult:
     baseline: dict | None
     first_generation: bool = False
     registered_version: str | None = None
-    promoted: bool = False
+    promoted: bool | None = False  # None: the move was asked for and could not be read back
     promotion: dict | None = None  # registry.Promotion.to_dict(): what the alias holds, and why
     ensemble: dict | None = None  # the (last) remediation attempt's report
     attempts: list[dict] = field(default_factory=list)  # one summary per remediation attempt, in order

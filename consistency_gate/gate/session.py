@@ -145,7 +145,7 @@ class GateSession:
                 f"cannot start an MLflow run on {redact_credentials(self.uri)}: {exc}"
             ) from None
         self.started.append(run.info.run_id)
-        tracking.close_orphaned_runs(self.client, self.experiment_id, run.info.run_id)
+        tracking.close_orphaned_runs(self.client, run.info.run_id)
         tracking.close_lost_runs(self.client, self.experiment_id, self.token, self.started)  # a retried create's twin
         return run.info.run_id
 

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, NoReturn
 
-from consistency_gate.errors import ModelError, TrackingError, redact_credentials
+from consistency_gate.errors import ModelError, TrackingError, one_line, redact_credentials
 from consistency_gate.mlops.store import looks_unreachable, mlflow_tracking_uri, refusal
 from consistency_gate.mlops.tracking import TAG_HOST, TAG_PID, process_alive
 
@@ -286,20 +286,23 @@ TAG_LOCK_OWNER = "consistency_gate.lock_owner"
 TAG_LOCK_EXPIRES = "consistency_gate.lock_expires"
 MAX_VERSION = 2**31 - 1  # the registry stores version numbers as 32-bit integers
 TAG_LOCK_TAKEOVER = "consistency_gate.lock_takeover"  # a waiter's claim on a dead holder's lock
+# how long the gate reads an alias back after asking to move it (a server restarting, a lost answer)
+READ_BACK_S = float(os.environ.get("CONSISTENCY_GATE_READ_BACK_S", "30"))
 
 
 @dataclass
 class Promotion:
     """What a promotion did, as read back from the registry.
 
-    ``promoted`` is True only when the alias was read back pointing to ``version``; ``holds`` is
-    the version the alias points to now (None if unset, ``"unknown"`` if it could not be read);
-    ``refused`` is True when the gate did not move it because the baseline had moved.
+    ``promoted`` is True only when the alias was read back pointing to ``version``, None (unknown)
+    when the move was asked for and the alias could not be read back; ``holds`` is the version the
+    alias points to now (None if unset, ``"unknown"`` if it could not be read); ``refused`` is True
+    when the gate did not move it because the baseline had moved.
     """
 
     alias: str
     version: str
-    promoted: bool
+    promoted: bool | None
     holds: str | None
     reason: str = ""
     refused: bool = False
@@ -321,9 +324,9 @@ class Promotion:
         return asdict(self)
 
 
-def read_alias(client: MlflowClient, name: str, alias: str, attempts: int = 5, pause: float = 1.0) -> str | None:
-    """The version ``@alias`` points to (None if unset), retried ``attempts`` times on any error
-    but "not set"; raises the last error if every attempt fails.
+def read_alias(client: MlflowClient, name: str, alias: str, window_s: float = 10.0) -> str | None:
+    """The version ``@alias`` points to (None if unset), asked again on any error but "not set"
+    for ``window_s`` seconds (pauses of 1, 2, ... 5 s); raises the last error when the window ends.
 
     Example::
 
@@ -332,19 +335,21 @@ def read_alias(client: MlflowClient, name: str, alias: str, attempts: int = 5, p
     """
     from mlflow.exceptions import MlflowException
 
-    for attempt in range(attempts):
+    deadline = time.monotonic() + window_s
+    pause = 1.0
+    while True:
         try:
             return str(client.get_model_version_by_alias(name, alias).version)
         except MlflowException as exc:
             if _is_not_found(exc):
                 return None
-            if attempt == attempts - 1:
+            if time.monotonic() + pause > deadline:
                 raise
         except Exception:  # noqa: BLE001 - a lost response or a server restarting: ask again
-            if attempt == attempts - 1:
+            if time.monotonic() + pause > deadline:
                 raise
-        time.sleep(pause * (attempt + 1))
-    raise AssertionError("unreachable")  # pragma: no cover
+        time.sleep(pause)
+        pause = min(pause + 1.0, 5.0)
 
 
 @contextlib.contextmanager
@@ -442,7 +447,9 @@ def promote(client: MlflowClient, name: str, alias: str, version: str, expected:
     compared against; None: it was unset), under the promotion lock, and read it back.
 
     Concurrent gates that compared against the same baseline: exactly one moves the alias; the
-    others find it moved and report why. A lost response is resolved by reading the alias again.
+    others find it moved and report why. A lost response is resolved by reading the alias again for
+    ``READ_BACK_S`` seconds; past that the outcome is unknown (``promoted`` None), never false. A
+    registry that fails before the move was asked for moved nothing, and says so.
 
     Example::
 
@@ -450,38 +457,61 @@ def promote(client: MlflowClient, name: str, alias: str, version: str, expected:
         promotion.promoted, promotion.holds
         # (True, '4')
     """
-    with promotion_lock(client, name, owner):
-        current = read_alias(client, name, alias)
-        if current != expected:
-            was = f"v{expected}" if expected else "unset"
-            now = f"v{current}" if current else "unset"
-            return Promotion(
-                alias,
-                version,
-                False,
-                current,
-                f"@{alias} is {now}, not {was} as when this gate compared against it (another gate or a person "
-                f"moved it): not moved; gate v{version} again against the new baseline",
-                refused=True,
-            )
-        error = None
-        try:
-            client.set_registered_model_alias(name, alias, version)
-        except Exception as exc:  # noqa: BLE001 - the request may have gone through: read it back
-            error = exc
-        try:
-            holds = read_alias(client, name, alias)
-        except Exception as exc:  # noqa: BLE001
-            return Promotion(
-                alias,
-                version,
-                False,
-                "unknown",
-                f"could not read @{alias} back after moving it ({type(exc).__name__}: "
-                f"{redact_credentials(str(exc))}); check the registry "
-                "before deploying",
-            )
+    try:
+        with promotion_lock(client, name, owner):
+            current = read_alias(client, name, alias)
+            if current != expected:
+                was = f"v{expected}" if expected else "unset"
+                now = f"v{current}" if current else "unset"
+                return Promotion(
+                    alias,
+                    version,
+                    False,
+                    current,
+                    f"@{alias} is {now}, not {was} as when this gate compared against it (another gate or a "
+                    f"person moved it): not moved; gate v{version} again against the new baseline",
+                    refused=True,
+                )
+            return _move_alias(client, name, alias, version)
+    except ModelError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - the lock or the look-up failed: the move was never asked for
+        return Promotion(
+            alias,
+            version,
+            False,
+            "unknown",
+            f"the registry failed before @{alias} was moved ({_failure(exc)}): nothing was moved; "
+            "gate again when it answers",
+        )
+
+
+def _move_alias(client: MlflowClient, name: str, alias: str, version: str) -> Promotion:
+    """Ask the registry to move ``@alias`` to ``version`` and read it back; a failed request may
+    have gone through, so only the read-back decides."""
+    error = None
+    try:
+        client.set_registered_model_alias(name, alias, version)
+    except Exception as exc:  # noqa: BLE001 - the request may have gone through: read it back
+        error = exc
+    try:
+        holds = read_alias(client, name, alias, READ_BACK_S)
+    except Exception as exc:  # noqa: BLE001
+        return Promotion(
+            alias,
+            version,
+            None,
+            "unknown",
+            f"asked the registry to move @{alias} to v{version}, then could not read it back for "
+            f"{READ_BACK_S:.0f} s ({_failure(exc)}): whether it moved is unknown; read @{alias} in the "
+            "registry before deploying",
+        )
     if holds == version:
         return Promotion(alias, version, True, holds)
-    why = f" ({type(error).__name__}: {redact_credentials(str(error))})" if error else ""
+    why = f" ({_failure(error)})" if error else ""
     return Promotion(alias, version, False, holds, f"moving @{alias} to v{version} failed{why}; it holds v{holds}")
+
+
+def _failure(exc: BaseException) -> str:
+    """An exception as ``Type: message`` on one line, credentials redacted."""
+    return f"{type(exc).__name__}: {one_line(redact_credentials(str(exc)))[:300]}"

@@ -421,29 +421,33 @@ def close_runs(client: MlflowClient, run_ids: list[str], status: str, why: str |
     return left
 
 
-def close_orphaned_runs(client: MlflowClient, experiment_id: str, closer_run_id: str) -> list[str]:
-    """Mark FAILED the gate runs of this experiment left RUNNING by a gate process that is gone
-    (same host, process no longer alive; or RUNNING for over ``ORPHAN_AFTER_S``). Returns their ids.
+def close_orphaned_runs(client: MlflowClient, closer_run_id: str) -> list[str]:
+    """Mark FAILED the gate runs of any experiment of the store left RUNNING by a gate process that
+    is gone (same host, process no longer alive; or RUNNING for over ``ORPHAN_AFTER_S``), so the next
+    gate of any model ends a killed gate's run. Returns their ids.
 
     Example::
 
-        close_orphaned_runs(client, experiment_id, closer_run_id=run_id)
+        close_orphaned_runs(client, closer_run_id=run_id)
         # ['3f2a...']
     """
     closed = []
     host = socket.gethostname()
-    runs = client.search_runs([experiment_id], filter_string="attributes.status = 'RUNNING'", max_results=200)
+    experiments = [e.experiment_id for e in client.search_experiments(max_results=1000)]
+    query = f"attributes.status = 'RUNNING' and tags.`{TAG_PID}` LIKE '%'"
+    runs = client.search_runs(experiments, filter_string=query, max_results=200) if experiments else []
     for run in runs:
         if run.info.run_id == closer_run_id:
             continue
         tags = run.data.tags
-        if TAG_PID not in tags:
+        pid = tags.get(TAG_PID, "")
+        if not (pid.isascii() and pid.isdigit()):
             continue  # not a gate's run
-        same_host_dead = tags.get(TAG_HOST) == host and not process_alive(int(tags[TAG_PID]))
+        same_host_dead = tags.get(TAG_HOST) == host and not process_alive(int(pid))
         too_old = time.time() - run.info.start_time / 1000 > ORPHAN_AFTER_S
         if same_host_dead or too_old:
             why = (
-                f"orphaned: its gate process (host {tags.get(TAG_HOST)}, pid {tags[TAG_PID]}) ended without "
+                f"orphaned: its gate process (host {tags.get(TAG_HOST)}, pid {pid}) ended without "
                 f"closing it (e.g. the tracking server was unreachable); closed by gate run {closer_run_id}"
             )
             closed += [run.info.run_id] if not close_runs(client, [run.info.run_id], "FAILED", why, 0) else []

@@ -226,6 +226,8 @@ class Verdict:
                 f"Promoted: @{promotion['alias']} now points to v{promotion['holds']} (read back)."
                 if report.get("promoted")
                 else f"Not promoted: {promotion['reason']}."
+                if report.get("promoted") is False
+                else f"Promotion unknown: {promotion['reason']}."
             )
         return cls(
             headline=verdict_headline(report) if not nothing else f"{cand['name']} {generation_name(cand)}",
