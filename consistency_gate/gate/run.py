@@ -33,7 +33,7 @@ from consistency_gate.errors import DataError, ModelError, UsageError, redact_cr
 from consistency_gate.gate import rules
 from consistency_gate.gate.decision import Decision
 from consistency_gate.gate.result import NOTHING_TO_DECIDE, GateResult
-from consistency_gate.gate.session import GateSession
+from consistency_gate.gate.session import GateSession, version_description
 from consistency_gate.io import predictions as io
 from consistency_gate.io.tensors import array_column, tensor_batch
 from consistency_gate.mlops import registry, scoring, tracking
@@ -352,6 +352,7 @@ def _gate_in_run(gate: _GateRun) -> GateResult:
             result.warnings.append(side)
         else:
             registry.tag_version(gate.client, cand_ref, single.verdict, _kind(cand_ref), gate.run_id)
+            _describe(gate, cand_ref.version, single)
     promoted_version = cand_ref.version if single.verdict == "passed" else None
     if single.verdict == "failed" and cfg.remediation is not None:
         if not gate.quiet:  # why remediation runs now, before it does (the rule table comes with the verdict)
@@ -474,6 +475,16 @@ def _log_diagnosis(base_scores: pd.DataFrame, cand_scores: pd.DataFrame, labels:
 
     mlflow.log_text("\n".join(f"- {line}" for line in report["explanation"]), "gate/diagnose.md")
     return report
+
+
+def _describe(gate: _GateRun, version: str, decision: Decision, replaces: str = "") -> None:
+    """Lead registered ``version``'s description with what ``decision`` found (see
+    :func:`~consistency_gate.gate.session.version_description`)."""
+    base = gate.base_ref.to_dict() if gate.base_ref else None
+    text = version_description(
+        decision.verdict, decision.rules, base, Path(gate.data_path).name, decision.comparison.n, gate.run_id, replaces
+    )
+    registry.describe_version(gate.client, registry.ModelRef(gate.cand_ref.name, version), text)
 
 
 def _side_comparison(gate: _GateRun) -> str | None:
@@ -687,6 +698,7 @@ def _judge_attempt(
             gate.client, registry.ModelRef(cand_ref.name, version), "passed", report["kind"], gate.run_id,
             replaces=cand_ref.version,
         )  # fmt: skip
+        _describe(gate, version, decision, replaces=cand_ref.version)
         report["registered_version"] = version
     tracking.log_json(report, "gate/report.json")
     return report

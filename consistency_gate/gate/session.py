@@ -38,14 +38,16 @@ from consistency_gate.errors import INTERNAL_ERROR, GateError, TrackingError, re
 from consistency_gate.gate.decision import tag_run
 from consistency_gate.io.output import check_writable
 from consistency_gate.mlops import store, tracking
+from consistency_gate.mlops.registry import DESCRIPTION_PREFIX
 from consistency_gate.report.schema import SCHEMA_VERSION
-from consistency_gate.report.tables import verdict_markdown
+from consistency_gate.report.tables import markdown_safe, verdict_markdown
 
 if TYPE_CHECKING:
     from mlflow import MlflowClient
 
     from consistency_gate.gate.decision import Decision
     from consistency_gate.gate.result import GateResult
+    from consistency_gate.gate.rules import RuleResult
 
 # how long a failing gate keeps trying to mark its runs FAILED on a tracking server that went away
 END_RUN_RETRY_S = float(os.environ.get("CONSISTENCY_GATE_END_RUN_RETRY_S", "30"))
@@ -67,6 +69,34 @@ def run_title(result: GateResult, started_as: str) -> str:
     if result.baseline and result.baseline.get("version") and result.candidate.get("version"):
         what += f" vs v{result.baseline['version']}"
     return f"{result.outcome.upper()}{' ' + ', '.join(failed) if failed else ''}: {what}"
+
+
+def version_description(
+    verdict: str, rules: list[RuleResult], baseline: dict | None, data: str, n: int, run_id: str, replaces: str = ""
+) -> str:
+    """What the gate found, as the first paragraph of a version's description in the registry (the
+    version page shows it above the tags): the verdict, against what, on which data, the failed rules
+    with their measured values, the run, and for a repair the version it stands in for. One paragraph,
+    Markdown-escaped.
+
+    >>> from consistency_gate.gate.rules import Rule, RuleResult
+    >>> failed = [RuleResult(Rule("ctoi", "max", 0.02), 0.0517, False), RuleResult(Rule("con", "min", 0.9), 0.95, True)]
+    >>> text = version_description("failed", failed, {"version": "1", "alias": "champion"}, "eval.csv", 500, "3f2a")
+    >>> print(text.replace(": ", ":\\n"))
+    consistency-gate:
+    FAILED against v1 (@champion) on eval.csv (500 samples):
+    ctoi <= 0.02 failed (0.0517). Gate run 3f2a.
+    """
+    against = "as the first generation (no baseline)"
+    if baseline and baseline.get("version"):
+        against = f"against v{baseline['version']}" + (f" (@{baseline['alias']})" if baseline.get("alias") else "")
+    failed = [f"{r.rule.describe()} failed" + (f" ({r.value:.4g})" if r.value is not None else "") for r in rules]
+    failed = [line for line, r in zip(failed, rules, strict=True) if r.held is False]
+    held = sum(r.held is True for r in rules)
+    found = ", ".join(failed) if failed else f"{held} rule{'s' if held != 1 else ''} held"
+    text = f"{verdict.upper()} {against} on {data} ({n} samples): {found}."
+    instead = f" Registered in place of v{replaces}, which failed." if replaces else ""
+    return f"{DESCRIPTION_PREFIX}{markdown_safe(text)}{instead} Gate run {run_id}."
 
 
 class GateSession:

@@ -29,6 +29,7 @@ TAG_VERDICT = "consistency_gate.verdict"
 TAG_KIND = "consistency_gate.kind"
 TAG_RUN_ID = "consistency_gate.run_id"
 TAG_REPLACES = "consistency_gate.replaces"
+DESCRIPTION_PREFIX = "consistency-gate: "  # how the gate's paragraph of a version's description starts
 
 
 @dataclass
@@ -243,6 +244,20 @@ def tag_version(
         tags[TAG_REPLACES] = replaces
     for key, value in tags.items():
         client.set_model_version_tag(ref.name, ref.version, key, value)
+
+
+def describe_version(client: MlflowClient, ref: ModelRef, text: str) -> None:
+    """Lead the version's description with ``text``, one paragraph starting with
+    ``DESCRIPTION_PREFIX``: an earlier gate's paragraph is replaced, what anyone else wrote stays below.
+
+    Example::
+
+        describe_version(client, ModelRef("fraud-clf", "4"), "consistency-gate: PASSED against v3 ...")
+    """
+    own = client.get_model_version(ref.name, ref.version).description or ""
+    if own.startswith(DESCRIPTION_PREFIX):
+        own = own.partition("\n\n")[2]
+    client.update_model_version(ref.name, ref.version, description=f"{text}\n\n{own}".strip())
 
 
 def alias_exists(client: MlflowClient, name: str, alias: str) -> bool:
