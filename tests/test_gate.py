@@ -108,7 +108,13 @@ def test_failing_candidate_fails_and_promote_does_not_move_alias(store):
     assert client.get_model_version(MODEL, "3").tags["consistency_gate.verdict"] == "failed"
     failed = [r for r in result.rules if r.held is False]
     assert failed and all(r.value is not None for r in failed)
-    # issue 44: the version page says what it was gated against and why it failed; a person's own
+    # issue 44: the run's first tags are the verdict and the failed rules (the UI lists tags in the order
+    # they were first set), before the owner tags
+    run = client.get_run(result.run_id)
+    keys = [key for key in run.data.tags if key.startswith("consistency_gate.")]
+    assert keys[:3] == ["consistency_gate.verdict", "consistency_gate.failed_rules", "consistency_gate.outcome"]
+    assert run.data.tags["consistency_gate.failed_rules"] == ", ".join(dict.fromkeys(r.rule.metric for r in failed))
+    # the version page says what it was gated against and why it failed; a person's own
     # description stays below the gate's paragraph, which the next gate replaces
     description = client.get_model_version(MODEL, "3").description
     assert description.startswith("consistency-gate: FAILED against v1 (@champion) on eval.csv (150 samples): ")
@@ -214,7 +220,7 @@ def test_validation_failure_is_logged_and_run_failed(store, tmp_path):
     runs = mlflow.search_runs(experiment_names=[f"consistency-gate/{MODEL}"], order_by=["start_time DESC"])
     run_id = runs.iloc[0]["run_id"]
     assert runs.iloc[0]["status"] == "FAILED"
-    assert "tags.consistency_gate.verdict" not in runs.columns or pd.isna(runs.iloc[0]["tags.consistency_gate.verdict"])
+    assert runs.iloc[0]["tags.consistency_gate.verdict"] == "error"  # never decided: not "pending"
     validation = json.loads(mlflow.artifacts.load_text(f"runs:/{run_id}/gate/data_validation.json"))
     assert validation["success"] is False
 
@@ -406,7 +412,7 @@ def test_error_reports_before_the_run_starts_and_run_names_with_the_verdict(stor
     assert "ghost" in saved["error"]
     result = run_gate(MODEL, store["data"], candidate="2", config=LENIENT, tracking_uri=store["uri"])
     run = _client(store).get_run(result.run_id)
-    assert run.info.run_name == f"PASSED: {MODEL} v2 vs v1"  # the verdict first: the runs list cuts long names
+    assert run.info.run_name == f"PASSED: v2 vs v1 ({MODEL})"  # the verdict first: the runs list cuts long names
 
 
 def test_registry_messages_name_the_store_and_what_it_holds(store, tmp_path):

@@ -179,6 +179,10 @@ def tag_run(report: dict) -> None:
 
     tags = {
         "consistency_gate.verdict": report["candidate_verdict"],
+        "consistency_gate.failed_rules": ", ".join(
+            dict.fromkeys(r["metric"] for r in report["rules"] if r["held"] is False)
+        )
+        or "none",
         "consistency_gate.outcome": report["outcome"],
         "consistency_gate.promoted": {True: "True", False: "False"}.get(report["promoted"], "unknown"),
     }

@@ -54,20 +54,23 @@ END_RUN_RETRY_S = float(os.environ.get("CONSISTENCY_GATE_END_RUN_RETRY_S", "30")
 
 
 def run_title(result: GateResult, started_as: str) -> str:
-    """A gate run's name in the runs list: the outcome, the metrics of the rules that failed, then what
-    was gated against what (the name it started with, ``gate clf v2``, less its ``gate``).
+    """A gate run's name in the runs list: the outcome, the metrics of the rules that failed, the
+    versions, then the model (the MLflow UI cuts a name at its column's width, about 18 characters);
+    a gate of prediction files keeps the name it started with, less its ``gate``.
 
     >>> from consistency_gate.gate.result import GateResult
     >>> from consistency_gate.gate.rules import Rule, RuleResult
     >>> failed = [RuleResult(Rule("ctoi", "max", 0.02), 0.05, False), RuleResult(Rule("con", "min", 0.9), 0.95, True)]
     >>> result = GateResult("failed", failed, {}, None, {"name": "clf", "version": "2"}, {"version": "1"})
     >>> run_title(result, "gate clf v2")
-    'FAILED ctoi: clf v2 vs v1'
+    'FAILED ctoi: v2 vs v1 (clf)'
     """
     failed = list(dict.fromkeys(r.rule.metric for r in result.rules if r.held is False))
+    cand, base = result.candidate, result.baseline or {}
     what = started_as.removeprefix("gate ")
-    if result.baseline and result.baseline.get("version") and result.candidate.get("version"):
-        what += f" vs v{result.baseline['version']}"
+    if cand.get("version"):
+        against = f" vs v{base['version']}" if base.get("version") else ""
+        what = f"v{cand['version']}{against} ({cand['name']})"
     return f"{result.outcome.upper()}{' ' + ', '.join(failed) if failed else ''}: {what}"
 
 
@@ -166,7 +169,7 @@ class GateSession:
                 experiment_id=self.experiment_id,
                 run_name=run_name,
                 nested=mlflow.active_run() is not None,
-                tags=tracking.owner_tags(self.token),
+                tags={**tracking.pending_tags(), **tracking.owner_tags(self.token)},
             )
         except Exception as exc:  # noqa: BLE001 - MLflow and requests raise many kinds here
             if self.experiment_id:  # a create that reached the server, its response lost: end that run

@@ -362,6 +362,21 @@ TAG_SESSION = "consistency_gate.session"  # one gate's runs: finds a run whose c
 ORPHAN_AFTER_S = 24 * 3600
 
 
+# the tags a reviewer reads first, set "pending" when a gate run starts so the MLflow UI (which
+# lists a run's tags in the order they were first set) shows them before the owner tags
+VERDICT_TAGS = ("consistency_gate.verdict", "consistency_gate.failed_rules", "consistency_gate.outcome")
+PENDING = "pending"
+
+
+def pending_tags() -> dict[str, str]:
+    """The verdict tags of a gate run that has not decided yet (an error sets them to ``error``).
+
+    >>> list(pending_tags())[0]
+    'consistency_gate.verdict'
+    """
+    return dict.fromkeys(VERDICT_TAGS, PENDING)
+
+
 def owner_tags(session: str) -> dict[str, str]:
     """Tags that say which process and gate ``session`` run a gate run, set when the run is created,
     so a later gate can tell an orphan and this gate can find a run whose create response was lost.
@@ -407,9 +422,14 @@ def close_runs(client: MlflowClient, run_ids: list[str], status: str, why: str |
     while left:
         for run_id in list(left):
             try:
-                if client.get_run(run_id).info.status == "RUNNING":
+                run = client.get_run(run_id)
+                pending = [key for key in VERDICT_TAGS if run.data.tags.get(key) == PENDING]
+                if run.info.status == "RUNNING" or (status == "FAILED" and pending):  # ended by MLflow's own end_run
                     if why is not None:
                         client.set_tag(run_id, TAG_ERROR, why[:500])
+                    for key in pending:  # a gate that never decided: its verdict is the error
+                        client.set_tag(run_id, key, "error")
+                if run.info.status == "RUNNING":
                     client.set_terminated(run_id, status)
                 left.remove(run_id)
             except Exception:  # noqa: BLE001 - the server is still away: try again

@@ -537,7 +537,7 @@ def verdict_markdown(report: dict) -> str:
     >>> print(verdict_markdown(report), end="")
     ## consistency-gate: clf v2 FAILED
     <BLANKLINE>
-    Gate clf v2 against v1 (@champion) on 600 samples.
+    Gate clf v2 against v1 (@champion) on 600 samples. Failed: ctoi <= 0.02 (0.0250 [0.0150, 0.0410]).
     <BLANKLINE>
     ### The candidate: FAILED
     <BLANKLINE>
@@ -554,7 +554,11 @@ def verdict_markdown(report: dict) -> str:
     gated = _linked(view.gated, links.get("candidate"))
     against = _linked(view.against, links.get("baseline"))
     # plain words: a status emoji is an empty box where the reviewer's browser has no emoji font
-    lines = [f"## consistency-gate: {view.headline}", "", f"{view.compared(gated, against)}."]
+    # the failed rules in the first lines: the MLflow UI shows a run description's first lines only
+    first = view.sections[0].rules if view.sections else []
+    failed = [f"{rule} ({value})" for rule, value, outcome, *_ in first if outcome == "FAILED"]
+    found = f" Failed: {'; '.join(failed)}." if failed else ""
+    lines = [f"## consistency-gate: {view.headline}", "", f"{view.compared(gated, against)}.{found}"]
     lines += [f"\n> **Warning:** {warning}." for warning in view.warnings]
     for section in view.sections:
         lines += ["", f"### {section.title}: {section.verdict}", ""]
