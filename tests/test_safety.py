@@ -551,6 +551,20 @@ def test_a_csv_that_is_not_utf8_names_the_file_and_byte_offset(store, tmp_path):
     assert str(data) in line and f"byte {cut}" in line and "UTF-8" in line
 
 
+def test_a_csv_row_with_more_fields_than_the_header_is_a_data_error(tmp_path):
+    """Issue 44: pandas' chunked reader with ``usecols`` dropped the extra field without a word."""
+    examples = Path(__file__).resolve().parents[1] / "consistency_gate" / "examples"
+    labels = tmp_path / "labels.csv"
+    lines = (examples / "labels.csv").read_text().splitlines()
+    labels.write_text("\n".join([*lines[:3], lines[3] + ",stray", *lines[4:]]) + "\n")
+    proc = run_cli(
+        "compare", "--labels", labels, "--previous", examples / "previous.csv",
+        "--candidate", examples / "candidate.csv", "--id-column", "id",
+    )  # fmt: skip
+    line = _one_error_line(proc)
+    assert proc.returncode == 3 and str(labels) in line and "Expected 2 fields in line 4, saw 3" in line, line
+
+
 def test_the_fast_csv_id_reader_agrees_with_pandas_and_leaves_errors_to_it(tmp_path):
     """read_column reads a CSV id column with pyarrow: the same text and the same missing values as
     pandas' reader (leading zeros, quoted commas, every NA marker); a file pyarrow cannot read goes

@@ -295,11 +295,12 @@ def iter_frames(
 def _csv_batches(
     path: Path, columns: list[str], chunk_rows: int, text_columns: tuple[str, ...]
 ) -> Iterator[pd.DataFrame]:
-    """pandas' chunked CSV reader, as a generator: its errors, the header's included, come from ``next``."""
+    """pandas' chunked CSV reader, as a generator: its errors, the header's included, come from ``next``.
+    Every column is parsed (``columns`` are picked afterwards): with ``usecols`` pandas drops a row's
+    fields beyond the header without a word, and a row with more fields than the header is an error."""
     dtypes = dict.fromkeys(text_columns, str)
-    yield from pd.read_csv(
-        path, usecols=columns, dtype=dtypes, chunksize=chunk_rows, keep_default_na=True, encoding="utf-8-sig"
-    )
+    for frame in pd.read_csv(path, dtype=dtypes, chunksize=chunk_rows, keep_default_na=True, encoding="utf-8-sig"):
+        yield frame[columns]
 
 
 def read_column(path: str | Path, column: str) -> pd.Series:
