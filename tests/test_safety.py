@@ -603,6 +603,18 @@ def test_nan_or_inf_in_a_feature_names_column_and_row(store, tmp_path):
         assert str(data) in line and "'sepal_width', row 7" in line and shown in line
 
 
+def test_a_model_s_numeric_warnings_are_not_printed(store, tmp_path):
+    """Issue 44: a feature of -1e308 made scikit-learn print eight RuntimeWarnings before the gate's
+    own lines. The model's scores for that row are NaN: one line saying so, naming the row (exit 4)."""
+    frame = pd.read_csv(store["data"])
+    frame.loc[6, "petal_length"] = -1e308
+    data = tmp_path / "huge.csv"
+    frame.to_csv(data, index=False)
+    proc = run_cli(*check_args("2", data, _con_config(tmp_path), store["uri"], "--id-column", "id"), process=True)
+    assert proc.returncode == 4 and "Warning" not in proc.stderr, proc.stderr[-2000:]
+    assert "NaN, infinite or negative class scores (first at data row 7" in _one_error_line(proc)
+
+
 def test_a_duplicated_class_header_is_a_data_error(tmp_path):
     labels = tmp_path / "labels.csv"
     labels.write_text("label\nsetosa\nversicolor\n")

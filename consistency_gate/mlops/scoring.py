@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import re
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -287,7 +288,11 @@ def predict(model: LoadedModel, frame: pd.DataFrame, exclude: Sequence[str]) -> 
     if model.features:
         features = cast_to_signature(features, model.feature_types, model.categorical)
     try:
-        scores = model.predict_scores(features)
+        # a model's numeric warnings (scikit-learn's overflow in exp for a feature of -1e308: eight lines
+        # before the gate's own) are not printed: what they warn of, a NaN or infinite score, is refused below
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)
+            scores = model.predict_scores(features)
     except GateError:
         raise
     except Exception as exc:  # noqa: BLE001 - any model failure is the model's, unless it names the data

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import matplotlib
 
 matplotlib.use("Agg")
@@ -10,15 +12,18 @@ import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 from matplotlib.figure import Figure  # noqa: E402
 
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
 
 def literal(values: object) -> list[str]:
     r"""Labels as matplotlib must show them: as written, never as math (a class named ``$\alpha$``
-    is drawn as those characters, and ``$\foo$`` does not stop the figure with a mathtext error).
+    is drawn as those characters, and ``$\foo$`` does not stop the figure with a mathtext error); a
+    control character, which no font draws (matplotlib warns per glyph), as its escape.
 
-    >>> literal(["cat", "$x$"])
-    ['cat', '\\$x\\$']
+    >>> literal(["cat", "$x$", "a\x07b"])
+    ['cat', '\\$x\\$', 'a\\x07b']
     """
-    return [str(v).replace("$", r"\$") for v in values]
+    return [_CONTROL.sub(lambda m: repr(m.group())[1:-1], str(v)).replace("$", r"\$") for v in values]
 
 
 def flips_per_class(samples: pd.DataFrame, top: int = 20) -> Figure:
