@@ -381,6 +381,36 @@ def _require_only(needed: dict[str, object], refused: dict[str, object], engine:
         raise UsageError(f"{', '.join(extra)} cannot be combined with {', '.join(needed)}: {why}")
 
 
+@cli.command()
+@click.option("--model", "name", required=True, help="Registered model name whose gates to read.")
+@click.option(
+    "--tracking-uri",
+    default=None,
+    help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else sqlite:///mlflow.db).",
+)
+@click.option(
+    "--last",
+    type=click.IntRange(1),
+    default=5,
+    show_default=True,
+    help="Champions the newest candidate is compared with for 'forgotten'.",
+)
+@_level_option("--confidence", 0.95, "Two-sided level of the intervals.")
+@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
+def history(name: str, tracking_uri: str | None, last: int, confidence: float, fmt: str) -> None:
+    """Negative flips over a model's champions, in the order they were promoted, from its gates' ledgers."""
+    from consistency_gate.gate.history import model_history
+    from consistency_gate.mlops.store import connect
+    from consistency_gate.report.tables import history_table
+
+    _, client = connect(tracking_uri)
+    report = model_history(client, name, last, confidence)
+    if fmt == "json":
+        _echo_json(report)
+    else:
+        click.echo(history_table(report))
+
+
 @cli.command("report-schema")
 def report_schema() -> None:
     """Print the JSON Schema of the --report / --format json report (its schema_version is in every report)."""

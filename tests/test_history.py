@@ -93,6 +93,14 @@ def test_by_hand_missing_and_extra_ids():
     assert forgotten(g2, [g0, g1]) == 0.5
 
 
+def test_a_generation_without_answers_leaves_out_its_two_steps():
+    g = answers(["s1", "s2"], ["a", "b"], ["a", "b"])
+    worse = answers(["s1", "s2"], ["a", "b"], ["b", "b"])
+    h = history([("1", g), ("2", None), ("3", worse), ("4", g), ("5", worse)])
+    assert [(s.previous, s.version) for s in h.steps] == [("3", "4"), ("4", "5")]
+    assert h.cumulative_negative_flips == 1
+
+
 def test_a_ledger_with_a_repeated_id_or_no_answer_column_is_refused():
     with pytest.raises(DataError, match="id 's1' appears more than once"):
         answers(["s1", "s1"], ["a", "a"], ["a", "b"])

@@ -113,9 +113,10 @@ class History:
         return sum(s.negative_flips for s in self.steps)
 
 
-def history(generations: Sequence[tuple[str, pd.DataFrame]], level: float = 0.95) -> History:
+def history(generations: Sequence[tuple[str, pd.DataFrame | None]], level: float = 0.95) -> History:
     """The negative flips of each update of ``generations`` (version, answers) in promotion order,
-    each step over the ids the two generations share, with Wilson intervals at ``level``.
+    each step over the ids the two generations share, with Wilson intervals at ``level``. A
+    generation whose answers are None (not logged) leaves out the two steps it takes part in.
 
     >>> g0 = answers(["a", "b"], ["x", "y"], ["x", "y"])
     >>> g1 = answers(["b", "c"], ["y", "x"], ["x", "x"])  # shares only b with g0
@@ -126,6 +127,8 @@ def history(generations: Sequence[tuple[str, pd.DataFrame]], level: float = 0.95
     result = History([version for version, _ in generations])
     regressed: dict[str, bool] = {}
     for (before, old), (version, new) in zip(generations, generations[1:], strict=False):
+        if old is None or new is None:
+            continue
         old_right, new_right = _correct(old), _correct(new)
         shared = old_right.index.intersection(new_right.index)
         flipped = old_right[shared].to_numpy() & ~new_right[shared].to_numpy()

@@ -283,9 +283,13 @@ def log_rules(rule_rows: list[dict]) -> None:
     mlflow.log_table(pd.DataFrame(rule_rows), artifact_file="gate/rules.json")
 
 
+LEDGER = "gate/answers.parquet"  # the per-sample answers of both generations, read by `history`
+
+
 def log_samples(samples: pd.DataFrame) -> None:
     """The flip table as ``gate/flips.json`` (raw values, in the samples' order) and ``gate/flips.csv``
-    (spreadsheet-safe, in the order a reviewer reads it: :func:`review_order`).
+    (spreadsheet-safe, in the order a reviewer reads it: :func:`review_order`), and the ledger
+    ``gate/answers.parquet``: each sample's id, label and both generations' answers, as text.
 
     Example::
 
@@ -298,6 +302,11 @@ def log_samples(samples: pd.DataFrame) -> None:
         path = Path(tmp) / "flips.csv"
         spreadsheet_safe(review_order(samples)).to_csv(path, index=False)
         mlflow.log_artifact(str(path), artifact_path="gate")
+        if len(samples):
+            ledger = samples[["id", "label", "previous_prediction", "candidate_prediction"]].astype(str)
+            ledger.columns = ["id", "label", "previous", "candidate"]
+            ledger.reset_index(drop=True).to_parquet(Path(tmp) / "answers.parquet", index=False)
+            mlflow.log_artifact(str(Path(tmp) / "answers.parquet"), artifact_path="gate")
 
 
 FLIP_ORDER = ("CtoI", "ItoC", "ItoI", "CtoC")  # negative flips first, the answers that did not change last

@@ -1,0 +1,113 @@
+"""Issue 43: `consistency-gate history` on a real SQLite store with six registered generations of one
+model, promoted by gates one after another (one candidate failing between them): the per-step and
+cumulative figures equal a recomputation from the versions' own predictions."""
+
+from __future__ import annotations
+
+import json
+
+import mlflow
+import numpy as np
+import pandas as pd
+import pytest
+from conftest import run_cli
+from mlflow import MlflowClient
+from registry_fixtures import iris_frames
+
+from consistency_gate.gate.rules import parse_config
+from consistency_gate.gate.run import run_gate
+from consistency_gate.mlops import tracking
+
+MODEL = "iris-history"
+PASS = parse_config("rules:\n  - {metric: acc, min: 0.5}\n")
+FAIL = parse_config("rules:\n  - {metric: con, min: 1.0}\n")
+# what each generation sees: a growing set of features and a changing regularisation, as retrains do
+RECIPES = [
+    (["sepal_length"], 1.0),
+    (["sepal_length", "sepal_width"], 1.0),
+    (["sepal_length", "petal_length"], 0.05),
+    (["sepal_width", "petal_width"], 1.0),
+    (["petal_length", "petal_width"], 0.02),
+    (["sepal_length", "sepal_width", "petal_length", "petal_width"], 1.0),
+]
+
+
+@pytest.fixture(scope="module")
+def gated(tmp_path_factory):
+    """v1..v6 registered; gates promote v2, v3, fail v4, promote v5 and v6: champions 1, 2, 3, 5, 6."""
+    from sklearn.linear_model import LogisticRegression
+
+    root = tmp_path_factory.mktemp("history")
+    uri = f"sqlite:///{root / 'mlflow.db'}"
+    mlflow.set_tracking_uri(uri)
+    mlflow.set_registry_uri(uri)
+    tracking.use_experiment("training", uri)
+    x, y = iris_frames()
+    models = []
+    for features, c in RECIPES:
+        # a model of some features that takes every column (the gate feeds it the whole frame)
+        fitted = LogisticRegression(max_iter=500, C=c).fit(x[features], y)
+        model = LogisticRegression(max_iter=500, C=c).fit(x, y)
+        model.coef_ = np.zeros_like(model.coef_)
+        model.coef_[:, [list(x.columns).index(f) for f in features]] = fitted.coef_
+        model.intercept_ = fitted.intercept_
+        models.append(model)
+        with mlflow.start_run():
+            mlflow.sklearn.log_model(
+                model, name="model", registered_model_name=MODEL, pip_requirements=["scikit-learn"],
+                serialization_format="cloudpickle", input_example=x.head(2),
+            )  # fmt: skip
+    client = MlflowClient(tracking_uri=uri, registry_uri=uri)
+    client.set_registered_model_alias(MODEL, "champion", "1")
+    data = root / "eval.csv"
+    x.assign(label=y, id=[f"s{i}" for i in range(len(x))]).to_csv(data, index=False)
+    for version, config in (("2", PASS), ("3", PASS), ("4", FAIL), ("5", PASS), ("6", PASS)):
+        run_gate(MODEL, data, candidate=version, config=config, tracking_uri=uri, promote=True, id_column="id")
+    return {"uri": uri, "models": models, "x": x, "y": y}
+
+
+def test_history_equals_a_recomputation_from_the_versions_predictions(gated):
+    proc = run_cli("history", "--model", MODEL, "--tracking-uri", gated["uri"], "--format", "json", "--last", "3")
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout)
+    assert report["champions"] == ["1", "2", "3", "5", "6"] and report["missing"] == []
+    right = {str(v + 1): m.predict(gated["x"]) == gated["y"].to_numpy() for v, m in enumerate(gated["models"])}
+    chain = report["champions"]
+    expected = [int((right[a] & ~right[b]).sum()) for a, b in zip(chain, chain[1:], strict=False)]
+    assert [s["negative_flips"] for s in report["steps"]] == expected and sum(expected) >= 5, expected
+    assert [s["n"] for s in report["steps"]] == [150] * 4
+    assert [s["accuracy"] for s in report["steps"]] == pytest.approx([right[v].mean() for v in chain[1:]])
+    assert report["cumulative_negative_flips"] == sum(expected)
+    ever = np.zeros(150, dtype=bool)
+    for a, b in zip(chain, chain[1:], strict=False):
+        ever |= right[a] & ~right[b]
+    assert report["ever_regressed"] == pytest.approx(ever.mean())
+    # the newest candidate (v6) against the last 3 champions before it: v2, v3, v5
+    newest = report["newest_candidate"]
+    assert newest["version"] == "6" and newest["against"] == ["2", "3", "5"]
+    some = right["2"] | right["3"] | right["5"]
+    assert newest["forgotten"] == pytest.approx((some & ~right["6"]).mean())
+    failed = [g for g in report["gates"] if g["candidate"] == "4"]
+    assert failed[0]["promoted_version"] is None and failed[0]["baseline"] == "3"
+    assert failed[0]["negative_flips"] == int((right["3"] & ~right["4"]).sum())
+    text = run_cli("history", "--model", MODEL, "--tracking-uri", gated["uri"])
+    assert text.returncode == 0 and f"Cumulative negative flips: {sum(expected)} over 4 updates" in text.stdout
+
+
+def test_history_of_a_model_never_gated_is_one_line_exit_4(gated):
+    proc = run_cli("history", "--model", "no-such-model", "--tracking-uri", gated["uri"])
+    assert proc.returncode == 4, proc.stderr
+    assert proc.stderr.strip().splitlines() == [
+        "error: model 'no-such-model': no finished gate run in experiment 'consistency-gate/no-such-model' to read "
+        "a history from; gate a version first (consistency-gate check --model ...)"
+    ]
+    bad = run_cli("history", "--model", MODEL, "--tracking-uri", gated["uri"], "--last", "0")
+    assert bad.returncode == 2 and "--last" in bad.stderr
+
+
+def test_a_ledger_is_logged_by_every_gate(gated):
+    client = MlflowClient(tracking_uri=gated["uri"])
+    experiment = client.get_experiment_by_name(f"consistency-gate/{MODEL}")
+    for run in client.search_runs([experiment.experiment_id]):
+        ledger = pd.read_parquet(client.download_artifacts(run.info.run_id, "gate/answers.parquet"))
+        assert list(ledger.columns) == ["id", "label", "previous", "candidate"] and len(ledger) == 150
