@@ -241,6 +241,12 @@ def generations(labels: Path, generations: tuple[str, ...], label_column: str, i
     is_flag=True,
     help="Measure the candidate's serving cost (timed predictions, size on disk) even when no rule or repair needs it.",
 )
+@click.option(
+    "--floor",
+    default=None,
+    help="A seed replica of the baseline (a version or @alias of the model): report the churn no retrain avoids "
+    "and ctoi_excess (default: the config's floor:).",
+)
 @_engine_options("spark: predict and count on Apache Spark with mlflow.pyfunc.spark_udf (needs pyspark).")
 def check(
     model: str,
@@ -261,6 +267,7 @@ def check(
     summary_path: Path | None,
     quiet: bool,
     cost: bool,
+    floor: str | None,
     engine: str,
     partitions: int | None,
 ) -> int:
@@ -278,7 +285,8 @@ def check(
         if any(v is not None for v in files.values()):
             from consistency_gate.gate.files import DEFAULT_NAME, run_file_gate
 
-            _require_only(files, {**registry_options, "--promote": promote or None, "--cost": cost or None}, engine)
+            refused = {**registry_options, "--promote": promote or None, "--cost": cost or None, "--floor": floor}
+            _require_only(files, refused, engine)
             result = run_file_gate(
                 labels,
                 previous_predictions,
@@ -310,6 +318,7 @@ def check(
                 engine=engine,
                 partitions=partitions,
                 cost=cost,
+                floor=floor,
             )
     report = result.to_dict()
     unwritten = list(result.unwritten)  # --report, when the session could not write it

@@ -16,11 +16,11 @@ RULE = "rules:\n  - {metric: con, min: 0.9}\n"
         (
             "rulez: []\n",
             "gate.yaml: line 1: unknown key 'rulez' "
-            "(known: classes, confidence, decision, intervals, ks, remediation, rules, slices)",
+            "(known: classes, confidence, decision, floor, intervals, ks, remediation, rules, slices)",
         ),
         (
             "rules:\n  - {metric: con, mx: 0.9}\n",
-            "line 2: unknown key 'mx' in rules[0] (known: decide, max, metric, min",
+            "line 2: unknown key 'mx' in rules[0] (known: decide, history, max, metric, min",
         ),
         ("rules:\n  - con\n", "line 2: rules[0]: expected a mapping (key: value) (got 'con')"),
         (

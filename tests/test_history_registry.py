@@ -63,7 +63,16 @@ def gated(tmp_path_factory):
     x.assign(label=y, id=[f"s{i}" for i in range(len(x))]).to_csv(data, index=False)
     for version, config in (("2", PASS), ("3", PASS), ("4", FAIL), ("5", PASS), ("6", PASS)):
         run_gate(MODEL, data, candidate=version, config=config, tracking_uri=uri, promote=True, id_column="id")
-    return {"uri": uri, "models": models, "x": x, "y": y}
+    return {"uri": uri, "models": models, "x": x, "y": y, "data": data}
+
+
+def _register(model) -> str:
+    with mlflow.start_run():
+        info = mlflow.sklearn.log_model(
+            model, name="model", registered_model_name=MODEL, pip_requirements=["scikit-learn"],
+            serialization_format="cloudpickle",
+        )  # fmt: skip
+    return str(info.registered_model_version)
 
 
 def test_history_equals_a_recomputation_from_the_versions_predictions(gated):
@@ -111,3 +120,52 @@ def test_a_ledger_is_logged_by_every_gate(gated):
     for run in client.search_runs([experiment.experiment_id]):
         ledger = pd.read_parquet(client.download_artifacts(run.info.run_id, "gate/answers.parquet"))
         assert list(ledger.columns) == ["id", "label", "previous", "candidate"] and len(ledger) == 150
+
+
+def test_forgotten_and_ctoi_excess_rules_decide_a_gate(gated, tmp_path):
+    """Issue 43: a candidate (v8, the first generation's recipe again) against @champion v6, with a
+    replica of v6 (another regularisation, the same features) as its seed-noise floor: `forgotten` over
+    the last 3 champions and `ctoi_excess` equal a recomputation from the versions' own predictions,
+    and their rules decide the gate."""
+    from sklearn.linear_model import LogisticRegression
+
+    x, y = gated["x"], gated["y"].to_numpy()
+    mlflow.set_tracking_uri(gated["uri"])
+    mlflow.set_registry_uri(gated["uri"])
+    replica = LogisticRegression(max_iter=500, C=0.3).fit(x, y)
+    floor = _register(replica)
+    candidate = _register(gated["models"][0])
+    config = tmp_path / "gate.yaml"
+    config.write_text(
+        "rules:\n  - {metric: forgotten, max: 0.03, history: 3, decide: upper}\n"
+        "  - {metric: ctoi_excess, max: 0.005, decide: upper}\n"
+    )
+    report_path = tmp_path / "report.json"
+    proc = run_cli(
+        "check", "--model", MODEL, "--candidate", candidate, "--data", gated["data"], "--id-column", "id",
+        "--config", config, "--tracking-uri", gated["uri"], "--floor", floor, "--report", report_path,
+    )  # fmt: skip
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    report = json.loads(report_path.read_text())
+    right = {str(v + 1): m.predict(x) == y for v, m in enumerate(gated["models"])}
+    cand, base, rep = gated["models"][0].predict(x) == y, right["6"], replica.predict(x) == y
+    some = right["3"] | right["5"] | right["6"]  # the last 3 champions: v3, v5 and the baseline v6
+    assert report["metrics"]["forgotten"] == pytest.approx((some & ~cand).mean())
+    assert report["metrics"]["ctoi_excess"] == pytest.approx((base & ~cand).mean() - (base & ~rep).mean())
+    assert report["metrics"]["floor_ctoi"] == pytest.approx((base & ~rep).mean())
+    rules = {r["metric"]: r for r in report["rules"]}
+    assert rules["forgotten"]["held"] is False and rules["forgotten"]["history"] == 3
+    assert rules["ctoi_excess"]["held"] is False
+    low, high = report["intervals"]["ctoi_excess"]
+    assert low <= report["metrics"]["ctoi_excess"] <= high
+    assert "Seed-noise floor: a replica of the baseline" in proc.stdout and "forgotten <= 0.03" in proc.stdout
+
+
+def test_a_floor_that_is_the_baseline_is_refused(gated, tmp_path):
+    config = tmp_path / "gate.yaml"
+    config.write_text("floor: 6\nrules:\n  - {metric: ctoi_excess, max: 0.005}\n")
+    proc = run_cli(
+        "check", "--model", MODEL, "--candidate", "4", "--data", gated["data"], "--id-column", "id",
+        "--config", config, "--tracking-uri", gated["uri"],
+    )  # fmt: skip
+    assert proc.returncode == 2 and "floor: v6 is the baseline" in proc.stderr.strip().splitlines()[-1]

@@ -26,6 +26,7 @@ import numpy as np
 import pandas as pd
 
 from consistency_gate.core.counts import FLIP_NAMES, ConsistencyCounts, Outputs
+from consistency_gate.core.history import Figures
 from consistency_gate.core.slices import TRUE_CLASS, SliceCounts, SliceResult
 from consistency_gate.core.threshold import BinaryDecision
 from consistency_gate.errors import DataError, UsageError, plain
@@ -152,6 +153,15 @@ class ComparisonResult:
     confidence: float = 0.95  # the level of ``intervals``
     interval_method: str = "wilson"  # or "clopper-pearson", for proportions
     slice_counts: SliceCounts | None = field(default=None, repr=False)
+    figures: Figures = field(default_factory=Figures, repr=False)  # measured beside the counts (history, floor)
+
+    def add(self, figures: Figures) -> ComparisonResult:
+        """Metrics measured beside this comparison (over the champions' history, against a seed
+        replica), reported and judged with its own; returns self."""
+        self.figures.update(figures)
+        self.metrics.update(figures.metrics)
+        self.null_reasons.update(figures.null_reasons)
+        return self
 
     @property
     def slices(self) -> list[SliceResult]:
@@ -161,13 +171,14 @@ class ComparisonResult:
     @property
     def intervals(self) -> dict[str, list[float]]:
         """``{key: [low, high]}`` for every non-null metric (and ``acc_delta``), at ``confidence``."""
-        return self.counts.intervals(self.confidence, self.interval_method) if self.counts else {}
+        own = self.counts.intervals(self.confidence, self.interval_method) if self.counts else {}
+        return {**own, **self.figures.intervals}
 
     @property
     def bounds(self) -> dict[str, list[float]]:
         """``{key: [lower, upper]}``, each a one-sided bound at ``confidence`` (what rules decided
         on a bound compare)."""
-        return self.counts.bounds(self.confidence) if self.counts else {}
+        return {**(self.counts.bounds(self.confidence) if self.counts else {}), **self.figures.bounds}
 
     @property
     def tests(self) -> dict[str, float]:

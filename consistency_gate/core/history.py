@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from consistency_gate.core.intervals import proportion
+from consistency_gate.core.intervals import newcombe_paired, one_sided, proportion, z_value
 from consistency_gate.errors import DataError
 
 COLUMNS = ("id", "label", "answer")
@@ -160,6 +160,16 @@ def forgotten(candidate: pd.DataFrame, champions: Sequence[pd.DataFrame]) -> flo
     >>> forgotten(c, [answers(["a", "c"], ["x", "x"], ["x", "y"])])  # a: right before, wrong now; c: never right
     0.5
     """
+    k, n = forgotten_counts(candidate, champions)
+    return k / n if n else None
+
+
+def forgotten_counts(candidate: pd.DataFrame, champions: Sequence[pd.DataFrame]) -> tuple[int, int]:
+    """``forgotten`` as (samples forgotten, samples any champion answered too).
+
+    >>> forgotten_counts(answers(["a", "b"], ["x", "x"], ["y", "y"]), [answers(["a"], ["x"], ["x"])])
+    (1, 1)
+    """
     cand_right = _correct(candidate)
     ever_right = pd.Series(False, index=cand_right.index)
     seen = pd.Series(False, index=cand_right.index)
@@ -168,6 +178,105 @@ def forgotten(candidate: pd.DataFrame, champions: Sequence[pd.DataFrame]) -> flo
         shared = cand_right.index.intersection(right.index)
         seen[shared] = True
         ever_right[shared] = ever_right[shared].to_numpy() | right[shared].to_numpy()
-    if not seen.any():
-        return None
-    return float((ever_right[seen] & ~cand_right[seen]).mean())
+    return int((ever_right[seen] & ~cand_right[seen]).sum()), int(seen.sum())
+
+
+@dataclass
+class Figures:
+    """Metrics measured beside a two-generation comparison (over the champions' history, against a
+    seed replica): their values, two-sided intervals at the gate's confidence and one-sided bounds,
+    keyed like the comparison's, so rules read them the same way; a null value has its reason."""
+
+    metrics: dict[str, float | None] = field(default_factory=dict)
+    intervals: dict[str, list[float]] = field(default_factory=dict)
+    bounds: dict[str, list[float]] = field(default_factory=dict)
+    null_reasons: dict[str, str] = field(default_factory=dict)
+
+    def share(self, key: str, k: int, n: int, level: float, method: str = "wilson") -> None:
+        """``key`` = k / n with its interval and exact one-sided bounds (as every share of the samples)."""
+        if n == 0:
+            self.null(key, "no sample shared with the generations it is measured against")
+            return
+        self.metrics[key] = k / n
+        self.intervals[key] = list(proportion(k, n, level, method))
+        self.bounds[key] = list(proportion(k, n, one_sided(level), "clopper-pearson"))
+
+    def null(self, key: str, reason: str) -> None:
+        """``key`` is null for ``reason``."""
+        self.metrics[key] = None
+        self.null_reasons[key] = reason
+
+    def update(self, other: Figures) -> Figures:
+        """Both figures' keys (``other``'s win); returns self."""
+        for name in ("metrics", "intervals", "bounds", "null_reasons"):
+            getattr(self, name).update(getattr(other, name))
+        return self
+
+
+def forgotten_figures(
+    candidate: pd.DataFrame, champions: Sequence[pd.DataFrame], level: float, method: str = "wilson"
+) -> Figures:
+    """``forgotten`` of ``candidate`` against ``champions`` (the baseline and those before it), as
+    rules read it.
+
+    >>> c = answers(["a", "b"], ["x", "x"], ["y", "x"])
+    >>> forgotten_figures(c, [answers(["a", "b"], ["x", "x"], ["x", "x"])], 0.95).metrics
+    {'forgotten': 0.5}
+    """
+    figures = Figures()
+    figures.share("forgotten", *forgotten_counts(candidate, champions), level, method)
+    return figures
+
+
+def cumulative_figures(steps: Sequence[tuple[int, int]], level: float) -> Figures:
+    """``cumulative_nfr``: the negative flip rates of the updates ``steps`` ((NF_t, n_t), the
+    candidate's own against the baseline last) summed, with a normal interval from their variances
+    (each update's samples taken as independent) and one-sided bounds at ``level``.
+
+    >>> f = cumulative_figures([(2, 100), (3, 100)], 0.95)
+    >>> f.metrics["cumulative_nfr"], [round(v, 4) for v in f.bounds["cumulative_nfr"]]
+    (0.05, [0.0137, 0.0863])
+    """
+    figures = Figures()
+    used = [(nf, n) for nf, n in steps if n]
+    if not used:
+        figures.null("cumulative_nfr", "no update with shared samples")
+        return figures
+    total = sum(nf / n for nf, n in used)
+    spread = float(np.sqrt(sum((nf / n) * (1 - nf / n) / n for nf, n in used)))
+    for key, z in (("intervals", z_value(level)), ("bounds", z_value(one_sided(level)))):
+        getattr(figures, key)["cumulative_nfr"] = [max(0.0, total - z * spread), total + z * spread]
+    figures.metrics["cumulative_nfr"] = total
+    return figures
+
+
+def floor_figures(baseline: pd.DataFrame, candidate: pd.DataFrame, replica: pd.DataFrame, level: float) -> Figures:
+    """The seed-noise floor (SPEC 5): the replica's CtoI and CON against the baseline
+    (``floor_ctoi``, ``floor_con``) and ``ctoi_excess`` = CtoI(b, c) - CtoI(b, r) with Newcombe's
+    paired interval, on the samples all three answered (aligned by id).
+
+    >>> b = answers(["a", "b", "c", "d"], list("xxxx"), list("xxxy"))
+    >>> c = answers(["a", "b", "c", "d"], list("xxxx"), list("yyxy"))  # flips a and b
+    >>> r = answers(["a", "b", "c", "d"], list("xxxx"), list("yxxx"))  # flips a: the seed alone
+    >>> m = floor_figures(b, c, r, 0.95).metrics
+    >>> m["floor_ctoi"], m["floor_con"], m["ctoi_excess"]
+    (0.25, 0.5, 0.25)
+    """
+    frames = [f.set_index("id") for f in (baseline, candidate, replica)]
+    shared = frames[0].index.intersection(frames[1].index).intersection(frames[2].index)
+    right = [(f.loc[shared, "answer"] == f.loc[shared, "label"]).to_numpy() for f in frames]
+    base, cand, rep = right
+    n = len(shared)
+    figures = Figures()
+    figures.share("floor_ctoi", int((base & ~rep).sum()), n, level)
+    agree = int((frames[0].loc[shared, "answer"].to_numpy() == frames[2].loc[shared, "answer"].to_numpy()).sum())
+    figures.share("floor_con", agree, n, level)
+    if n == 0:
+        figures.null("ctoi_excess", "no sample answered by the baseline, the candidate and the replica")
+        return figures
+    flips_c, flips_r = base & ~cand, base & ~rep
+    cells = [int(x.sum()) for x in (flips_c & flips_r, flips_r & ~flips_c, flips_c & ~flips_r, ~flips_c & ~flips_r)]
+    figures.metrics["ctoi_excess"] = (cells[2] - cells[1]) / n
+    figures.intervals["ctoi_excess"] = list(newcombe_paired(*cells, level))
+    figures.bounds["ctoi_excess"] = list(newcombe_paired(*cells, one_sided(level)))
+    return figures

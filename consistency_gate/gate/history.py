@@ -4,13 +4,27 @@ ledgers its gates logged (:mod:`consistency_gate.mlops.ledger`)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from consistency_gate.core.history import forgotten, history
+import pandas as pd
+
+from consistency_gate.core.history import (
+    Figures,
+    answers,
+    cumulative_figures,
+    forgotten,
+    forgotten_figures,
+    history,
+)
+from consistency_gate.errors import ModelError
+from consistency_gate.gate.rules import HISTORY_METRICS, Rule
 from consistency_gate.mlops.ledger import GateRecord, answers_of, gate_records
 
 if TYPE_CHECKING:
     from mlflow import MlflowClient
+
+Generation = tuple[str, pd.DataFrame | None]  # a version and its logged answers (None: not logged)
 
 DEFAULT_LAST = 5  # champions a candidate is compared with for `forgotten`
 
@@ -77,3 +91,65 @@ def model_history(client: MlflowClient, name: str, last: int = DEFAULT_LAST, lev
         "gates": gates,
         "newest_candidate": {"version": newest.candidate, "against": before, "forgotten": lost},
     }
+
+
+def champions_before(client: MlflowClient, name: str, baseline: str) -> list[Generation]:
+    """The champions promoted before ``baseline`` (the gate's baseline, today's champion), oldest
+    first, each with its answers from the gates' ledgers; none when the model has no gate yet.
+
+    Example::
+
+        [v for v, _ in champions_before(client, "fraud-clf", "5")]
+        # ['1', '2', '3']
+    """
+    try:
+        records = gate_records(client, name)
+    except ModelError:  # no gate has run: the baseline is the only champion known
+        return []
+    chain = champions(records)
+    if baseline in chain:
+        chain = chain[: len(chain) - chain[::-1].index(baseline) - 1]
+    found = answers_of(client, records)
+    return [(v, found.get(v)) for v in chain]
+
+
+def last(generations: Sequence[Generation], count: int) -> list[Generation]:
+    """The last ``count`` of ``generations`` (none for 0).
+
+    >>> last([("1", None), ("2", None)], 1), last([("1", None)], 0)
+    ([('2', None)], [])
+    """
+    return list(generations[len(generations) - count :]) if count > 0 else []
+
+
+def history_figures(
+    rules: Sequence[Rule], past: Sequence[Generation], samples: pd.DataFrame, level: float, method: str = "wilson"
+) -> Figures:
+    """The history metrics the ``rules`` name, for the candidate of a gate whose flip table is
+    ``samples`` (id, label, both answers): ``forgotten`` against the baseline and the champions of
+    ``past`` before it, ``cumulative_nfr`` over their updates and the candidate's, each over the
+    last K champions its rule names (``history: K``, the baseline included).
+
+    >>> samples = pd.DataFrame({"id": ["a", "b"], "label": ["x", "x"], "previous_prediction": ["x", "x"],
+    ...     "candidate_prediction": ["y", "x"]})
+    >>> past = [("1", answers(["a", "b"], ["x", "x"], ["x", "y"]))]
+    >>> rules = [Rule("forgotten", "max", 0.1, history=2), Rule("cumulative_nfr", "max", 0.1, history=2)]
+    >>> history_figures(rules, past, samples, 0.95).metrics
+    {'forgotten': 0.5, 'cumulative_nfr': 0.5}
+    """
+    figures = Figures()
+    if samples.empty:
+        for key in {r.metric for r in rules if r.metric in HISTORY_METRICS}:
+            figures.null(key, "needs every sample's answers, which --engine spark does not keep")
+        return figures
+    base = answers(samples["id"], samples["label"], samples["previous_prediction"])
+    cand = answers(samples["id"], samples["label"], samples["candidate_prediction"])
+    for rule in rules:
+        before = last(past, (rule.history or 1) - 1)
+        if rule.metric == "forgotten":
+            held = [a for _, a in before if a is not None]
+            figures.update(forgotten_figures(cand, [*held, base], level, method))
+        elif rule.metric == "cumulative_nfr":
+            steps = history([*before, ("baseline", base), ("candidate", cand)], level).steps
+            figures.update(cumulative_figures([(s.negative_flips, s.n) for s in steps], level))
+    return figures

@@ -46,6 +46,11 @@ PAIR_METRICS = (
 LEARNER_METRICS = ("acc_previous", "acc_candidate")
 # serving cost of what is gated relative to the candidate (mlops/cost.py): min/max on the estimate
 COST_METRICS = ("latency_ratio", "size_ratio")
+# measured over the model's champions (SPEC 5, gate/history.py): a rule names how many with `history: K`
+HISTORY_METRICS = ("forgotten", "cumulative_nfr")
+DEFAULT_HISTORY = 5
+# measured against a seed replica of the baseline (`floor:` / --floor)
+FLOOR_METRICS = ("ctoi_excess", "floor_ctoi", "floor_con")
 # each kind of threshold and how it reads: value >= t, value <= t, (candidate - previous) >= t; a
 # min_delta rule names what it compares "<metric> change" (Rule.quantity), never the metric itself
 OPERATORS = {"min": ">=", "max": "<=", "min_delta": ">="}
@@ -80,6 +85,7 @@ class Rule:
     decide: str = "estimate"  # or "upper"/"lower": compare that bound of the metric's interval
     per_slice: bool = False  # judge every slice of at least min_slice_size samples instead of the whole set
     min_slice_size: int = DEFAULT_MIN_SLICE_SIZE
+    history: int | None = None  # a history metric's champions (the baseline and those before it)
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -101,6 +107,13 @@ class Rule:
             )
         if self.min_slice_size < 1:
             raise UsageError(f"rule for '{self.metric}': min_slice_size must be at least 1, got {self.min_slice_size}")
+        if (self.history is not None) != (self.metric in HISTORY_METRICS) or (self.history or 1) < 1:
+            raise UsageError(
+                f"rule for '{self.metric}': history: K (at least 1 champion) applies to "
+                f"{', '.join(HISTORY_METRICS)} only"
+            )
+        if self.per_slice and self.metric in HISTORY_METRICS + FLOOR_METRICS:
+            raise UsageError(f"rule for '{self.metric}': measured on the whole set, not per slice; drop per_slice")
 
     @property
     def single_model(self) -> bool:
@@ -127,6 +140,8 @@ class Rule:
         slices a per-slice rule judges: ``<= 0.05 in every slice of n >= 50``."""
         bound = "" if self.decide == "estimate" else f" ({self.decide} bound)"
         where = f" in every slice of n >= {self.min_slice_size}" if self.per_slice else ""
+        if self.history is not None:
+            where = f" over the last {self.history} champion{'s' if self.history != 1 else ''}"
         return f"{OPERATORS[self.kind]} {self.threshold:g}{bound}{where}"
 
     @property
@@ -160,6 +175,12 @@ class GateConfig:
     interval_method: str = "wilson"  # for proportions: wilson or clopper-pearson
     slices: tuple[str, ...] = ()  # slicing columns of the evaluation data (or TRUE_CLASS)
     decision: BinaryDecision | None = None  # a binary model's positive class and threshold (decision: block)
+    floor: str | None = None  # a seed replica of the baseline: a version of the model ('7', '@replica')
+
+    @property
+    def needs_history(self) -> bool:
+        """Whether a rule is judged over the model's champions (its gates' ledgers are read)."""
+        return any(r.metric in HISTORY_METRICS for r in self.rules)
 
 
 @dataclass(frozen=True)
@@ -215,6 +236,8 @@ class RuleResult:
         extra = {}
         if self.rule.per_slice:
             extra = {"per_slice": True, "min_slice_size": self.rule.min_slice_size, "slices": list(self.slices)}
+        if self.rule.history is not None:
+            extra["history"] = self.rule.history
         return {
             "metric": self.rule.metric,
             "quantity": self.rule.quantity,
@@ -334,6 +357,7 @@ def parse_config(text: str, source: str = "config") -> GateConfig:
         interval_method=document.intervals,
         slices=tuple(document.slices or ()),
         decision=_decision(document.decision, source, _line(root, ("decision",))),
+        floor=None if document.floor is None else str(document.floor),
     )
 
 
@@ -363,6 +387,7 @@ class _RuleSpec(BaseModel):
     decide: Literal[DECIDE] = "estimate"
     per_slice: StrictBool = False
     min_slice_size: Annotated[int, Field(strict=True, ge=1)] | None = None
+    history: Annotated[int, Field(strict=True, ge=1)] | None = None
 
     @model_validator(mode="after")
     def _one_threshold(self) -> _RuleSpec:
@@ -396,11 +421,20 @@ class _Document(BaseModel):
     intervals: Literal[METHODS] = "wilson"
     slices: Annotated[list[StrictStr], Field(min_length=1)] | None = None
     decision: _DecisionSpec | None = None
+    floor: StrictStr | StrictInt | None = None
 
     @model_validator(mode="after")
     def _distinct_slices(self) -> _Document:
         if self.slices and len(set(self.slices)) != len(self.slices):
             raise ValueError(f"slices names a column twice: {self.slices}")
+        return self
+
+    @model_validator(mode="after")
+    def _one_history_per_metric(self) -> _Document:
+        for metric in HISTORY_METRICS:
+            counts = {r.history or DEFAULT_HISTORY for r in self.rules if r.metric == metric}
+            if len(counts) > 1:
+                raise ValueError(f"the rules on {metric} name different history: {sorted(counts)}; give them one")
         return self
 
 
@@ -442,6 +476,7 @@ def _rule(spec: _RuleSpec, source: str, line: int, ks: tuple[int, ...]) -> Rule:
             spec.decide,
             spec.per_slice,
             spec.min_slice_size or DEFAULT_MIN_SLICE_SIZE,
+            spec.history if spec.history is not None or spec.metric not in HISTORY_METRICS else DEFAULT_HISTORY,
         )
     except UsageError as exc:
         raise UsageError(f"{source}: line {line}: {exc}") from None
@@ -483,8 +518,9 @@ def _check_metric(metric: str, kind: str, where: str, ks: tuple[int, ...]) -> No
     learner = metric == "acc" or (per_k is not None and per_k.group(1) == "cacc")
     if kind == "min_delta" and not learner:
         raise UsageError(f"{where}: min_delta applies to per-learner metrics (acc, cacc@K), not '{metric}'")
-    if not (learner or per_k or metric in PAIR_METRICS + LEARNER_METRICS + COST_METRICS):
-        names = ", ".join(("acc", "cacc@K", "ccon@K") + PAIR_METRICS + LEARNER_METRICS + COST_METRICS)
+    known = PAIR_METRICS + LEARNER_METRICS + COST_METRICS + HISTORY_METRICS + FLOOR_METRICS
+    if not (learner or per_k or metric in known):
+        names = ", ".join(("acc", "cacc@K", "ccon@K") + known)
         raise UsageError(f"{where}: unknown metric '{metric}'; known: {names}")
 
 
@@ -695,7 +731,7 @@ def is_share_of_samples(metric: str) -> bool:
     (True, True, False)
     """
     key = candidate_key(metric)
-    return key in SHARES or _PER_K.match(key) is not None
+    return key in (*SHARES, "forgotten", "floor_ctoi", "floor_con") or _PER_K.match(key) is not None
 
 
 def _advice(rule: Rule, value: float, level: float, n: int) -> str:

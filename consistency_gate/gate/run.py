@@ -25,6 +25,7 @@ import numpy as np
 import pandas as pd
 
 from consistency_gate.core.evaluation import canonical_classes, evaluate_frames, flip_table, usable_ks
+from consistency_gate.core.history import Figures, answers, floor_figures
 from consistency_gate.core.slices import TRUE_CLASS
 from consistency_gate.core.threshold import BinaryDecision
 from consistency_gate.engines.spark import SparkModel, gate_comparison
@@ -32,6 +33,7 @@ from consistency_gate.ensembles.config import REMEDIATION_KINDS, REPAIR_METHODS,
 from consistency_gate.errors import DataError, ModelError, UsageError, redact_credentials
 from consistency_gate.gate import rules
 from consistency_gate.gate.decision import Decision
+from consistency_gate.gate.history import Generation, champions_before, history_figures
 from consistency_gate.gate.result import NOTHING_TO_DECIDE, GateResult
 from consistency_gate.gate.session import GateSession, version_description
 from consistency_gate.io import predictions as io
@@ -84,6 +86,7 @@ class _GateRun:
     dataset: Dataset | None = None  # the evaluation data as logged to the run (metrics are linked to it)
     cost: ServingCost | None = None  # the candidate's serving cost, once measured
     decision: BinaryDecision | None = None  # a binary model's answer at its threshold, once the classes are known
+    floor_scores: pd.DataFrame | pd.Series | None = None  # the seed replica's scores on ``frame`` (floor:)
 
     @property
     def run_id(self) -> str:
@@ -144,6 +147,7 @@ def run_gate(
     engine: str = "local",
     partitions: int | None = None,
     cost: bool = False,
+    floor: str | None = None,
 ) -> GateResult:
     """Run the gate on registered model ``model``; see the module docstring.
 
@@ -155,7 +159,9 @@ def run_gate(
     evaluation sets past one machine; the driver then reads only the first ``SPARK_SAMPLE_ROWS``
     rows, to validate them and for the two-generation diagnosis. The candidate's serving cost
     (timed predictions, size on disk) is measured when ``cost`` is True, a rule is on a cost
-    metric, or remediation builds something whose cost is compared with it.
+    metric, or remediation builds something whose cost is compared with it. ``floor`` (or the
+    config's ``floor:``) names a seed replica of the baseline, a version or ``@alias`` of the model:
+    the report then gives the churn no retrain avoids and ``ctoi_excess`` (SPEC 5).
     Raises a :class:`~consistency_gate.errors.GateError` with its exit code (2 usage, 3 data,
     4 model, 5 tracking) on error.
 
@@ -170,6 +176,8 @@ def run_gate(
             raise UsageError(f"engine must be 'local' or 'spark', got {engine!r}")
         timings: dict[str, float] = {}
         cfg = config if isinstance(config, rules.GateConfig) else rules.load_config(config)
+        if floor is not None:
+            cfg = replace(cfg, floor=str(floor))
         _, client = session.connect(tracking_uri)
 
         with _timed(timings, "registry"):
@@ -244,6 +252,8 @@ class _Comparer:
     base_scores: pd.DataFrame | pd.Series | None = None  # the baseline's scores (or labels) on ``gate.frame``
     label_only: dict[str, str] = field(default_factory=dict)  # model URI -> why it answers with labels only
     single: Decision | None = None  # the candidate's own decision, once made (a repair's ItoC kept is against it)
+    past: list[Generation] | None = None  # the champions before the baseline, read once (history rules)
+    replica: pd.DataFrame | None = None  # the seed replica's answers (floor:), once computed
 
     def decide(self, cand_scores: pd.DataFrame, cand_model: SparkModel, cost: dict | None = None) -> Decision:
         """The comparison and the rules' verdict: ``cand_scores`` are the candidate's scores on
@@ -280,7 +290,38 @@ class _Comparer:
             comparison = evaluation.result(confidence=cfg.confidence, interval_method=cfg.interval_method)
             ids = frame[gate.id_column].to_numpy() if gate.id_column else np.arange(len(frame))
             samples = flip_table(evaluation.samples(), ids)
+        if not first_generation:
+            comparison.add(self.figures(samples))
         return Decision.judge(comparison, cfg, samples, ks, first_generation, cost)
+
+    def figures(self, samples: pd.DataFrame) -> Figures:
+        """The metrics measured beside the comparison (SPEC 5): over the champions' history when a
+        rule names one, against the seed replica when a floor is configured."""
+        gate, cfg = self.gate, self.gate.cfg
+        figures = Figures()
+        if cfg.needs_history:
+            if self.past is None:
+                self.past = champions_before(gate.client, gate.cand_ref.name, gate.base_ref.version)
+            figures.update(history_figures(cfg.rules, self.past, samples, cfg.confidence, cfg.interval_method))
+        if gate.floor_scores is not None:
+            if samples.empty:
+                for key in rules.FLOOR_METRICS:
+                    figures.null(key, "needs every sample's answers, which --engine spark does not keep")
+                return figures
+            base = answers(samples["id"], samples["label"], samples["previous_prediction"])
+            cand = answers(samples["id"], samples["label"], samples["candidate_prediction"])
+            if self.replica is None:
+                self.replica = self._answers_of(gate.floor_scores, samples["id"])
+            figures.update(floor_figures(base, cand, self.replica, cfg.confidence))
+        return figures
+
+    def _answers_of(self, scores: pd.DataFrame | pd.Series, ids: pd.Series) -> pd.DataFrame:
+        """A model's answers on the gate's frame (at the binary threshold, as the gate's own)."""
+        gate = self.gate
+        labels = gate.frame[gate.label_column]
+        evaluation = evaluate_frames(labels, [scores, scores], [1], str(gate.data_path), decision=gate.decision)
+        table = flip_table(evaluation.samples(), ids.to_numpy())
+        return answers(table["id"], table["label"], table["candidate_prediction"])
 
     def spark_model(self, model: scoring.LoadedModel, scores: pd.DataFrame | pd.Series) -> SparkModel:
         """How Spark loads a registered version: its classes are those its scorer gave on the sample."""
@@ -322,6 +363,9 @@ def _gate_in_run(gate: _GateRun) -> GateResult:
         )
     if gate.measure_cost:
         _measure_cost(gate, models[-1])
+    if cfg.floor is not None and base_ref is not None:
+        with gate.timed("predict"):
+            gate.floor_scores = _replica_scores(gate)
     gate.decision = binary_decision(cfg.decision, frames)
     base_scores = frames[0] if base_ref else None
     comparer = _Comparer(gate, models[0] if base_ref else None, base_scores, label_only)
@@ -405,6 +449,20 @@ def _promote(gate: _GateRun, result: GateResult, version: str, record: Callable[
             f"@{alias} holds {holds} (read back from the registry), but the run could not record the promotion "
             f"({type(exc).__name__}: {redact_credentials(str(exc))[:300]}): its tags and report.json predate it"
         )
+
+
+def _replica_scores(gate: _GateRun) -> pd.DataFrame | pd.Series:
+    """The seed replica's scores (``floor:``, a version or @alias of the model) on the gate's frame."""
+    spec = gate.cfg.floor
+    spec = spec[1:] if spec[:1] == "v" and spec[1:].isdigit() else spec  # v7 as 7
+    ref = registry.resolve_version(gate.client, gate.cand_ref.name, spec)
+    if ref.version in (gate.cand_ref.version, gate.base_ref.version):
+        raise UsageError(
+            f"floor: v{ref.version} is the {'candidate' if ref.version == gate.cand_ref.version else 'baseline'}; "
+            "the floor is a replica of the baseline trained with another seed, registered as its own version"
+        )
+    replica = scoring.load_model(ref, gate.cfg.classes)
+    return scoring.predict(replica, gate.frame, gate.non_features)
 
 
 def _measure_cost(gate: _GateRun, candidate: scoring.LoadedModel) -> None:

@@ -279,7 +279,7 @@ def verdict_table(report: dict) -> str:
         title = view.compared() if number == 0 else section.title
         lines += [*([""] if lines else []), f"{title}: {section.verdict}", "", table(section.rules, RULE_HEADER)]
         if number == 0:
-            lines += [f"\n{line}" for line in [decision_line(report.get("decision"))] if line]
+            lines += [f"\n{line}" for line in [decision_line(report.get("decision")), *beside_lines(report)] if line]
             lines += [f"\nWarning: {warning}." for warning in view.warnings]
     lines += [f"\n{line}" for line in (view.cost, view.registered) if line]
     if view.attempts:
@@ -294,6 +294,39 @@ def verdict_table(report: dict) -> str:
         url = (report.get("links") or {}).get("run")
         lines.append(f"\nMLflow run: {view.run_id}" + (f" ({url})" if url else ""))
     return "\n".join(lines)
+
+
+def beside_lines(report: dict) -> list[str]:
+    """The figures measured beside the comparison (SPEC 5), in words: the seed-noise floor and the
+    history metrics, each with its interval (none without them).
+
+    >>> report = {"metrics": {"floor_ctoi": 0.035, "floor_con": 0.95, "ctoi_excess": 0.031, "forgotten": 0.02},
+    ...     "intervals": {"floor_ctoi": [0.025, 0.048], "floor_con": [0.93, 0.96], "ctoi_excess": [0.01, 0.05],
+    ...     "forgotten": [0.012, 0.033]}}
+    >>> floor, history = beside_lines(report)
+    >>> print(floor.replace("; ", ";\\n"))
+    Seed-noise floor: a replica of the baseline trained with another seed has CtoI 0.0350 [0.0250, 0.0480] and CON ...
+    the candidate's CtoI exceeds the replica's by 0.0310 [0.0100, 0.0500] (ctoi_excess).
+    >>> history
+    'Over the champions: forgotten 0.0200 [0.0120, 0.0330].'
+    """
+    metrics, intervals = report.get("metrics") or {}, report.get("intervals") or {}
+
+    def shown(key: str) -> str:
+        interval = intervals.get(key)
+        return fmt(metrics.get(key)) + (f" [{interval[0]:.4f}, {interval[1]:.4f}]" if interval else "")
+
+    lines = []
+    if "ctoi_excess" in metrics:
+        lines.append(
+            f"Seed-noise floor: a replica of the baseline trained with another seed has CtoI {shown('floor_ctoi')} "
+            f"and CON {shown('floor_con')} against it; the candidate's CtoI exceeds the replica's by "
+            f"{shown('ctoi_excess')} (ctoi_excess)."
+        )
+    history = [f"{key} {shown(key)}" for key in ("forgotten", "cumulative_nfr") if key in metrics]
+    if history:
+        lines.append(f"Over the champions: {'; '.join(history)}.")
+    return lines
 
 
 def decision_line(decision: dict | None) -> str:
@@ -559,6 +592,7 @@ def verdict_markdown(report: dict) -> str:
     failed = [f"{rule} ({value})" for rule, value, outcome, *_ in first if outcome == "FAILED"]
     found = f" Failed: {'; '.join(failed)}." if failed else ""
     lines = [f"## consistency-gate: {view.headline}", "", f"{view.compared(gated, against)}.{found}"]
+    lines += [f"\n{line}" for line in beside_lines(markdown_safe(report))]
     lines += [f"\n> **Warning:** {warning}." for warning in view.warnings]
     for section in view.sections:
         lines += ["", f"### {section.title}: {section.verdict}", ""]
