@@ -169,3 +169,35 @@ def test_a_floor_that_is_the_baseline_is_refused(gated, tmp_path):
         "--config", config, "--tracking-uri", gated["uri"],
     )  # fmt: skip
     assert proc.returncode == 2 and "floor: v6 is the baseline" in proc.stderr.strip().splitlines()[-1]
+
+
+def test_the_bayesian_update_repairs_a_candidate_over_three_generations(gated, tmp_path):
+    """Issue 43: `method: bayesian-update` combines v5, v6 (@champion) and the poor v4 through their
+    confusion matrices on calibration data (noisy copies of the samples, never the evaluation set),
+    keeps v6's answer unless the belief says otherwise, registers one pyfunc carrying the three models
+    (it predicts what was gated: checked by the gate in a fresh load) and gates it like any repair."""
+    rng = np.random.default_rng(1)
+    calibration = tmp_path / "calibration.csv"
+    noisy = gated["x"] + rng.normal(0, 0.15, size=gated["x"].shape)
+    noisy.assign(label=gated["y"]).to_csv(calibration, index=False)
+    config = tmp_path / "gate.yaml"
+    config.write_text(
+        "rules:\n  - {metric: ctoi, max: 0.01}\n"
+        f"remediation:\n  strategy: [bayesian-update]\n  calibration: {calibration}\n  generations: 3\n"
+    )
+    report_path = tmp_path / "report.json"
+    proc = run_cli(
+        "check", "--model", MODEL, "--candidate", "4", "--data", gated["data"], "--id-column", "id",
+        "--config", config, "--tracking-uri", gated["uri"], "--report", report_path,
+    )  # fmt: skip
+    report = json.loads(report_path.read_text())
+    assert report.get("candidate_verdict") == "failed", (report.get("error"), proc.stderr[-3000:])
+    (attempt,) = report["attempts"]
+    assert attempt["method"] == "bayesian-update", attempt
+    repair = report["ensemble"]
+    assert repair["setting"]["versions"] == ["5", "6", "4"] and repair["members"] == 3
+    assert repair["metrics"]["ctoi"] < report["metrics"]["ctoi"]  # it keeps the champion's right answers
+    if repair["verdict"] == "passed":
+        assert proc.returncode == 0 and report["registered_version"] is not None
+        version = MlflowClient(tracking_uri=gated["uri"]).get_model_version(MODEL, report["registered_version"])
+        assert version.tags["consistency_gate.kind"] == "bayesian-update"

@@ -201,7 +201,10 @@ def test_a_strategy_tries_methods_in_turn_and_registers_the_first_that_passes(st
 @pytest.mark.parametrize(
     ("strategy", "expected"),
     [
-        ("cheapest", ("blend", "rerank", "focal-distillation", "ensemble-distillation", "dynsnap-cyc")),
+        (
+            "cheapest",
+            ("blend", "rerank", "bayesian-update", "focal-distillation", "ensemble-distillation", "dynsnap-cyc"),
+        ),
         ("[extbagging, focal-distillation]", ("extbagging", "focal-distillation")),
     ],
 )

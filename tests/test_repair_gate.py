@@ -138,5 +138,7 @@ def test_without_training_data_the_training_methods_are_skipped_not_refused(stor
     assert result.verdict == "failed" and result.exit_code == 1 and result.registered_version is None
     skipped = [a for a in result.attempts if a["verdict"] == "skipped"]
     assert [a["method"] for a in result.attempts[:2]] == ["blend", "rerank"]
-    assert [a["method"] for a in skipped] == ["focal-distillation", "ensemble-distillation", "dynsnap-cyc"]
-    assert all("names no training data" in a["note"] for a in skipped)
+    assert [a["method"] for a in skipped] == [
+        "bayesian-update", "focal-distillation", "ensemble-distillation", "dynsnap-cyc"
+    ]  # fmt: skip
+    assert "calibration:" in skipped[0]["note"] and all("names no training data" in a["note"] for a in skipped[1:])

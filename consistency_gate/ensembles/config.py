@@ -21,7 +21,8 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, Strict
 from consistency_gate.ensembles.combine import RULES
 from consistency_gate.errors import UsageError
 
-REPAIR_METHODS = ("blend", "rerank")  # no training: the candidate corrected by the previous generation
+# no training: the candidate corrected by the previous generation (bayesian-update: by the last K generations)
+REPAIR_METHODS = ("blend", "rerank", "bayesian-update")
 ENSEMBLE_METHODS = ("dynsnap-cyc", "dynsnap-step", "snapshot", "extbagging")  # m members
 DISTILLATION_METHODS = ("focal-distillation", "ensemble-distillation")  # one model, from a teacher
 METHODS = (*REPAIR_METHODS, *ENSEMBLE_METHODS, "mcdropout", "singlebase", *DISTILLATION_METHODS)
@@ -34,7 +35,7 @@ REMEDIATION_KINDS = ("ensemble", "distilled", *REPAIR_METHODS)
 
 def remediation_kind(method: str) -> str:
     """What ``method`` builds: 'distilled' (one model learnt from a teacher), 'ensemble', or for a
-    no-training repair its own name ('blend', 'rerank').
+    no-training repair its own name ('blend', 'rerank', 'bayesian-update').
 
     >>> remediation_kind("focal-distillation"), remediation_kind("dynsnap-cyc"), remediation_kind("rerank")
     ('distilled', 'ensemble', 'rerank')
@@ -224,6 +225,8 @@ class RemediationBlock(BaseModel):
     weight: Annotated[float, Field(strict=True)] | None = None  # blend: fixed (else tuned, else 0.5)
     k: StrictInt | None = None  # rerank: fixed (else tuned, else 3)
     calibration: Path | None = None  # data to tune blend's weight and rerank's k on (never the gate's own set)
+    generations: Annotated[int, Field(strict=True, ge=2)] | None = None  # bayesian-update: K (default 3)
+    cost_ratio: Annotated[float, Field(strict=True, ge=1)] | None = None  # bayesian-update: fixed (else tuned)
 
     @field_validator("combination", mode="before")
     @classmethod
@@ -246,6 +249,8 @@ class RemediationConfig:
     weight: float | None = None  # blend's weight as the config fixes it (None: tuned, or the default)
     k: int | None = None  # rerank's k as the config fixes it (None: tuned, or the default)
     calibration: Path | None = None  # where the repairs' settings are tuned (None: ``data``, if any)
+    generations: int | None = None  # bayesian-update's K, the candidate and the baseline included
+    cost_ratio: float | None = None  # bayesian-update's cost ratio as the config fixes it (None: tuned)
 
     @property
     def can_train(self) -> bool:
@@ -257,7 +262,7 @@ class RemediationConfig:
         """The methods remediation tries, in order, until one passes.
 
         >>> RemediationConfig(None, strategy=cheapest_order("dynsnap-step")).methods
-        ('blend', 'rerank', 'focal-distillation', 'ensemble-distillation', 'dynsnap-step')
+        ('blend', 'rerank', 'bayesian-update', 'focal-distillation', 'ensemble-distillation', 'dynsnap-step')
         >>> RemediationConfig(None).methods
         ('dynsnap-cyc',)
         """
@@ -298,7 +303,7 @@ class RemediationConfig:
         options = dict(block.recipe_options)
         return cls(
             block.data, block.recipe, options, block.label_column, block.combination, settings, strategy, overrides,
-            block.weight, block.k, block.calibration,
+            block.weight, block.k, block.calibration, block.generations, block.cost_ratio,
         )  # fmt: skip
 
 
@@ -308,7 +313,7 @@ def cheapest_order(method: str) -> tuple[str, ...]:
     ``method`` (DynSnap-cyc if ``method`` is itself one of those).
 
     >>> cheapest_order("focal-distillation")
-    ('blend', 'rerank', 'focal-distillation', 'ensemble-distillation', 'dynsnap-cyc')
+    ('blend', 'rerank', 'bayesian-update', 'focal-distillation', 'ensemble-distillation', 'dynsnap-cyc')
     """
     first = (*REPAIR_METHODS, *DISTILLATION_METHODS)
     return (*first, "dynsnap-cyc" if method in first else method)

@@ -33,7 +33,7 @@ from consistency_gate.ensembles.config import REMEDIATION_KINDS, REPAIR_METHODS,
 from consistency_gate.errors import DataError, ModelError, UsageError, redact_credentials
 from consistency_gate.gate import rules
 from consistency_gate.gate.decision import Decision
-from consistency_gate.gate.history import Generation, champions_before, history_figures
+from consistency_gate.gate.history import Generation, champions_before, history_figures, last
 from consistency_gate.gate.result import NOTHING_TO_DECIDE, GateResult
 from consistency_gate.gate.session import GateSession, version_description
 from consistency_gate.io import predictions as io
@@ -606,7 +606,9 @@ def _remediate_in_turn(
                 print(f"{method}: skipped ({skipped})", file=sys.stderr, flush=True)
             continue
         settings = remediation.for_method(method)
-        if method in REPAIR_METHODS:
+        if method == "bayesian-update":
+            report = _bayes_repair(gate, comparer, cand_model, cand_scores, settings)
+        elif method in REPAIR_METHODS:
             report = _repair(gate, comparer, cand_model, cand_scores, settings)
         else:
             report = _remediate(gate, comparer, cand_model, classes, settings)
@@ -642,6 +644,13 @@ def _missing_for(method: str, comparer: _Comparer, remediation: RemediationConfi
     learns_from_previous = method in REPAIR_METHODS or method == "focal-distillation"
     if comparer.baseline is None and learns_from_previous:
         return "no previous generation to learn from"
+    if method == "bayesian-update":  # answers are enough; the generations' confusion matrices need labelled data
+        if remediation.calibration is None and remediation.data is None:
+            return (
+                "it estimates each generation's confusion matrix on labelled data other than the evaluation set: "
+                "name it with calibration: in the remediation block"
+            )
+        return None
     if learns_from_previous:
         needed = comparer.label_only if method in REPAIR_METHODS else [comparer.baseline.ref.uri]
         scoreless = [uri for uri in comparer.label_only if uri in needed]
@@ -810,11 +819,75 @@ def _repair(
         )
 
 
-def _generation(model: scoring.LoadedModel, scores: pd.DataFrame) -> dict:
-    """A generation as a repair carries it: its model URI, its classes (its score columns) and the tags
-    that say how to read its outputs."""
+def _generation(model: scoring.LoadedModel, scores: pd.DataFrame | pd.Series) -> dict:
+    """A generation as a repair carries it: its model URI, its classes (its score columns; none for a
+    label-only model) and the tags that say how to read its outputs."""
     tags = {k: v for k, v in model.ref.tags.items() if k in (registry.CLASSES_TAG, registry.OUTPUTS_TAG)}
-    return {"uri": model.ref.uri, "classes": [str(c) for c in scores.columns], "tags": tags}
+    classes = [str(c) for c in scores.columns] if isinstance(scores, pd.DataFrame) else None
+    return {"uri": model.ref.uri, "classes": classes, "tags": tags}
+
+
+def _bayes_repair(
+    gate: _GateRun,
+    comparer: _Comparer,
+    cand_model: scoring.LoadedModel,
+    cand_scores: pd.DataFrame | pd.Series,
+    remediation: RemediationConfig,
+) -> dict:
+    """The Bayesian update over the last K generations (:mod:`consistency_gate.ensembles.bayes`) in a
+    nested run: the champions before the baseline (as the model's gates promoted them), the baseline
+    and the candidate, their confusion matrices estimated on the calibration data, the cost ratio fixed
+    by the config or tuned there with the gate's rules; logged as one pyfunc carrying the K models,
+    checked to predict what was gated, then judged like any attempt."""
+    import mlflow
+
+    from consistency_gate.ensembles import bayes
+
+    with gate.session.child_run("remediation: bayesian-update") as child_run_id:
+        start = time.perf_counter()
+        count = remediation.generations or bayes.DEFAULT_GENERATIONS
+        past = last(champions_before(gate.client, gate.cand_ref.name, gate.base_ref.version), count - 2)
+        refs = [registry.resolve_version(gate.client, gate.cand_ref.name, v) for v, _ in past]
+        models = [*(scoring.load_model(ref, gate.cfg.classes) for ref in refs), comparer.baseline, cand_model]
+        on_eval = [*(scoring.predict(m, gate.frame, gate.non_features) for m in models[:-2])]
+        on_eval += [comparer.base_scores, cand_scores]
+        source = Path(remediation.calibration or remediation.data)
+        label = remediation.label_column
+        tuning = io.read_evaluation_data(source, label, None)
+        on_tuning = [scoring.predict(m, tuning, scoring.non_features(label, None)) for m in models]
+        said_eval = [bayes.answer_labels(s, gate.decision) for s in on_eval]
+        said_tuning = [bayes.answer_labels(s, gate.decision) for s in on_tuning]
+        seen = {str(c) for s in on_eval if isinstance(s, pd.DataFrame) for c in s.columns}
+        seen |= {str(v) for v in tuning[label]} | {a for said in said_eval + said_tuning for a in said}
+        classes = canonical_classes([sorted(seen)])
+        update = bayes.BayesUpdate(classes, [bayes.confusion(tuning[label], s, classes) for s in said_tuning])
+        tuning_idx = [bayes.class_indices(s, classes) for s in said_tuning]
+        if remediation.cost_ratio is not None:
+            update = replace(update, cost_ratio=remediation.cost_ratio, tuned_on="config")
+        else:
+            base = pd.DataFrame(np.eye(len(classes))[np.maximum(tuning_idx[-2], 0)], columns=classes)
+            judge = _calibration_judge(gate, tuning[label], base, classes, source)
+            update = bayes.tune_cost_ratio(update, tuning_idx, judge, str(source))
+        eval_idx = [bayes.class_indices(s, classes) for s in said_eval]
+        scores = pd.DataFrame(update.scores(eval_idx), columns=classes, index=gate.frame.index)
+        seconds = time.perf_counter() - start
+        mlflow.log_params({"method": "bayesian-update", **update.setting, "versions": ", ".join(v for v, _ in past)})
+        generations = [_generation(m, s) for m, s in zip(models, on_eval, strict=True)]
+        decision = gate.decision.to_dict() if gate.decision else None
+        model_info = bayes.log_bayes(update, generations, decision)
+        served = scoring.load_model(registry.ModelRef(model_info.model_uri, "", source=model_info.model_uri))
+        features = scoring.feature_frame(served, gate.frame, gate.non_features)
+        same = scoring.predict(served, gate.frame, gate.non_features)[classes].to_numpy()
+        if not np.allclose(same, scores.to_numpy(), atol=1e-6):
+            raise ModelError(f"{model_info.model_uri}: the logged bayesian-update does not predict what was gated")
+        members = len(models)
+        cost = _serving_cost(lambda f: scoring.predict(served, f, ()), features, model_info.model_uri, members=members)
+        setting = {**update.setting, "versions": [*(v for v, _ in past), gate.base_ref.version, gate.cand_ref.version]}
+        built = {"members": members, "runs": 0, "kappa": 0.0, "train_seconds": seconds, "setting": setting}
+        return _judge_attempt(
+            gate, comparer, "bayesian-update", model_info, scores, cand_model.features, cost,
+            {**built, "run_id": child_run_id},
+        )  # fmt: skip
 
 
 def _repair_setting(
@@ -833,27 +906,37 @@ def _repair_setting(
     source = remediation.calibration or remediation.data
     if source is None:
         return Repair(method)
-    label = remediation.label_column
-    tuning = io.read_evaluation_data(Path(source), label, None)
-    exclude = scoring.non_features(label, None)
+    tuning = io.read_evaluation_data(Path(source), remediation.label_column, None)
+    exclude = scoring.non_features(remediation.label_column, None)
     prev_scores, cand_scores = (scoring.predict(m, tuning, exclude) for m in (comparer.baseline, cand_model))
     previous, candidate, classes = aligned(prev_scores, cand_scores)
+    base = pd.DataFrame(previous, columns=classes)
+    judge = _calibration_judge(gate, tuning[remediation.label_column], base, classes, source)
+    return tune(method, previous, candidate, judge, str(source))
+
+
+def _calibration_judge(
+    gate: _GateRun, labels: pd.Series, base: pd.DataFrame | pd.Series, classes: list[str], source: Path
+) -> Callable[[np.ndarray], tuple[bool, float]]:
+    """``judge(scores)`` for tuning a repair on calibration data (``labels``; the baseline's scores
+    ``base`` there; the repair's over ``classes``): (whether the gate's rules pass, CtoI), each rule on
+    its strict one-sided bound at the tuning confidence, wide enough for the evaluation set's sampling
+    error as well: a setting that passes calibration by a hair fails the evaluation set. A serving cost,
+    a slice and what is measured over the champions or against a replica are not measured there."""
     cfg = gate.cfg
-    # each rule on its strict bound there, wide enough for the evaluation set's sampling error as well: a
-    # setting that passes calibration by a hair fails the evaluation set
-    margin = [rules.with_margin(r) for r in cfg.rules if r.metric not in rules.COST_METRICS and not r.per_slice]
+    beside = (*rules.COST_METRICS, *rules.HISTORY_METRICS, *rules.FLOOR_METRICS)
+    margin = [rules.with_margin(r) for r in cfg.rules if r.metric not in beside and not r.per_slice]
     kept = replace(cfg, rules=margin, confidence=rules.tuning_confidence(cfg.confidence))
     ks = usable_ks(None if not cfg.ks_given else cfg.ks, {str(source): len(classes)}, f"{cfg.source}: ks")
-    base = pd.DataFrame(previous, columns=classes)
 
     def judge(probabilities: np.ndarray) -> tuple[bool, float]:
         repaired = pd.DataFrame(probabilities, columns=classes)
-        evaluation = evaluate_frames(tuning[label], [base, repaired], ks, str(source), decision=gate.decision)
+        evaluation = evaluate_frames(labels, [base, repaired], ks, str(source), decision=gate.decision)
         comparison = evaluation.result(confidence=kept.confidence, interval_method=cfg.interval_method)
         decision = Decision.judge(comparison, kept, pd.DataFrame(), ks)
         return decision.verdict == "passed", comparison.metrics["ctoi"]
 
-    return tune(method, previous, candidate, judge, str(source))
+    return judge
 
 
 def _validate(gate: _GateRun, models: list[scoring.LoadedModel]) -> None:

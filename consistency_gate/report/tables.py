@@ -154,8 +154,12 @@ def remedy_title(remedy: dict) -> str:
     """
     if remedy.get("setting"):  # a repair that needs no training
         setting = remedy["setting"]
-        value = f"w {setting['weight']}" if "weight" in setting else f"k {setting['k']}"
         where = "default" if setting["tuned_on"] == "defaults" else f"from {setting['tuned_on']}"
+        if "cost_ratio" in setting:
+            versions = ", ".join(f"v{v}" for v in setting["versions"])
+            ratio = f"cost ratio {setting['cost_ratio']:g}"
+            return f"{remedy_noun(remedy)} ({ratio}, {where}): {versions} in one, no training"
+        value = f"w {setting['weight']}" if "weight" in setting else f"k {setting['k']}"
         return f"{remedy_noun(remedy)} ({value}, {where}): both generations' models in one, no training"
     trained = f"from {remedy['runs']} runs (kappa {remedy['kappa']:.1f})"
     if remedy.get("kind") == "distilled":
@@ -390,7 +394,7 @@ def milliseconds(value: float) -> str:
 
 def _served(remedy: dict) -> str:
     if remedy.get("setting"):
-        return f"the {remedy_noun(remedy)} (both generations' models)"
+        return f"the {remedy_noun(remedy)} ({remedy.get('members', 2)} generations' models)"
     if remedy.get("kind") == "distilled":
         return f"the {remedy_noun(remedy)}"
     return f"the ensemble of {remedy['members']} members"

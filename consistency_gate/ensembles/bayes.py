@@ -1,0 +1,244 @@
+"""The Bayesian update over generations (Traeuble et al., "Backward-Compatible Prediction Updates: A
+Probabilistic Approach", NeurIPS 2021), a repair that needs no training: ``method: bayesian-update``.
+
+Each of the last K generations (the champions before the baseline, the baseline, the candidate) is
+an imperfect annotator with a confusion matrix ``C_t[y, j] = p(generation t answers j | true class y)``,
+estimated on calibration data (never the gate's evaluation set, add-one smoothed). Starting from a
+uniform prior, a sample's belief over its true class is the product of the likelihoods of the answers
+the generations gave it. The previous generation's answer stands unless the belief in the most likely
+class is more than ``cost_ratio`` times the belief in that answer (the cost-ratio rule: a negative flip
+costs ``cost_ratio`` times what a positive flip gains); the output is the belief with the answer given
+the highest score (for two classes, the answer alone, so any decision threshold reads it the same).
+
+>>> classes = ["a", "b"]
+>>> good, coin = np.array([[0.9, 0.1], [0.1, 0.9]]), np.array([[0.5, 0.5], [0.5, 0.5]])
+>>> update = BayesUpdate(classes, [good, coin, good], cost_ratio=2.0)
+>>> update.answers([np.array([0, 0]), np.array([0, 1]), np.array([1, 0])])  # the baseline is the second
+array([0, 0])
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pandas as pd
+
+if TYPE_CHECKING:
+    from mlflow.models.model import ModelInfo
+    from mlflow.pyfunc import PythonModelContext
+
+try:
+    from mlflow.pyfunc import PythonModel
+except ImportError:  # pragma: no cover - mlflow is a dependency; keeps the core importable without it
+    PythonModel = object
+
+DEFAULT_GENERATIONS = 3  # the candidate, the baseline and the champion before it
+DEFAULT_COST_RATIO = 2.0
+COST_RATIOS = (1.0, 1.5, 2.0, 3.0, 5.0, 10.0, 30.0, 100.0)  # 1: the most likely class always (MaxBelief)
+
+
+def confusion(
+    labels: Sequence[object], answers: Sequence[object], classes: Sequence[str], alpha: float = 1.0
+) -> np.ndarray:
+    """``C[y, j]``: the share of the samples of true class ``y`` answered ``j``, add-``alpha`` smoothed
+    (a class never seen still has a likelihood). Labels and answers are compared as text; one outside
+    ``classes`` is left out.
+
+    Parameters
+    ----------
+    labels, answers : the calibration samples' true classes and one generation's answers.
+    classes : the class order of the rows and columns.
+    alpha : the pseudo-count of every cell.
+
+    Returns
+    -------
+    (p, p) row-stochastic matrix.
+
+    Examples
+    --------
+    >>> confusion(["a", "a", "b"], ["a", "b", "b"], ["a", "b"], alpha=0).tolist()
+    [[0.5, 0.5], [0.0, 1.0]]
+    """
+    index = {c: i for i, c in enumerate(classes)}
+    y = np.array([index.get(str(v), -1) for v in labels])
+    j = np.array([index.get(str(v), -1) for v in answers])
+    keep = (y >= 0) & (j >= 0)
+    counts = np.full((len(classes), len(classes)), float(alpha))
+    np.add.at(counts, (y[keep], j[keep]), 1.0)
+    totals = counts.sum(axis=1, keepdims=True)
+    return np.divide(counts, totals, out=np.full_like(counts, 1.0 / len(classes)), where=totals > 0)
+
+
+@dataclass(frozen=True)
+class BayesUpdate:
+    """The update of K generations: their ``confusions`` in order (the baseline second to last, the
+    candidate last) over ``classes``, and the ``cost_ratio`` a change of the baseline's answer needs."""
+
+    classes: list[str]
+    confusions: list[np.ndarray]
+    cost_ratio: float = DEFAULT_COST_RATIO
+    tuned_on: str = "defaults"
+
+    def belief(self, answers: Sequence[np.ndarray]) -> np.ndarray:
+        """(n, p) posterior over the true class, from each generation's answers (class indices; -1 for
+        an answer outside the classes, which says nothing)."""
+        log = np.zeros((len(answers[0]), len(self.classes)))
+        for said, matrix in zip(answers, self.confusions, strict=True):
+            known = said >= 0
+            log[known] += np.log(matrix[:, said[known]].T)
+        log -= log.max(axis=1, keepdims=True)
+        belief = np.exp(log)
+        return belief / belief.sum(axis=1, keepdims=True)
+
+    def answers(self, answers: Sequence[np.ndarray]) -> np.ndarray:
+        """Each sample's answer: the baseline's (``answers[-2]``) unless the most likely class is more
+        than ``cost_ratio`` times as likely."""
+        belief = self.belief(answers)
+        rows = np.arange(len(belief))
+        best = belief.argmax(axis=1)
+        kept = answers[-2]
+        known = kept >= 0
+        stay = known & (belief[rows, best] <= self.cost_ratio * belief[rows, np.where(known, kept, 0)])
+        return np.where(stay, kept, best)
+
+    def scores(self, answers: Sequence[np.ndarray]) -> np.ndarray:
+        """(n, p) class scores whose highest is each sample's answer: the belief with the answer's score
+        and the highest swapped; for two classes the answer alone (1 and 0)."""
+        belief, chosen = self.belief(answers), self.answers(answers)
+        if len(self.classes) == 2:
+            return np.eye(2)[chosen]
+        rows, top = np.arange(len(belief)), belief.argmax(axis=1)
+        out = belief.copy()
+        out[rows, top], out[rows, chosen] = belief[rows, chosen], belief[rows, top]
+        return out
+
+    @property
+    def setting(self) -> dict:
+        """The setting as a report shows it."""
+        return {"generations": len(self.confusions), "cost_ratio": self.cost_ratio, "tuned_on": self.tuned_on}
+
+
+def tune_cost_ratio(
+    update: BayesUpdate, answers: Sequence[np.ndarray], judge: Callable[[np.ndarray], tuple[bool, float]], where: str
+) -> BayesUpdate:
+    """The smallest cost ratio (the most answers the generations' belief may change) whose scores on
+    calibration data pass ``judge`` (the gate's rules there: (passed, CtoI)); else the one with the
+    fewest negative flips there.
+
+    >>> good = np.array([[0.9, 0.1], [0.1, 0.9]])
+    >>> update = BayesUpdate(["a", "b"], [good, good, good])
+    >>> said = [np.array([0]), np.array([0]), np.array([1])]
+    >>> tune_cost_ratio(update, said, lambda s: (s.argmax(1)[0] == 0, 0.0), "calib.csv").cost_ratio
+    1.0
+    """
+    grid = [BayesUpdate(update.classes, update.confusions, c, where) for c in COST_RATIOS]
+    judged = [(candidate, *judge(candidate.scores(answers))) for candidate in grid]
+    passing = [candidate for candidate, passed, _ in judged if passed]
+    return passing[0] if passing else min(judged, key=lambda item: item[2])[0]
+
+
+def class_indices(answers: Sequence[object], classes: Sequence[str]) -> np.ndarray:
+    """Answers as indices into ``classes`` (compared as text; -1 outside them).
+
+    >>> class_indices(["b", 3, "z"], ["a", "b", "3"]).tolist()
+    [1, 2, -1]
+    """
+    index = {c: i for i, c in enumerate(classes)}
+    return np.array([index.get(str(a), -1) for a in answers], dtype=np.int64)
+
+
+class BayesPyfunc(PythonModel):
+    """MLflow pyfunc of the Bayesian update: every generation's model inside it (artifacts ``g0`` ...,
+    the candidate last), their confusion matrices and the cost ratio in its model config; predict()
+    returns one score column per class."""
+
+    def load_context(self, context: PythonModelContext) -> None:
+        """Load the generations from the model's own artifacts (no registry needed)."""
+        from consistency_gate.core.threshold import BinaryDecision
+        from consistency_gate.mlops.registry import ModelRef
+        from consistency_gate.mlops.scoring import load_model
+
+        config = context.model_config
+        self.update = BayesUpdate(
+            config["classes"], [np.array(m) for m in config["confusions"]], config["cost_ratio"], config["tuned_on"]
+        )
+        decision = config.get("decision")
+        self.decision = BinaryDecision(decision["positive"], decision["threshold"]) if decision else None
+        self.models = []
+        for role in config["roles"]:
+            path = context.artifacts[role]
+            ref = ModelRef(path, "", tags=dict(config["tags"][role]), source=path)
+            self.models.append(load_model(ref, config["model_classes"][role]))
+
+    def predict(self, context, model_input: pd.DataFrame, params=None) -> pd.DataFrame:  # noqa: ANN001
+        """One score column per class; the highest is the update's answer."""
+        from consistency_gate.mlops.scoring import predict
+
+        frame = model_input
+        if isinstance(model_input, np.ndarray):  # a tensor input: flat columns, reshaped by each model
+            frame = pd.DataFrame(model_input.reshape(len(model_input), -1))
+        frame = pd.DataFrame(frame)
+        said = [
+            class_indices(answer_labels(predict(m, frame, ()), self.decision), self.update.classes) for m in self.models
+        ]
+        return pd.DataFrame(self.update.scores(said), columns=self.update.classes, index=frame.index)
+
+
+def answer_labels(output: pd.DataFrame | pd.Series, decision: object | None = None) -> list[str]:
+    """A model's answers as text: a label-only model's labels, else its highest-scoring class (a binary
+    model's at ``decision``, a :class:`~consistency_gate.core.threshold.BinaryDecision`).
+
+    >>> answer_labels(pd.DataFrame({"a": [0.7, 0.2], "b": [0.3, 0.8]}))
+    ['a', 'b']
+    """
+    if isinstance(output, pd.Series):
+        return [str(v) for v in output]
+    columns = [str(c) for c in output.columns]
+    values = output.to_numpy(dtype=np.float64)
+    if decision is not None and decision.positive in columns and len(columns) == 2:
+        positive = columns.index(decision.positive)
+        return [columns[i] for i in decision.answers(values[:, positive], positive, 1 - positive)]
+    return [columns[i] for i in values.argmax(axis=1)]
+
+
+def log_bayes(update: BayesUpdate, generations: list[dict], decision: dict | None, name: str = "repair") -> ModelInfo:
+    """Log ``update`` as one pyfunc model in the active run carrying every generation's model
+    (``generations``: dicts with the model's ``uri``, its ``classes`` and its ``tags``, the candidate
+    last, whose signature is the repair's input). Returns MLflow's ModelInfo.
+
+    Example::
+
+        with mlflow.start_run():
+            info = log_bayes(update, [{"uri": "models:/clf/1", ...}, {"uri": "models:/clf/3", ...}], None)
+    """
+    import warnings
+
+    import mlflow
+
+    roles = [f"g{i}" for i in range(len(generations))]
+    config = {
+        "classes": update.classes,
+        "confusions": [m.tolist() for m in update.confusions],
+        "cost_ratio": update.cost_ratio,
+        "tuned_on": update.tuned_on,
+        "decision": decision,
+        "roles": roles,
+        "model_classes": {r: g["classes"] for r, g in zip(roles, generations, strict=True)},
+        "tags": {r: g["tags"] for r, g in zip(roles, generations, strict=True)},
+    }
+    signature = mlflow.models.get_model_info(generations[-1]["uri"]).signature
+    with warnings.catch_warnings():  # it has the candidate's signature; MLflow would still ask for an example
+        warnings.filterwarnings("ignore", message=".*input example was not provided", category=UserWarning)
+        return mlflow.pyfunc.log_model(
+            name=name,
+            python_model=str(Path(__file__).with_name("bayes_code.py")),  # models from code: nothing pickled
+            artifacts={r: g["uri"] for r, g in zip(roles, generations, strict=True)},
+            model_config=config,
+            signature=signature,
+            metadata={"repair": update.setting, "method": "bayesian-update"},
+            pip_requirements=["consistency-gate"],
+        )
