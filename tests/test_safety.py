@@ -647,6 +647,7 @@ def test_ks_beyond_the_class_count_is_a_usage_error(store, tmp_path):
         ("SQLITE_NOT_A_DB", 5, "is not an SQLite database"),
         ("postgresql://bob:s3cret@127.0.0.1:5999/mlflow", 5, "pip install psycopg[binary]"),
         ("http://bob:s3cret@127.0.0.1:9/", 5, "unreachable"),
+        ("http://127.0.0.1:9/?token=s3cret", 2, "has a query (?...): MLflow appends its API path"),  # was a 405, exit 6
     ],
 )
 def test_unusable_tracking_uris_are_refused_in_one_line_without_secrets(store, tmp_path, uri, code, expected):

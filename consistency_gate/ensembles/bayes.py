@@ -63,7 +63,7 @@ def confusion(
     >>> confusion(["a", "a", "b"], ["a", "b", "b"], ["a", "b"], alpha=0).tolist()
     [[0.5, 0.5], [0.0, 1.0]]
     """
-    index = {c: i for i, c in enumerate(classes)}
+    index = {str(c): i for i, c in enumerate(classes)}
     y = np.array([index.get(str(v), -1) for v in labels])
     j = np.array([index.get(str(v), -1) for v in answers])
     keep = (y >= 0) & (j >= 0)
@@ -94,13 +94,13 @@ class BayesUpdate:
         belief = np.exp(log)
         return belief / belief.sum(axis=1, keepdims=True)
 
-    def answers(self, answers: Sequence[np.ndarray]) -> np.ndarray:
-        """Each sample's answer: the baseline's (``answers[-2]``) unless the most likely class is more
-        than ``cost_ratio`` times as likely."""
+    def answers(self, answers: Sequence[np.ndarray], kept: np.ndarray | None = None) -> np.ndarray:
+        """Each sample's answer: the one ``kept`` so far (default the baseline's, ``answers[-2]``) unless
+        the most likely class is more than ``cost_ratio`` times as likely."""
         belief = self.belief(answers)
         rows = np.arange(len(belief))
         best = belief.argmax(axis=1)
-        kept = answers[-2]
+        kept = answers[-2] if kept is None else kept
         known = kept >= 0
         stay = known & (belief[rows, best] <= self.cost_ratio * belief[rows, np.where(known, kept, 0)])
         return np.where(stay, kept, best)
@@ -147,7 +147,7 @@ def class_indices(answers: Sequence[object], classes: Sequence[str]) -> np.ndarr
     >>> class_indices(["b", 3, "z"], ["a", "b", "3"]).tolist()
     [1, 2, -1]
     """
-    index = {c: i for i, c in enumerate(classes)}
+    index = {str(c): i for i, c in enumerate(classes)}
     return np.array([index.get(str(a), -1) for a in answers], dtype=np.int64)
 
 

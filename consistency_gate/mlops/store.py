@@ -28,7 +28,23 @@ def resolve_tracking_uri(uri: str | None) -> str:
 
 def check_default_store(tracking_uri: str | None) -> None:
     """UsageError when no store is named (no URI, no ``$MLFLOW_TRACKING_URI``) and the default
-    ``./mlflow.db`` does not exist: a gate would create an empty store and find no model in it."""
+    ``./mlflow.db`` does not exist: a gate would create an empty store and find no model in it; and
+    when an HTTP URI carries a query or a fragment (MLflow appends its API path after it, so every
+    request goes to the wrong address: the server answers 405).
+
+    >>> check_default_store("http://mlflow:5000/?token=abc")
+    Traceback (most recent call last):
+    ...
+    consistency_gate.errors.UsageError: tracking URI http://mlflow:5000/?... has a query (?...): ...
+    """
+    given = tracking_uri or os.environ.get("MLFLOW_TRACKING_URI") or ""
+    if given.startswith(("http://", "https://")) and ("?" in given or "#" in given):
+        shown = given.split("?", 1)[0].split("#", 1)[0]
+        raise UsageError(
+            f"tracking URI {shown}?... has a query (?...): MLflow appends its API path to the URI, so the "
+            "query breaks every request; give the server's address alone and a token with "
+            "$MLFLOW_TRACKING_TOKEN (or user and password with $MLFLOW_TRACKING_USERNAME / _PASSWORD)"
+        )
     if tracking_uri or os.environ.get("MLFLOW_TRACKING_URI") or Path("mlflow.db").exists():
         return
     raise UsageError(

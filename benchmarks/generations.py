@@ -1,0 +1,241 @@
+"""Ten generations of one model: how many negative flips reach the users under four update policies (issue 43).
+
+A team retrains on growing data with a new seed each time: generation t trains on the first 30% + 70% t/9
+of the training split. Four policies decide what is deployed (the answers users see on the evaluation set):
+
+- ``replace``: every new generation is deployed;
+- ``gate``: the gate's default rules (``consistency-gate config --default``) against the deployed model; a
+  candidate that fails is not deployed and the champion stays;
+- ``gate+repairs``: the same gate, and a failed candidate is repaired as ``strategy: cheapest`` does
+  without training data (blend, rerank, then bayesian-update over the last 3 generations, each tuned on the
+  calibration split with the rules on their strict bounds, and judged on the evaluation set); a repair that
+  passes is deployed;
+- ``bayes``: Traeuble et al.'s update (NeurIPS 2021): every generation's answers combined per sample through
+  their confusion matrices on the calibration split; the deployed answer changes only when the belief in
+  another class is more than ``--cost-ratio`` times the belief in it.
+
+These run in memory through the library's own functions (the gate's decision, the repairs' tuning and
+``BayesUpdate``), not through a registry: 10 generations x 5 seeds x 2 data sets would be 100 registered
+versions. Data: scikit-learn's digits (a small MLP, scikit-learn) and MNIST-1D (``pip install mnist1d``;
+``make_dataset``, generated offline; the Conv1d team model of ``repairs.py``, Adam, 8 epochs).
+
+Prints per data set and policy the cumulative negative flips after each generation and the deployed
+accuracy, means with 95% t intervals over the seeds, the ratio of cumulative flips to ``replace``'s, and the
+final accuracy change; ``--markdown FILE`` writes the tables, ``--plot FILE`` the curves.
+
+    python benchmarks/generations.py [--seeds 5] [--generations 10] [--data digits mnist1d] [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from intervals import format_interval
+
+from consistency_gate.core.evaluation import evaluate_frames
+from consistency_gate.ensembles.bayes import BayesUpdate, confusion, tune_cost_ratio
+from consistency_gate.ensembles.repair import tune
+from consistency_gate.gate import rules
+from consistency_gate.gate.decision import Decision
+
+POLICIES = ("replace", "gate", "gate+repairs", "bayes")
+GATE = rules.load_config(None)  # the packaged default rules
+TUNING = replace(
+    GATE,
+    rules=[rules.with_margin(r) for r in GATE.rules],
+    confidence=rules.tuning_confidence(GATE.confidence),
+)
+
+
+def digits_splits(seed: int) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """scikit-learn's digits: 60% training pool, 20% calibration, 20% evaluation."""
+    from sklearn.datasets import load_digits
+
+    x, y = load_digits(return_X_y=True)
+    order = np.random.default_rng(seed).permutation(len(x))
+    x = (x / 16.0).astype(np.float32)
+    a, b = int(0.6 * len(x)), int(0.8 * len(x))
+    return {k: (x[i], y[i]) for k, i in (("fit", order[:a]), ("calibration", order[a:b]), ("test", order[b:]))}
+
+
+def mnist1d_splits(seed: int) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """MNIST-1D: 80% of the training signals to train on, 20% calibration, its test split to evaluate."""
+    from mnist1d.data import get_dataset_args, make_dataset
+
+    args = get_dataset_args()
+    args.num_samples, args.seed = 8_000, 42
+    data = make_dataset(args)
+    x, y = data["x"].astype(np.float32), data["y"].astype(np.int64)
+    order = np.random.default_rng(seed).permutation(len(x))
+    cut = int(0.8 * len(x))
+    test = (data["x_test"].astype(np.float32), data["y_test"].astype(np.int64))
+    return {"fit": (x[order[:cut]], y[order[:cut]]), "calibration": (x[order[cut:]], y[order[cut:]]), "test": test}
+
+
+def train(data: str, x: np.ndarray, y: np.ndarray, seed: int):  # noqa: ANN201 - a function x -> probabilities
+    """One generation on (x, y) with ``seed``; returns its predict-probabilities function."""
+    if data == "digits":
+        from sklearn.neural_network import MLPClassifier
+
+        model = MLPClassifier(hidden_layer_sizes=(32,), max_iter=150, random_state=seed).fit(x, y)
+        return model.predict_proba
+    import torch
+    from mnist1d_model import Conv1dNet
+    from torch import nn
+
+    torch.manual_seed(seed)
+    net = Conv1dNet()
+    optimizer = torch.optim.Adam(net.parameters(), lr=5e-3)
+    xs, ys = torch.as_tensor(x), torch.as_tensor(y)
+    for _ in range(8):
+        for batch in torch.randperm(len(xs)).split(64):
+            optimizer.zero_grad()
+            nn.functional.cross_entropy(net(xs[batch]), ys[batch]).backward()
+            optimizer.step()
+    net.eval()
+
+    def predict(values: np.ndarray) -> np.ndarray:
+        with torch.no_grad():
+            return torch.softmax(net(torch.as_tensor(values)), 1).numpy()
+
+    return predict
+
+
+def passes(previous: np.ndarray, scores: np.ndarray, y: np.ndarray, config: rules.GateConfig) -> tuple[bool, float]:
+    """Whether ``scores`` pass ``config``'s rules against ``previous`` on labels ``y``, and its CtoI."""
+    classes = [str(c) for c in range(previous.shape[1])]
+    frames = [pd.DataFrame(previous, columns=classes), pd.DataFrame(scores, columns=classes)]
+    comparison = evaluate_frames(pd.Series(y).astype(str), frames, [1, 5], "benchmark").result(
+        confidence=config.confidence
+    )
+    return Decision.judge(comparison, config, pd.DataFrame(), [1, 5]).verdict == "passed", comparison.metrics["ctoi"]
+
+
+def repaired(champions: list[dict], candidate: dict, y_cal: np.ndarray, y_test: np.ndarray) -> dict | None:
+    """``strategy: cheapest`` without training data: the first of blend, rerank and bayesian-update (each
+    tuned on calibration) that passes the gate on the evaluation set, as {"cal", "test"} scores; None if none."""
+    base = champions[-1]
+
+    def judge(scores: np.ndarray) -> tuple[bool, float]:
+        return passes(base["cal"], scores, y_cal, TUNING)
+
+    for method in ("blend", "rerank"):
+        repair = tune(method, base["cal"], candidate["cal"], judge, "calibration")
+        built = {k: repair.apply(base[k], candidate[k]) for k in ("cal", "test")}
+        if passes(base["test"], built["test"], y_test, GATE)[0]:
+            return built
+    generations = [*champions[-2:], candidate]  # K = 3: the champion before, the champion, the candidate
+    classes = [str(c) for c in range(base["cal"].shape[1])]
+    said = {k: [g[k].argmax(axis=1) for g in generations] for k in ("cal", "test")}
+    update = BayesUpdate(classes, [confusion(y_cal, s, [int(c) for c in classes]) for s in said["cal"]])
+    update = tune_cost_ratio(update, said["cal"], judge, "calibration")
+    built = {k: update.scores(said[k]) for k in ("cal", "test")}
+    return built if passes(base["test"], built["test"], y_test, GATE)[0] else None
+
+
+def one_seed(data: str, seed: int, generations: int, cost_ratio: float) -> dict[str, dict[str, list[float]]]:
+    """Per policy: the cumulative negative flips and the deployed accuracy after each generation."""
+    splits = digits_splits(seed) if data == "digits" else mnist1d_splits(seed)
+    (x_fit, y_fit), (x_cal, y_cal), (x_test, y_test) = splits["fit"], splits["calibration"], splits["test"]
+    scored = []
+    for t in range(generations):
+        size = int(len(x_fit) * (0.3 + 0.7 * t / max(1, generations - 1)))
+        predict = train(data, x_fit[:size], y_fit[:size], 1000 * seed + t)
+        scored.append({"cal": predict(x_cal), "test": predict(x_test)})
+    deployed = {p: [scored[0]["test"].argmax(axis=1)] for p in POLICIES}
+    champions = {"gate": [scored[0]], "gate+repairs": [scored[0]]}
+    for t in range(1, generations):
+        candidate = scored[t]
+        deployed["replace"].append(candidate["test"].argmax(axis=1))
+        for policy in ("gate", "gate+repairs"):
+            chain = champions[policy]
+            if passes(chain[-1]["test"], candidate["test"], y_test, GATE)[0]:
+                chain.append(candidate)
+            elif policy == "gate+repairs":
+                fixed = repaired(chain, candidate, y_cal, y_test)
+                if fixed is not None:
+                    chain.append(fixed)
+            deployed[policy].append(chain[-1]["test"].argmax(axis=1))
+        classes = list(range(candidate["test"].shape[1]))
+        update = BayesUpdate(
+            [str(c) for c in classes],
+            [confusion(y_cal, g["cal"].argmax(axis=1), classes) for g in scored[: t + 1]],
+            cost_ratio,
+        )
+        said = [g["test"].argmax(axis=1) for g in scored[: t + 1]]
+        deployed["bayes"].append(update.answers(said, kept=deployed["bayes"][-1]))
+    out = {}
+    for policy, answers in deployed.items():
+        right = [a == y_test for a in answers]
+        flips = [0] + [int((r0 & ~r1).sum()) for r0, r1 in zip(right, right[1:], strict=False)]
+        out[policy] = {"cumulative": list(np.cumsum(flips)), "accuracy": [float(r.mean()) for r in right]}
+    out["n"] = len(y_test)
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seeds", type=int, default=5)
+    parser.add_argument("--generations", type=int, default=10)
+    parser.add_argument("--data", nargs="+", default=["digits", "mnist1d"], choices=["digits", "mnist1d"])
+    parser.add_argument("--cost-ratio", type=float, default=3.0, help="the bayes policy's cost ratio")
+    parser.add_argument("--quick", action="store_true", help="2 seeds, 5 generations")
+    parser.add_argument("--markdown", type=Path, default=None)
+    parser.add_argument("--plot", type=Path, default=None)
+    args = parser.parse_args()
+    if args.quick:
+        args.seeds, args.generations = 2, 5
+    lines, curves = [], {}
+    for data in args.data:
+        start = time.perf_counter()
+        runs = [one_seed(data, seed, args.generations, args.cost_ratio) for seed in range(args.seeds)]
+        n = runs[0]["n"]
+        lines += [
+            f"\n### {data}: {args.generations} generations, {args.seeds} seeds, {n:,} evaluation samples "
+            f"({time.perf_counter() - start:.0f} s)\n",
+            "| policy | cumulative negative flips | per update | vs replace | final accuracy | change vs replace |",
+            "| --- | --- | --- | --- | --- | --- |",
+        ]
+        replace_total = [r["replace"]["cumulative"][-1] for r in runs]
+        replace_acc = [r["replace"]["accuracy"][-1] for r in runs]
+        for policy in POLICIES:
+            total = [float(r[policy]["cumulative"][-1]) for r in runs]
+            share = [t / n / (args.generations - 1) for t in total]
+            ratio = [rt / t if t else float("inf") for t, rt in zip(total, replace_total, strict=True)]
+            acc = [r[policy]["accuracy"][-1] for r in runs]
+            change = [a - ra for a, ra in zip(acc, replace_acc, strict=True)]
+            mean_ratio = float(np.mean(replace_total)) / max(float(np.mean(total)), 1e-9)
+            lines.append(
+                f"| {policy} | {format_interval(total, 1)} | {format_interval(share, 4)} | "
+                f"{mean_ratio:.1f}x fewer (seeds {min(ratio):.1f}-{max(ratio):.1f}x) | {format_interval(acc, 4)} | "
+                f"{format_interval(change, 4, signed=True)} |"
+            )
+            curves[(data, policy)] = np.mean([r[policy]["cumulative"] for r in runs], axis=0)
+        print("\n".join(lines[-(len(POLICIES) + 3) :]), flush=True)
+    if args.markdown:
+        args.markdown.write_text("\n".join(lines) + "\n")
+    if args.plot:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        fig, axes = plt.subplots(1, len(args.data), figsize=(5 * len(args.data), 3.5), squeeze=False)
+        for ax, data in zip(axes[0], args.data, strict=True):
+            for policy in POLICIES:
+                ax.plot(range(args.generations), curves[(data, policy)], marker="o", label=policy)
+            ax.set_title(f"{data}: cumulative negative flips")
+            ax.set_xlabel("generation")
+        axes[0][0].set_ylabel(f"samples (mean of {args.seeds} seeds)")
+        axes[0][-1].legend()
+        fig.tight_layout()
+        fig.savefig(args.plot, dpi=100)
+
+
+if __name__ == "__main__":
+    main()
