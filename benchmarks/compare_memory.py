@@ -37,9 +37,13 @@ print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
 """
 
 
-def write_files(folder: Path, rows: int, classes: int, fmt: str, shuffled: bool = False, seed: int = 0) -> list[Path]:
+def write_files(
+    folder: Path, rows: int, classes: int, fmt: str, shuffled: bool = False, seed: int = 0, one_group: bool = False
+) -> list[Path]:
     """labels, gen1, gen2 in id order (gen2 in a random order with ``shuffled``), written in slices of
-    100,000 rows (the writer's memory stays small)."""
+    100,000 rows (the writer's memory stays small); a Parquet file in row groups of 100,000 rows, or with
+    ``one_group`` as ``DataFrame.to_parquet`` and ``pq.write_table`` write by default: one row group of up
+    to 1,048,576 rows."""
     names = [f"c{i}" for i in range(classes)]
     rng = np.random.default_rng(seed)
     order = rng.permutation(rows) if shuffled else np.arange(rows)
@@ -61,6 +65,9 @@ def write_files(folder: Path, rows: int, classes: int, fmt: str, shuffled: bool 
             writers[i].write_table(table)
     for writer in writers:
         writer.close()
+    if one_group and fmt == "parquet":
+        for path in paths:
+            pq.write_table(pq.read_table(path), path)  # the writer's default row group: up to 1,048,576 rows
     return paths
 
 
@@ -79,14 +86,18 @@ def main() -> None:
     parser.add_argument("--rows", type=int, nargs="+", default=[100_000, 1_000_000])
     parser.add_argument("--formats", nargs="+", default=["parquet", "csv"], choices=["parquet", "csv"])
     parser.add_argument("--shuffled", action="store_true", help="the candidate's rows in a random order")
+    parser.add_argument(
+        "--one-row-group", action="store_true", help="Parquet as DataFrame.to_parquet writes it: one row group"
+    )
     args = parser.parse_args()
     order = "candidate shuffled" if args.shuffled else "ids in order"
     with tempfile.TemporaryDirectory(prefix="compare-memory-") as tmp:
-        print(f"compare_files, {order}, {args.classes} classes, top-1 and top-5; peak RSS of a fresh process")
+        groups = "one row group per file" if args.one_row_group else "row groups of 100,000 rows"
+        print(f"compare_files, {order}, {args.classes} classes, {groups}, top-1 and top-5; peak RSS of a fresh process")
         for fmt in args.formats:
             peaks = []
             for rows in args.rows:
-                paths = write_files(Path(tmp), rows, args.classes, fmt, args.shuffled)
+                paths = write_files(Path(tmp), rows, args.classes, fmt, args.shuffled, one_group=args.one_row_group)
                 peak, seconds = peak_rss_mb(paths)
                 peaks.append(peak)
                 print(f"  {fmt:8s} {rows:>10,} rows  peak RSS {peak:8.0f} MB  {seconds:6.1f} s")
