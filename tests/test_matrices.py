@@ -36,15 +36,18 @@ def _pandas_reader(source: io.PredictionSource) -> np.ndarray:
     suffix=st.sampled_from([".csv", ".parquet"]),
     seed=st.integers(0, 10**6),
     in_memory=st.sampled_from([matrices.REORDER_IN_MEMORY, 0]),  # 0: reordered through a temporary file
+    group_in_memory=st.sampled_from([matrices.ROW_GROUP_IN_MEMORY, 1]),  # 1: row groups cut through disk
 )
 def test_score_chunks_equal_the_pandas_reader_in_file_and_id_order(
-    tmp_path, monkeypatch, rows, chunk, dtype, suffix, seed, in_memory
+    tmp_path, monkeypatch, rows, chunk, dtype, suffix, seed, in_memory, group_in_memory
 ):
     monkeypatch.setattr(matrices, "REORDER_IN_MEMORY", in_memory)
+    monkeypatch.setattr(matrices, "ROW_GROUP_IN_MEMORY", group_in_memory)
+    monkeypatch.setattr(matrices, "ROW_GROUP_SLICE", group_in_memory)  # 1: a column at a time
     rng = np.random.default_rng(seed)
     scores = (rng.random((rows, 4)) * 10).astype(dtype)
     frame = pd.DataFrame(scores, columns=["b", "a", "10", "c"]).assign(id=[f"s{i}" for i in range(rows)])
-    path = _write(frame, tmp_path / f"g{seed}{suffix}", row_group_size=7)
+    path = _write(frame, tmp_path / f"g{seed}{suffix}", row_group_size=7 if seed % 2 else None)  # or one group
     source = io.inspect_prediction_file(path, "id")
     source = io.PredictionSource(path, ("10", "a", "b", "c"), "id")  # read in this column order
     expected = _pandas_reader(source)

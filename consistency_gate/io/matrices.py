@@ -488,7 +488,7 @@ def _tables(source: io.PredictionSource, chunk_rows: int, id_column: str | None 
         else:
             import pyarrow.parquet as pq
 
-            batches = _row_groups(pq.ParquetFile(source.path, pre_buffer=False), classes)
+            batches = _row_groups(pq.ParquetFile(source.path, pre_buffer=False), classes, chunk_rows)
     # Each row group (or CSV block) is freed before the next is read: no reference to one is held
     # past the chunks cut from it (the peak memory does not grow with the number of row groups).
     held: list[pa.RecordBatch] = []
@@ -507,11 +507,52 @@ def _tables(source: io.PredictionSource, chunk_rows: int, id_column: str | None 
         yield pa.Table.from_batches(held)
 
 
-def _row_groups(parquet: pq.ParquetFile, classes: list[str]) -> Iterator[pa.RecordBatch]:
+# a row group larger than this uncompressed is read a few columns at a time through a temporary file:
+# pyarrow decodes a whole column chunk for any batch of it (iter_batches too, with more held), so the peak
+# would grow with the writer's row-group size (DataFrame.to_parquet writes up to 1,048,576 rows in one)
+ROW_GROUP_IN_MEMORY = 256 * 2**20
+ROW_GROUP_SLICE = 64 * 2**20  # the columns of such a row group decoded at once (as float64)
+
+
+def _row_groups(parquet: pq.ParquetFile, classes: list[str], chunk_rows: int) -> Iterator[pa.RecordBatch]:
     """A Parquet file's class columns a row group at a time (pyarrow decodes a whole one for any
-    batch of it), its columns in parallel."""
+    batch of it), its columns in parallel; a row group whose columns decode past
+    :data:`ROW_GROUP_IN_MEMORY` is cut into batches of ``chunk_rows`` through a temporary file
+    (:func:`_through_disk`)."""
+    metadata = parquet.metadata
     for i in range(parquet.num_row_groups):
-        yield from parquet.read_row_group(i, columns=classes).to_batches()
+        group = metadata.row_group(i)
+        if group.total_byte_size > ROW_GROUP_IN_MEMORY and group.num_rows > chunk_rows:
+            yield from _through_disk(parquet, i, classes, chunk_rows)
+        else:
+            yield from parquet.read_row_group(i, columns=classes).to_batches()
+
+
+def _through_disk(parquet: pq.ParquetFile, group: int, classes: list[str], chunk_rows: int) -> Iterator[pa.RecordBatch]:
+    """Row group ``group`` of ``parquet`` in batches of ``chunk_rows`` rows, with at most a few columns
+    of it decoded at once: the columns are read in slices that fit :data:`ROW_GROUP_SLICE` and
+    written, each to a temporary Arrow IPC file in batches of ``chunk_rows`` (in
+    :func:`tempfile.gettempdir`, ``TMPDIR``; no encoding, so writing and reading back cost little
+    beside the decoding), then read back a batch of each file at a time. Only for row groups that would
+    not fit."""
+    import tempfile
+
+    rows = parquet.metadata.row_group(group).num_rows
+    width = max(1, ROW_GROUP_SLICE // (8 * rows))
+    with tempfile.TemporaryDirectory(prefix="consistency-gate-row-group-") as folder, contextlib.ExitStack() as files:
+        readers = []
+        for start in range(0, len(classes), width):
+            path = Path(folder) / f"{start}.arrow"
+            table = parquet.read_row_group(group, columns=classes[start : start + width]).combine_chunks()
+            with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
+                for batch in table.to_batches(max_chunksize=chunk_rows):
+                    writer.write_batch(batch)
+            del table
+            readers.append(pa.ipc.open_file(files.enter_context(pa.OSFile(str(path), "rb"))))
+        for j in range(readers[0].num_record_batches):
+            pieces = [reader.get_batch(j) for reader in readers]
+            columns = [column for piece in pieces for column in piece.columns]
+            yield pa.RecordBatch.from_arrays(columns, names=classes)
 
 
 def row_order(labels: Path, sources: list[io.PredictionSource], id_column: str) -> list[Alignment]:
