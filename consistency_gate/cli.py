@@ -405,27 +405,38 @@ def _require_only(needed: dict[str, object], refused: dict[str, object], engine:
     help="Champions the newest candidate is compared with for 'forgotten'.",
 )
 @_level_option("--confidence", 0.95, "Two-sided level of the intervals.")
-@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
-def history(name: str, tracking_uri: str | None, last: int, confidence: float, fmt: str) -> None:
+@click.option("--format", "fmt", type=click.Choice(["table", "json", "markdown"]), default="table", show_default=True)
+@click.option("--plot", "plot_path", type=click.Path(path_type=Path), default=None, help="Write the curve as PNG.")
+def history(
+    name: str, tracking_uri: str | None, last: int, confidence: float, fmt: str, plot_path: Path | None
+) -> None:
     """Negative flips over a model's champions, in the order they were promoted, from its gates' ledgers."""
     from consistency_gate.gate.history import model_history
+    from consistency_gate.io.output import check_writable
     from consistency_gate.mlops.store import connect
-    from consistency_gate.report.tables import history_table
+    from consistency_gate.report.tables import history_markdown, history_table
 
+    if plot_path is not None:
+        check_writable(plot_path, "--plot")
     _, client = connect(tracking_uri)
     report = model_history(client, name, last, confidence)
+    if plot_path is not None:
+        from consistency_gate.report.plots import history_curve, png_bytes
+
+        plot_path.write_bytes(png_bytes(history_curve(report)))
     if fmt == "json":
         _echo_json(report)
     else:
-        click.echo(history_table(report))
+        click.echo(history_markdown(report) if fmt == "markdown" else history_table(report), nl=fmt != "markdown")
 
 
 @cli.command("report-schema")
-def report_schema() -> None:
+@click.option("--history", "of_history", is_flag=True, help="The schema of `history --format json` instead.")
+def report_schema(of_history: bool) -> None:
     """Print the JSON Schema of the --report / --format json report (its schema_version is in every report)."""
     from consistency_gate.report.schema import report_schema as schema
 
-    click.echo(json.dumps(schema(), indent=2))
+    click.echo(json.dumps(schema("history" if of_history else "report"), indent=2))
 
 
 @cli.command()

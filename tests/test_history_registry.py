@@ -5,7 +5,9 @@ cumulative figures equal a recomputation from the versions' own predictions."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
+import jsonschema
 import mlflow
 import numpy as np
 import pandas as pd
@@ -17,6 +19,7 @@ from registry_fixtures import iris_frames
 from consistency_gate.gate.rules import parse_config
 from consistency_gate.gate.run import run_gate
 from consistency_gate.mlops import tracking
+from consistency_gate.report.schema import report_schema
 
 MODEL = "iris-history"
 PASS = parse_config("rules:\n  - {metric: acc, min: 0.5}\n")
@@ -75,7 +78,7 @@ def _register(model) -> str:
     return str(info.registered_model_version)
 
 
-def test_history_equals_a_recomputation_from_the_versions_predictions(gated):
+def test_history_equals_a_recomputation_from_the_versions_predictions(gated, tmp_path):
     proc = run_cli("history", "--model", MODEL, "--tracking-uri", gated["uri"], "--format", "json", "--last", "3")
     assert proc.returncode == 0, proc.stderr
     report = json.loads(proc.stdout)
@@ -101,6 +104,13 @@ def test_history_equals_a_recomputation_from_the_versions_predictions(gated):
     assert failed[0]["negative_flips"] == int((right["3"] & ~right["4"]).sum())
     text = run_cli("history", "--model", MODEL, "--tracking-uri", gated["uri"])
     assert text.returncode == 0 and f"Cumulative negative flips: {sum(expected)} over 4 updates" in text.stdout
+    jsonschema.validate(report, report_schema("history"))
+    plot = tmp_path / "history.png"
+    markdown = run_cli(
+        "history", "--model", MODEL, "--tracking-uri", gated["uri"], "--format", "markdown", "--plot", plot
+    )
+    assert markdown.stdout.startswith(f"## consistency-gate history: {MODEL}: 5 champions")
+    assert "| v1->v2 | 150 |" in markdown.stdout and plot.read_bytes()[:4] == b"\x89PNG"
 
 
 def test_history_of_a_model_never_gated_is_one_line_exit_4(gated):
@@ -159,6 +169,15 @@ def test_forgotten_and_ctoi_excess_rules_decide_a_gate(gated, tmp_path):
     low, high = report["intervals"]["ctoi_excess"]
     assert low <= report["metrics"]["ctoi_excess"] <= high
     assert "Seed-noise floor: a replica of the baseline" in proc.stdout and "forgotten <= 0.03" in proc.stdout
+    # the champions' updates and the candidate's, drawn in the run and its HTML report
+    client = MlflowClient(tracking_uri=gated["uri"])
+    drawn = {a.path for a in client.list_artifacts(report["run_id"], "gate/plots")}
+    assert "gate/plots/history.png" in drawn
+    logged = json.loads(
+        Path(client.download_artifacts(report["run_id"], "gate/history.json", str(tmp_path))).read_text()
+    )
+    assert logged["champions"] == ["1", "2", "3", "5", "6"] and logged["candidate"] == candidate
+    assert logged["steps"][-1]["negative_flips"] == int((base & ~cand).sum())
 
 
 def test_a_floor_that_is_the_baseline_is_refused(gated, tmp_path):

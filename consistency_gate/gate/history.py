@@ -153,3 +153,30 @@ def history_figures(
             steps = history([*before, ("baseline", base), ("candidate", cand)], level).steps
             figures.update(cumulative_figures([(s.negative_flips, s.n) for s in steps], level))
     return figures
+
+
+def gate_history(
+    name: str, past: Sequence[Generation], samples: pd.DataFrame, versions: tuple[str, str], level: float
+) -> dict:
+    """The champions' updates as a gate sees them, its candidate's last (``versions``: the baseline's and
+    the candidate's): ``gate/history.json`` in the run, drawn as ``gate/plots/history.png``.
+
+    >>> samples = pd.DataFrame({"id": ["a", "b"], "label": ["x", "x"], "previous_prediction": ["x", "x"],
+    ...     "candidate_prediction": ["y", "x"]})
+    >>> report = gate_history("clf", [("1", answers(["a", "b"], ["x", "x"], ["x", "y"]))], samples, ("2", "3"), 0.95)
+    >>> [(s["version"], s["negative_flips"]) for s in report["steps"]], report["cumulative_negative_flips"]
+    ([('2', 0), ('3', 1)], 1)
+    """
+    base = answers(samples["id"], samples["label"], samples["previous_prediction"])
+    cand = answers(samples["id"], samples["label"], samples["candidate_prediction"])
+    h = history([*past, (versions[0], base), (versions[1], cand)], level)
+    return {
+        "model": name,
+        "confidence": level,
+        "champions": [v for v, _ in past] + [versions[0]],
+        "candidate": versions[1],
+        "steps": [s.to_dict() for s in h.steps],
+        "cumulative_negative_flips": h.cumulative_negative_flips,
+        "ever_regressed": h.ever_regressed,
+        "missing": [v for v, a in past if a is None],
+    }

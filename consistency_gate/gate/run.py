@@ -33,7 +33,7 @@ from consistency_gate.ensembles.config import REMEDIATION_KINDS, REPAIR_METHODS,
 from consistency_gate.errors import DataError, ModelError, UsageError, redact_credentials
 from consistency_gate.gate import rules
 from consistency_gate.gate.decision import Decision
-from consistency_gate.gate.history import Generation, champions_before, history_figures, last
+from consistency_gate.gate.history import Generation, champions_before, gate_history, history_figures, last
 from consistency_gate.gate.result import NOTHING_TO_DECIDE, GateResult
 from consistency_gate.gate.session import GateSession, version_description
 from consistency_gate.io import predictions as io
@@ -389,6 +389,8 @@ def _gate_in_run(gate: _GateRun) -> GateResult:
             f"({cand_ref.model_id}): the same model registered twice",
         )
     with gate.timed("logging"):
+        if comparer.past is not None and not single.samples.empty:  # a rule on the history: draw it
+            _log_history(gate, comparer.past, single)
         single.log(cand_ref.model_id, gate.dataset)
         diagnosis = None if base_scores is None else _log_diagnosis(base_scores, frames[-1], frame[gate.label_column])
         side = _side_comparison(gate)
@@ -533,6 +535,17 @@ def _log_diagnosis(base_scores: pd.DataFrame, cand_scores: pd.DataFrame, labels:
 
     mlflow.log_text("\n".join(f"- {line}" for line in report["explanation"]), "gate/diagnose.md")
     return report
+
+
+def _log_history(gate: _GateRun, past: list[Generation], decision: Decision) -> None:
+    """``gate/history.json``: the champions' updates and the candidate's, and their curve beside the
+    decision's plots (``gate/plots/history.png``, in the HTML report too)."""
+    from consistency_gate.report.plots import history_curve, png_bytes
+
+    versions = (gate.base_ref.version, gate.cand_ref.version)
+    report = gate_history(gate.cand_ref.name, past, decision.samples, versions, gate.cfg.confidence)
+    tracking.log_json(report, "gate/history.json")
+    decision.pngs["history.png"] = png_bytes(history_curve(report))
 
 
 def _describe(gate: _GateRun, version: str, decision: Decision, replaces: str = "") -> None:

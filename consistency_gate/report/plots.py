@@ -155,6 +155,33 @@ def diversity_scatter(scatter: dict, metric: str) -> Figure:
     return fig
 
 
+def history_curve(report: dict) -> Figure:
+    """The champions' updates (``consistency-gate history``'s report): negative flips summed over the
+    updates, and each new champion's accuracy on the samples it shared with the one before.
+
+    >>> steps = [{"previous": "1", "version": "2", "negative_flips": 3, "accuracy": 0.9},
+    ...     {"previous": "2", "version": "3", "negative_flips": 2, "accuracy": 0.91}]
+    >>> history_curve({"model": "clf", "steps": steps}).axes[0].get_title()
+    'clf: negative flips over its champions'
+    """
+    steps = report["steps"]
+    labels = literal([f"v{s['previous']}->v{s['version']}" for s in steps])
+    fig, ax = plt.subplots(figsize=(max(5.0, 0.6 * len(steps) + 3), 3.5))
+    x = np.arange(len(steps))
+    ax.bar(x, [s["negative_flips"] for s in steps], color="#e6b0aa", label="negative flips of the update")
+    ax.plot(x, np.cumsum([s["negative_flips"] for s in steps]), color="#c0392b", marker="o", label="cumulative")
+    ax.set_xticks(x, labels, rotation=45, ha="right")
+    ax.set_ylabel("samples")
+    ax.set_title(f"{literal([report['model']])[0]}: negative flips over its champions")
+    accuracy = ax.twinx()
+    values = [np.nan if s["accuracy"] is None else s["accuracy"] for s in steps]
+    accuracy.plot(x, values, color="#2471a3", marker="s", label="accuracy")
+    accuracy.set_ylabel("accuracy of the new champion")
+    ax.legend(loc="upper left", fontsize="small")
+    fig.tight_layout()
+    return fig
+
+
 def gate_pngs(samples: pd.DataFrame, flip_counts: tuple[int, int, int, int], metrics: dict, ks: list[int]) -> dict:
     """The gate's plots as PNG bytes by file name: flips per class, the 2x2 table, the top-k curve
     (logged under ``gate/plots`` and shown in ``gate/report.html``).

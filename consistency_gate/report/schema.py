@@ -15,6 +15,11 @@ from importlib import resources
 SCHEMA_VERSION = "1"
 
 
-def report_schema() -> dict:
-    """The JSON Schema (draft 2020-12) of the gate's report and of its error report."""
-    return json.loads(resources.files("consistency_gate.report").joinpath("report.schema.json").read_text())
+def report_schema(which: str = "report") -> dict:
+    """The JSON Schema (draft 2020-12) of the gate's report and of its error report, or with
+    ``which="history"`` of ``consistency-gate history --format json``.
+
+    >>> report_schema("history")["title"]
+    'consistency-gate history'
+    """
+    return json.loads(resources.files("consistency_gate.report").joinpath(f"{which}.schema.json").read_text())

@@ -750,6 +750,9 @@ def _slices_markdown(report: dict) -> list[str]:
     return lines
 
 
+HISTORY_HEADER = ["update", "samples", "negative flips", "NFR", "accuracy"]
+
+
 def history_table(report: dict) -> str:
     """``consistency-gate history`` as text: each update of the champion, the sums, the newest candidate.
 
@@ -765,6 +768,33 @@ def history_table(report: dict) -> str:
     Cumulative negative flips: 3 over 1 update; 3.0% of 100 samples ever regressed.
     Newest candidate v3 forgets 5.0% (right under one of v1, v2, wrong now).
     """
+    title, rows, lines = _history_parts(report)
+    return "\n".join([title, table(rows, HISTORY_HEADER), *lines])
+
+
+def history_markdown(report: dict) -> str:
+    """``consistency-gate history --format markdown``: the same words as :func:`history_table`, for a CI
+    job summary; names escaped.
+
+    >>> print(history_markdown({"model": "a|b", "champions": ["1"], "steps": [], "missing": [],
+    ...     "cumulative_negative_flips": 0, "ever_regressed": None, "samples": 0, "confidence": 0.95,
+    ...     "newest_candidate": {"version": "1", "against": [], "forgotten": None}}), end="")
+    ## consistency-gate history: a\\|b: 1 champions in the order they were promoted (intervals at 95%)
+    <BLANKLINE>
+    | update | samples | negative flips | NFR | accuracy |
+    | --- | --- | --- | --- | --- |
+    <BLANKLINE>
+    Cumulative negative flips: 0 over 0 updates; no of 0 samples ever regressed.
+    """
+    title, rows, lines = _history_parts(markdown_safe(report))
+    out = [f"## consistency-gate history: {title}", "", "| " + " | ".join(HISTORY_HEADER) + " |"]
+    out += ["|" + " --- |" * len(HISTORY_HEADER)]
+    out += ["| " + " | ".join(map(str, row)) + " |" for row in rows]
+    return "\n".join([*out, "", *lines]) + "\n"
+
+
+def _history_parts(report: dict) -> tuple[str, list[list], list[str]]:
+    """The title, the table's rows and the closing lines of a history report."""
     rows = [
         [
             f"v{s['previous']}->v{s['version']}",
@@ -775,17 +805,16 @@ def history_table(report: dict) -> str:
         ]
         for s in report["steps"]
     ]
-    lines = [
+    title = (
         f"{report['model']}: {len(report['champions'])} champions in the order they were promoted "
         f"(intervals at {report['confidence']:.0%})"
-    ]
-    lines.append(table(rows, ["update", "samples", "negative flips", "NFR", "accuracy"]))
+    )
     updates = len(report["steps"])
-    lines.append(
+    lines = [
         f"Cumulative negative flips: {report['cumulative_negative_flips']} over {updates} update"
         f"{'s' if updates != 1 else ''}; {fmt_share(report['ever_regressed']) or 'no'} of {report['samples']} "
         "samples ever regressed."
-    )
+    ]
     newest = report["newest_candidate"]
     against = ", ".join(f"v{v}" for v in newest["against"])
     if newest["forgotten"] is not None:
@@ -798,7 +827,7 @@ def history_table(report: dict) -> str:
             "No logged answers for " + ", ".join(f"v{v}" for v in report["missing"]) + ": the updates they take part "
             "in are left out (their gates ran before the ledger, or on Spark)."
         )
-    return "\n".join(lines)
+    return title, rows, lines
 
 
 def _bracket(interval: Sequence[float] | None) -> str:
