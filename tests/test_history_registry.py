@@ -178,6 +178,20 @@ def test_forgotten_and_ctoi_excess_rules_decide_a_gate(gated, tmp_path):
     )
     assert logged["champions"] == ["1", "2", "3", "5", "6"] and logged["candidate"] == candidate
     assert logged["steps"][-1]["negative_flips"] == int((base & ~cand).sum())
+    # the floor as the replica's prediction file (SPEC 6's format, rows shuffled, aligned by id) gives the same
+    ids = [f"s{i}" for i in range(len(x))]
+    scores = (
+        pd.DataFrame(replica.predict_proba(x), columns=replica.classes_).assign(id=ids).sample(frac=1, random_state=0)
+    )
+    scores.to_csv(tmp_path / "replica.csv", index=False)
+    again = tmp_path / "again.json"
+    run_cli(
+        "check", "--model", MODEL, "--candidate", candidate, "--data", gated["data"], "--id-column", "id",
+        "--config", config, "--tracking-uri", gated["uri"], "--floor", tmp_path / "replica.csv", "--report", again,
+    )  # fmt: skip
+    from_file = json.loads(again.read_text())
+    assert from_file["metrics"]["ctoi_excess"] == pytest.approx(report["metrics"]["ctoi_excess"])
+    assert from_file["intervals"]["ctoi_excess"] == pytest.approx(report["intervals"]["ctoi_excess"])
 
 
 def test_a_floor_that_is_the_baseline_is_refused(gated, tmp_path):

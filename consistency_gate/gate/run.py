@@ -454,8 +454,11 @@ def _promote(gate: _GateRun, result: GateResult, version: str, record: Callable[
 
 
 def _replica_scores(gate: _GateRun) -> pd.DataFrame | pd.Series:
-    """The seed replica's scores (``floor:``, a version or @alias of the model) on the gate's frame."""
+    """The seed replica's scores (``floor:``, a version or @alias of the model, or its prediction file)
+    on the gate's frame."""
     spec = gate.cfg.floor
+    if spec.lower().endswith((".csv", ".parquet")):
+        return _replica_file(gate, Path(spec))
     spec = spec[1:] if spec[:1] == "v" and spec[1:].isdigit() else spec  # v7 as 7
     ref = registry.resolve_version(gate.client, gate.cand_ref.name, spec)
     if ref.version in (gate.cand_ref.version, gate.base_ref.version):
@@ -465,6 +468,33 @@ def _replica_scores(gate: _GateRun) -> pd.DataFrame | pd.Series:
         )
     replica = scoring.load_model(ref, gate.cfg.classes)
     return scoring.predict(replica, gate.frame, gate.non_features)
+
+
+def _replica_file(gate: _GateRun, path: Path) -> pd.DataFrame | pd.Series:
+    """A replica's prediction file (SPEC 6's format: a column per class, or ``prediction``) in the
+    order of the gate's frame: by ``--id-column`` when the gate has one (every id of the evaluation data
+    needed), else by position (as many rows). DataError naming the file otherwise."""
+    source = io.inspect_prediction_file(path, gate.id_column)
+    text = (gate.id_column,) if gate.id_column else ()
+    frame = pd.concat(list(io.iter_frames(path, source.columns, text_columns=text)), ignore_index=True)
+    if gate.id_column:
+        frame = frame.set_index(io.unique_ids(frame[gate.id_column], path, gate.id_column))
+        wanted = gate.frame[gate.id_column].astype(str)
+        absent = wanted[~wanted.isin(frame.index)]
+        if len(absent):
+            raise DataError(
+                f"{path}: the floor's predictions lack id {absent.iloc[0]!r} of the evaluation data "
+                f"({len(absent)} ids in all); predict the replica on every sample of the evaluation set"
+            )
+        frame = frame.loc[wanted.to_numpy()].reset_index(drop=True)
+    elif len(frame) != len(gate.frame):
+        raise DataError(
+            f"{path}: {len(frame)} rows of floor predictions for {len(gate.frame)} evaluation samples; without "
+            "--id-column they align by position: predict every sample, in order, or give --id-column"
+        )
+    if not source.has_scores:
+        return io.hard_labels(frame, source).set_axis(gate.frame.index)
+    return frame[list(source.classes)].astype(np.float64).set_axis(gate.frame.index)
 
 
 def _measure_cost(gate: _GateRun, candidate: scoring.LoadedModel) -> None:
