@@ -58,7 +58,7 @@ def gated(tmp_path_factory):
         with mlflow.start_run():
             mlflow.sklearn.log_model(
                 model, name="model", registered_model_name=MODEL, pip_requirements=["scikit-learn"],
-                serialization_format="cloudpickle", input_example=x.head(2),
+                serialization_format="cloudpickle",
             )  # fmt: skip
     client = MlflowClient(tracking_uri=uri, registry_uri=uri)
     client.set_registered_model_alias(MODEL, "champion", "1")

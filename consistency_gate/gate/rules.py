@@ -301,7 +301,7 @@ def parse_config(text: str, source: str = "config") -> GateConfig:
     >>> parse_config("rules:\\n  - {metric: con, mn: 0.9}\\n", "gate.yaml")
     Traceback (most recent call last):
     ...
-    consistency_gate.errors.UsageError: gate.yaml: line 2: unknown key 'mn' in rules[0] (known: decide, history, max, ...)
+    consistency_gate.errors.UsageError: gate.yaml: line 2: unknown key 'mn' in rules[0] (known: decide, history, ...)
     """
     if len(text) > MAX_CONFIG_BYTES:
         raise UsageError(
