@@ -15,6 +15,21 @@ if getattr(__main__, "__spec__", None) is None and not hasattr(__main__, "__file
     __main__.__file__ = "<pytest-xdist worker>"
 
 
+# the modules that take longest (seconds on 2 cores, `--durations`), scheduled first: `--dist loadfile`
+# hands whole modules to the workers in collection order, so a long module collected last (alphabetically,
+# test_shipping) kept one worker busy while the other waited
+LONGEST_FIRST = (
+    "test_shipping.py", "test_safety.py", "test_real_server.py", "test_docs_pages.py", "test_correctness_gate.py",
+    "test_reliability.py", "test_tensor_models.py", "test_docs.py", "test_gate.py", "test_repair_gate.py",
+)  # fmt: skip
+
+
+def pytest_collection_modifyitems(items: list) -> None:
+    """The longest modules first (:data:`LONGEST_FIRST`), each module's tests in their own order."""
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(Path(str(item.fspath)).name, len(rank)))
+
+
 def assert_valid_report(report: dict) -> dict:
     """Fail unless ``report`` validates against the report schema shipped in the package."""
     import jsonschema
