@@ -17,7 +17,7 @@ of the training split. Four policies decide what is deployed (the answers users 
 These run in memory through the library's own functions (the gate's decision, the repairs' tuning and
 ``BayesUpdate``), not through a registry: 10 generations x 5 seeds x 2 data sets would be 100 registered
 versions. Data: scikit-learn's digits (a small MLP, scikit-learn) and MNIST-1D (``pip install mnist1d``;
-``make_dataset``, generated offline; the Conv1d team model of ``repairs.py``, Adam, 8 epochs).
+``make_dataset``, generated offline; the Conv1d team model and loop of ``repairs.py``, 8 epochs).
 
 Prints per data set and policy the cumulative negative flips after each generation and the deployed
 accuracy, means with 95% t intervals over the seeds, the ratio of cumulative flips to ``replace``'s, and the
@@ -31,11 +31,13 @@ from __future__ import annotations
 import argparse
 import time
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 from intervals import format_interval
+from repairs import by_hand, mnist1d_splits, probabilities
 
 from consistency_gate.core.evaluation import evaluate_frames
 from consistency_gate.ensembles.bayes import BayesUpdate, confusion, tune_cost_ratio
@@ -63,20 +65,6 @@ def digits_splits(seed: int) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     return {k: (x[i], y[i]) for k, i in (("fit", order[:a]), ("calibration", order[a:b]), ("test", order[b:]))}
 
 
-def mnist1d_splits(seed: int) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    """MNIST-1D: 80% of the training signals to train on, 20% calibration, its test split to evaluate."""
-    from mnist1d.data import get_dataset_args, make_dataset
-
-    args = get_dataset_args()
-    args.num_samples, args.seed = 8_000, 42
-    data = make_dataset(args)
-    x, y = data["x"].astype(np.float32), data["y"].astype(np.int64)
-    order = np.random.default_rng(seed).permutation(len(x))
-    cut = int(0.8 * len(x))
-    test = (data["x_test"].astype(np.float32), data["y_test"].astype(np.int64))
-    return {"fit": (x[order[:cut]], y[order[:cut]]), "calibration": (x[order[cut:]], y[order[cut:]]), "test": test}
-
-
 def train(data: str, x: np.ndarray, y: np.ndarray, seed: int):  # noqa: ANN201 - a function x -> probabilities
     """One generation on (x, y) with ``seed``; returns its predict-probabilities function."""
     if data == "digits":
@@ -84,26 +72,8 @@ def train(data: str, x: np.ndarray, y: np.ndarray, seed: int):  # noqa: ANN201 -
 
         model = MLPClassifier(hidden_layer_sizes=(32,), max_iter=150, random_state=seed).fit(x, y)
         return model.predict_proba
-    import torch
-    from mnist1d_model import Conv1dNet
-    from torch import nn
-
-    torch.manual_seed(seed)
-    net = Conv1dNet()
-    optimizer = torch.optim.Adam(net.parameters(), lr=5e-3)
-    xs, ys = torch.as_tensor(x), torch.as_tensor(y)
-    for _ in range(8):
-        for batch in torch.randperm(len(xs)).split(64):
-            optimizer.zero_grad()
-            nn.functional.cross_entropy(net(xs[batch]), ys[batch]).backward()
-            optimizer.step()
-    net.eval()
-
-    def predict(values: np.ndarray) -> np.ndarray:
-        with torch.no_grad():
-            return torch.softmax(net(torch.as_tensor(values)), 1).numpy()
-
-    return predict
+    net = by_hand(x, y, seed, epochs=8)
+    return partial(probabilities, net)
 
 
 def passes(previous: np.ndarray, scores: np.ndarray, y: np.ndarray, config: rules.GateConfig) -> tuple[bool, float]:
@@ -140,7 +110,7 @@ def repaired(champions: list[dict], candidate: dict, y_cal: np.ndarray, y_test: 
 
 def one_seed(data: str, seed: int, generations: int, cost_ratio: float) -> dict[str, dict[str, list[float]]]:
     """Per policy: the cumulative negative flips and the deployed accuracy after each generation."""
-    splits = digits_splits(seed) if data == "digits" else mnist1d_splits(seed)
+    splits = digits_splits(seed) if data == "digits" else mnist1d_splits(seed, samples=8_000)
     (x_fit, y_fit), (x_cal, y_cal), (x_test, y_test) = splits["fit"], splits["calibration"], splits["test"]
     scored = []
     for t in range(generations):

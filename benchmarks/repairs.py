@@ -49,12 +49,12 @@ EPOCHS, LR, BATCH = 12, 5e-3, 64
 CLASSES = [str(c) for c in range(10)]
 
 
-def mnist1d_splits(seed: int) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    """fit / calibration / test splits of 12,000 MNIST-1D signals (generated, no download)."""
+def mnist1d_splits(seed: int, samples: int = 12_000) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """fit / calibration / test splits of ``samples`` MNIST-1D signals (generated, no download)."""
     from mnist1d.data import get_dataset_args, make_dataset
 
     args = get_dataset_args()
-    args.num_samples, args.seed = 12_000, 42
+    args.num_samples, args.seed = samples, 42
     data = make_dataset(args)
     x, y = data["x"].astype(np.float32), data["y"].astype(np.int64)
     order = np.random.default_rng(seed).permutation(len(x))
@@ -67,13 +67,13 @@ def mnist1d_splits(seed: int) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     }
 
 
-def by_hand(x: np.ndarray, y: np.ndarray, seed: int) -> nn.Module:
+def by_hand(x: np.ndarray, y: np.ndarray, seed: int, epochs: int = EPOCHS) -> nn.Module:
     """The team's own loop: Adam at a constant rate, 12 epochs, shuffled batches of 64."""
     torch.manual_seed(seed)
     net = Conv1dNet()
     optimizer = torch.optim.Adam(net.parameters(), lr=LR)
     xs, ys = torch.as_tensor(x), torch.as_tensor(y)
-    for _ in range(EPOCHS):
+    for _ in range(epochs):
         net.train()
         for batch in torch.randperm(len(xs)).split(BATCH):
             optimizer.zero_grad()

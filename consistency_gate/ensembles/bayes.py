@@ -21,11 +21,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
+
+from consistency_gate.ensembles.repair import carried_models, input_frame, log_carrying
 
 if TYPE_CHECKING:
     from mlflow.models.model import ModelInfo
@@ -159,29 +160,19 @@ class BayesPyfunc(PythonModel):
     def load_context(self, context: PythonModelContext) -> None:
         """Load the generations from the model's own artifacts (no registry needed)."""
         from consistency_gate.core.threshold import BinaryDecision
-        from consistency_gate.mlops.registry import ModelRef
-        from consistency_gate.mlops.scoring import load_model
 
         config = context.model_config
-        self.update = BayesUpdate(
-            config["classes"], [np.array(m) for m in config["confusions"]], config["cost_ratio"], config["tuned_on"]
-        )
+        confusions = [np.array(m) for m in config["confusions"]]
+        self.update = BayesUpdate(config["update_classes"], confusions, config["cost_ratio"], config["tuned_on"])
         decision = config.get("decision")
         self.decision = BinaryDecision(decision["positive"], decision["threshold"]) if decision else None
-        self.models = []
-        for role in config["roles"]:
-            path = context.artifacts[role]
-            ref = ModelRef(path, "", tags=dict(config["tags"][role]), source=path)
-            self.models.append(load_model(ref, config["model_classes"][role]))
+        self.models = carried_models(context, config["roles"])
 
     def predict(self, context, model_input: pd.DataFrame, params=None) -> pd.DataFrame:  # noqa: ANN001
         """One score column per class; the highest is the update's answer."""
         from consistency_gate.mlops.scoring import predict
 
-        frame = model_input
-        if isinstance(model_input, np.ndarray):  # a tensor input: flat columns, reshaped by each model
-            frame = pd.DataFrame(model_input.reshape(len(model_input), -1))
-        frame = pd.DataFrame(frame)
+        frame = input_frame(model_input)
         said = [
             class_indices(answer_labels(predict(m, frame, ()), self.decision), self.update.classes) for m in self.models
         ]
@@ -215,30 +206,14 @@ def log_bayes(update: BayesUpdate, generations: list[dict], decision: dict | Non
         with mlflow.start_run():
             info = log_bayes(update, [{"uri": "models:/clf/1", ...}, {"uri": "models:/clf/3", ...}], None)
     """
-    import warnings
-
-    import mlflow
-
     roles = [f"g{i}" for i in range(len(generations))]
     config = {
-        "classes": update.classes,
+        "update_classes": update.classes,
         "confusions": [m.tolist() for m in update.confusions],
         "cost_ratio": update.cost_ratio,
         "tuned_on": update.tuned_on,
         "decision": decision,
         "roles": roles,
-        "model_classes": {r: g["classes"] for r, g in zip(roles, generations, strict=True)},
-        "tags": {r: g["tags"] for r, g in zip(roles, generations, strict=True)},
     }
-    signature = mlflow.models.get_model_info(generations[-1]["uri"]).signature
-    with warnings.catch_warnings():  # it has the candidate's signature; MLflow would still ask for an example
-        warnings.filterwarnings("ignore", message=".*input example was not provided", category=UserWarning)
-        return mlflow.pyfunc.log_model(
-            name=name,
-            python_model=str(Path(__file__).with_name("bayes_code.py")),  # models from code: nothing pickled
-            artifacts={r: g["uri"] for r, g in zip(roles, generations, strict=True)},
-            model_config=config,
-            signature=signature,
-            metadata={"repair": update.setting, "method": "bayesian-update"},
-            pip_requirements=["consistency-gate"],
-        )
+    metadata = {"repair": update.setting, "method": "bayesian-update"}
+    return log_carrying("bayes_code.py", dict(zip(roles, generations, strict=True)), config, metadata, name)

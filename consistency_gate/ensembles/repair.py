@@ -183,27 +183,72 @@ class RepairPyfunc(PythonModel):
 
     def load_context(self, context: PythonModelContext) -> None:
         """Load both generations from the model's own artifacts (no registry needed)."""
-        from consistency_gate.mlops.registry import ModelRef
-        from consistency_gate.mlops.scoring import load_model
-
         config = context.model_config
         self.repair = Repair(config["method"], config["weight"], config["k"], config["tuned_on"])
-        self.models = []
-        for role in ("previous", "candidate"):
-            path = context.artifacts[role]
-            ref = ModelRef(path, "", tags=dict(config["tags"][role]), source=path)
-            self.models.append(load_model(ref, config["classes"][role]))
+        self.models = carried_models(context, ("previous", "candidate"))
 
     def predict(self, context, model_input: pd.DataFrame, params=None) -> pd.DataFrame:  # noqa: ANN001
         """One probability column per class of either generation."""
         from consistency_gate.mlops.scoring import predict
 
-        frame = model_input
-        if isinstance(model_input, np.ndarray):  # a tensor input: flat columns, reshaped by each model
-            frame = pd.DataFrame(model_input.reshape(len(model_input), -1))
-        frame = pd.DataFrame(frame)
+        frame = input_frame(model_input)
         previous, candidate, classes = aligned(*(predict(m, frame, ()) for m in self.models))
         return pd.DataFrame(self.repair.apply(previous, candidate), columns=classes, index=frame.index)
+
+
+def carried_models(context: PythonModelContext, roles: Sequence[str]) -> list:
+    """The generations' models a logged repair carries (its artifacts ``roles``, their classes and tags in
+    its model config, as :func:`log_carrying` wrote them), loaded without the registry."""
+    from consistency_gate.mlops.registry import ModelRef
+    from consistency_gate.mlops.scoring import load_model
+
+    config = context.model_config
+    models = []
+    for role in roles:
+        path = context.artifacts[role]
+        ref = ModelRef(path, "", tags=dict(config["tags"][role]), source=path)
+        models.append(load_model(ref, config["classes"][role]))
+    return models
+
+
+def input_frame(model_input: pd.DataFrame | np.ndarray) -> pd.DataFrame:
+    """A repair's input as the frame its generations predict: a tensor input as flat columns, which
+    each model reshapes to its own signature.
+
+    >>> input_frame(np.zeros((2, 1, 2, 2))).shape
+    (2, 4)
+    """
+    if isinstance(model_input, np.ndarray):
+        return pd.DataFrame(model_input.reshape(len(model_input), -1))
+    return pd.DataFrame(model_input)
+
+
+def log_carrying(code: str, generations: dict[str, dict], config: dict, metadata: dict, name: str) -> ModelInfo:
+    """Log a repair that needs no training as one pyfunc model in the active run ("models from code":
+    ``code``, a file beside this module; nothing pickled), carrying ``generations`` (role -> a dict with
+    the model's ``uri``, its ``classes`` and its ``tags``, which go into ``config``); the last role's
+    signature is the repair's input. Returns MLflow's ModelInfo."""
+    import warnings
+
+    import mlflow
+
+    signature = mlflow.models.get_model_info(list(generations.values())[-1]["uri"]).signature
+    config = {
+        **config,
+        "classes": {role: g["classes"] for role, g in generations.items()},
+        "tags": {role: g["tags"] for role, g in generations.items()},
+    }
+    with warnings.catch_warnings():  # it has the candidate's signature; MLflow would still ask for an example
+        warnings.filterwarnings("ignore", message=".*input example was not provided", category=UserWarning)
+        return mlflow.pyfunc.log_model(
+            name=name,
+            python_model=str(Path(__file__).with_name(code)),
+            artifacts={role: g["uri"] for role, g in generations.items()},
+            model_config=config,
+            signature=signature,
+            metadata=metadata,
+            pip_requirements=["consistency-gate"],
+        )
 
 
 def log_repair(repair: Repair, previous: dict, candidate: dict, name: str = "repair") -> ModelInfo:
@@ -216,27 +261,6 @@ def log_repair(repair: Repair, previous: dict, candidate: dict, name: str = "rep
         with mlflow.start_run():
             info = log_repair(Repair("rerank", k=3), {"uri": "models:/clf/1", ...}, {"uri": "models:/clf/2", ...})
     """
-    import warnings
-
-    import mlflow
-
-    signature = mlflow.models.get_model_info(candidate["uri"]).signature
-    config = {
-        "method": repair.method,
-        "weight": repair.weight,
-        "k": repair.k,
-        "tuned_on": repair.tuned_on,
-        "classes": {"previous": previous["classes"], "candidate": candidate["classes"]},
-        "tags": {"previous": previous["tags"], "candidate": candidate["tags"]},
-    }
-    with warnings.catch_warnings():  # it has the candidate's signature; MLflow would still ask for an example
-        warnings.filterwarnings("ignore", message=".*input example was not provided", category=UserWarning)
-        return mlflow.pyfunc.log_model(
-            name=name,
-            python_model=str(Path(__file__).with_name("repair_code.py")),  # models from code: nothing pickled
-            artifacts={"previous": previous["uri"], "candidate": candidate["uri"]},
-            model_config=config,
-            signature=signature,
-            metadata={"repair": json.loads(json.dumps(repair.setting)), "method": repair.method},
-            pip_requirements=["consistency-gate"],
-        )
+    config = {"method": repair.method, "weight": repair.weight, "k": repair.k, "tuned_on": repair.tuned_on}
+    metadata = {"repair": json.loads(json.dumps(repair.setting)), "method": repair.method}
+    return log_carrying("repair_code.py", {"previous": previous, "candidate": candidate}, config, metadata, name)

@@ -93,6 +93,18 @@ def model_history(client: MlflowClient, name: str, last: int = DEFAULT_LAST, lev
     }
 
 
+def pair_answers(samples: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """A gate's flip table (id, label, both answers) as the baseline's and the candidate's answers.
+
+    >>> said = {"previous_prediction": ["x"], "candidate_prediction": ["y"]}
+    >>> samples = pd.DataFrame({"id": ["a"], "label": ["x"], **said})
+    >>> [a["answer"].tolist() for a in pair_answers(samples)]
+    [['x'], ['y']]
+    """
+    said = (samples["previous_prediction"], samples["candidate_prediction"])
+    return tuple(answers(samples["id"], samples["label"], s) for s in said)
+
+
 def champions_before(client: MlflowClient, name: str, baseline: str) -> list[Generation]:
     """The champions promoted before ``baseline`` (the gate's baseline, today's champion), oldest
     first, each with its answers from the gates' ledgers; none when the model has no gate yet.
@@ -142,8 +154,7 @@ def history_figures(
         for key in {r.metric for r in rules if r.metric in HISTORY_METRICS}:
             figures.null(key, "needs every sample's answers, which --engine spark does not keep")
         return figures
-    base = answers(samples["id"], samples["label"], samples["previous_prediction"])
-    cand = answers(samples["id"], samples["label"], samples["candidate_prediction"])
+    base, cand = pair_answers(samples)
     for rule in rules:
         before = last(past, (rule.history or 1) - 1)
         if rule.metric == "forgotten":
@@ -167,8 +178,7 @@ def gate_history(
     >>> [(s["version"], s["negative_flips"]) for s in report["steps"]], report["cumulative_negative_flips"]
     ([('2', 0), ('3', 1)], 1)
     """
-    base = answers(samples["id"], samples["label"], samples["previous_prediction"])
-    cand = answers(samples["id"], samples["label"], samples["candidate_prediction"])
+    base, cand = pair_answers(samples)
     h = history([*past, (versions[0], base), (versions[1], cand)], level)
     return {
         "model": name,

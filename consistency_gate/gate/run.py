@@ -33,7 +33,14 @@ from consistency_gate.ensembles.config import REMEDIATION_KINDS, REPAIR_METHODS,
 from consistency_gate.errors import DataError, ModelError, UsageError, redact_credentials
 from consistency_gate.gate import rules
 from consistency_gate.gate.decision import Decision
-from consistency_gate.gate.history import Generation, champions_before, gate_history, history_figures, last
+from consistency_gate.gate.history import (
+    Generation,
+    champions_before,
+    gate_history,
+    history_figures,
+    last,
+    pair_answers,
+)
 from consistency_gate.gate.result import NOTHING_TO_DECIDE, GateResult
 from consistency_gate.gate.session import GateSession, version_description
 from consistency_gate.io import predictions as io
@@ -308,8 +315,7 @@ class _Comparer:
                 for key in rules.FLOOR_METRICS:
                     figures.null(key, "needs every sample's answers, which --engine spark does not keep")
                 return figures
-            base = answers(samples["id"], samples["label"], samples["previous_prediction"])
-            cand = answers(samples["id"], samples["label"], samples["candidate_prediction"])
+            base, cand = pair_answers(samples)
             if self.replica is None:
                 self.replica = self._answers_of(gate.floor_scores, samples["id"])
             figures.update(floor_figures(base, cand, self.replica, cfg.confidence))
