@@ -31,6 +31,7 @@ from consistency_gate.core.threshold import BinaryDecision
 from consistency_gate.engines.local import resolve_ks
 from consistency_gate.errors import DataError, ModelError, UsageError
 from consistency_gate.io import predictions as io
+from consistency_gate.mlops.flavors import FLAVORS
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -228,7 +229,8 @@ def compare_spark(
 @dataclass(frozen=True)
 class SparkModel:
     """What a Spark job needs of one generation: the model to load with ``spark_udf``, its
-    flavor (``pytorch`` outputs are logits, turned into probabilities by softmax), the class
+    flavor (an entry of :data:`~consistency_gate.mlops.flavors.FLAVORS`: it says whether the outputs are
+    logits, turned into probabilities by softmax), the class
     label of each output column, and the feature columns it reads."""
 
     uri: str
@@ -240,13 +242,9 @@ class SparkModel:
         """ModelError unless the model's pyfunc returns class scores (checked before Spark starts)."""
         import mlflow
 
-        predict_fn = (mlflow.models.get_model_info(self.uri).flavors.get("python_function") or {}).get("predict_fn")
-        if self.flavor == "sklearn" and predict_fn != "predict_proba":
-            raise ModelError(
-                f"{self.uri}: its pyfunc predicts labels ({predict_fn or 'predict'}), but --engine spark predicts "
-                "with mlflow.pyfunc.spark_udf and needs class probabilities: log the model with "
-                "mlflow.sklearn.log_model(..., pyfunc_predict_fn='predict_proba'), or use --engine local"
-            )
+        check = FLAVORS[self.flavor].spark_check
+        if check is not None:
+            check(self.uri, mlflow.models.get_model_info(self.uri).flavors.get("python_function") or {})
 
     def predict_column(self, spark: SparkSession) -> Column:
         """A column of this model's class scores (arrays), predicted with :func:`mlflow.pyfunc.spark_udf`.
@@ -274,7 +272,7 @@ class SparkModel:
         matrix = np.stack(values.to_numpy()) if len(values) else np.zeros((0, len(self.classes)))
         if matrix.shape[1] != len(self.classes):
             raise ModelError(f"{self.uri}: spark_udf gave {matrix.shape[1]} scores per row, expected one per class")
-        if self.flavor == "pytorch":  # as the in-process scorer: softmax of float32 outputs
+        if FLAVORS[self.flavor].spark_logits:  # as the in-process scorer: softmax of float32 outputs
             import torch
 
             matrix = torch.softmax(torch.as_tensor(matrix, dtype=torch.float32), dim=1).numpy()

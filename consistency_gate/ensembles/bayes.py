@@ -20,13 +20,17 @@ array([0, 0])
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
 
-from consistency_gate.ensembles.repair import carried_models, input_frame, log_carrying
+from consistency_gate.core.evaluation import canonical_classes
+from consistency_gate.ensembles.config import RemediationConfig
+from consistency_gate.ensembles.methods import Built, Inputs
+from consistency_gate.ensembles.repair import carried, carried_models, input_frame, log_carrying
 
 if TYPE_CHECKING:
     from mlflow.models.model import ModelInfo
@@ -217,3 +221,48 @@ def log_bayes(update: BayesUpdate, generations: list[dict], decision: dict | Non
     }
     metadata = {"repair": update.setting, "method": "bayesian-update"}
     return log_carrying("bayes_code.py", dict(zip(roles, generations, strict=True)), config, metadata, name)
+
+
+def build_bayes(inputs: Inputs, remediation: RemediationConfig) -> Built:
+    """``bayesian-update`` (the builder of :data:`~consistency_gate.ensembles.methods.METHODS`): the
+    champions before the baseline (as the model's gates promoted them), the baseline and the candidate,
+    their confusion matrices estimated on the calibration data, the cost ratio fixed by the config or
+    tuned there with the gate's rules; logged as one pyfunc carrying the K models."""
+    import time
+
+    import mlflow
+
+    from consistency_gate.io.predictions import read_evaluation_data
+    from consistency_gate.mlops.scoring import non_features, predict
+
+    start = time.perf_counter()
+    count = remediation.generations or DEFAULT_GENERATIONS
+    past = inputs.past(count - 2)
+    models = [*(m for _, m in past), inputs.baseline, inputs.candidate]
+    on_eval = [*(predict(m, inputs.frame, inputs.non_features) for _, m in past), inputs.base_scores]
+    on_eval.append(inputs.cand_scores)
+    source = Path(remediation.calibration or remediation.data)
+    label = remediation.label_column
+    tuning = read_evaluation_data(source, label, None)
+    on_tuning = [predict(m, tuning, non_features(label, None)) for m in models]
+    said_eval = [answer_labels(s, inputs.decision) for s in on_eval]
+    said_tuning = [answer_labels(s, inputs.decision) for s in on_tuning]
+    seen = {str(c) for s in on_eval if isinstance(s, pd.DataFrame) for c in s.columns}
+    seen |= {str(v) for v in tuning[label]} | {a for said in said_eval + said_tuning for a in said}
+    classes = canonical_classes([sorted(seen)])
+    update = BayesUpdate(classes, [confusion(tuning[label], s, classes) for s in said_tuning])
+    tuning_idx = [class_indices(s, classes) for s in said_tuning]
+    if remediation.cost_ratio is not None:
+        update = replace(update, cost_ratio=remediation.cost_ratio, tuned_on="config")
+    else:
+        base = pd.DataFrame(np.eye(len(classes))[np.maximum(tuning_idx[-2], 0)], columns=classes)
+        judge = inputs.calibration_judge(tuning[label], base, classes, source)
+        update = tune_cost_ratio(update, tuning_idx, judge, str(source))
+    eval_idx = [class_indices(s, classes) for s in said_eval]
+    scores = pd.DataFrame(update.scores(eval_idx), columns=classes, index=inputs.frame.index)
+    seconds = time.perf_counter() - start
+    mlflow.log_params({"method": "bayesian-update", **update.setting, "versions": ", ".join(v for v, _ in past)})
+    generations = [carried(m, s) for m, s in zip(models, on_eval, strict=True)]
+    model_info = log_bayes(update, generations, inputs.decision.to_dict() if inputs.decision else None)
+    setting = {**update.setting, "versions": [*(v for v, _ in past), *inputs.versions]}
+    return Built(model_info, scores, len(models), seconds, inputs.candidate.features, setting=setting)

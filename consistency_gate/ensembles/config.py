@@ -19,30 +19,15 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, field_validator
 
 from consistency_gate.ensembles.combine import RULES
+from consistency_gate.ensembles.methods import METHODS, cheapest_order, no_training
 from consistency_gate.errors import UsageError
 
-# no training: the candidate corrected by the previous generation (bayesian-update: by the last K generations)
-REPAIR_METHODS = ("blend", "rerank", "bayesian-update")
+# the training engine's methods (every method is an entry of ensembles.methods.METHODS)
 ENSEMBLE_METHODS = ("dynsnap-cyc", "dynsnap-step", "snapshot", "extbagging")  # m members
 DISTILLATION_METHODS = ("focal-distillation", "ensemble-distillation")  # one model, from a teacher
-METHODS = (*REPAIR_METHODS, *ENSEMBLE_METHODS, "mcdropout", "singlebase", *DISTILLATION_METHODS)
 OPTIMIZERS = ("sgd", "adam")
 SINGLE_RUN_METHODS = ("mcdropout", "singlebase", *DISTILLATION_METHODS)  # one run, its best-on-validation model
 DISTILLATION_LOSSES = ("kl", "lm")
-# the consistency_gate.kind tag of a version remediation registers
-REMEDIATION_KINDS = ("ensemble", "distilled", *REPAIR_METHODS)
-
-
-def remediation_kind(method: str) -> str:
-    """What ``method`` builds: 'distilled' (one model learnt from a teacher), 'ensemble', or for a
-    no-training repair its own name ('blend', 'rerank', 'bayesian-update').
-
-    >>> remediation_kind("focal-distillation"), remediation_kind("dynsnap-cyc"), remediation_kind("rerank")
-    ('distilled', 'ensemble', 'rerank')
-    """
-    if method in REPAIR_METHODS:
-        return method
-    return "distilled" if method in DISTILLATION_METHODS else "ensemble"
 
 
 def check_weight(weight: float) -> None:
@@ -286,7 +271,7 @@ class RemediationConfig:
             check_weight(block.weight)
         if block.k is not None:
             check_k(block.k)
-        trains = block.strategy is None and block.method not in REPAIR_METHODS  # one method, which trains
+        trains = block.strategy is None and block.method not in no_training()  # one method, which trains
         if trains and block.data is None and ":" not in block.recipe:
             raise UsageError(
                 f"{source}: remediation: 'data' (the training data file) is required for recipe '{block.recipe}' "
@@ -305,18 +290,6 @@ class RemediationConfig:
             block.data, block.recipe, options, block.label_column, block.combination, settings, strategy, overrides,
             block.weight, block.k, block.calibration, block.generations, block.cost_ratio,
         )  # fmt: skip
-
-
-def cheapest_order(method: str) -> tuple[str, ...]:
-    """``strategy: cheapest``, by cost: the repairs that need no training (blend, rerank), the
-    single-model methods (focal distillation, the cheapest to train, then ensemble distillation), then
-    ``method`` (DynSnap-cyc if ``method`` is itself one of those).
-
-    >>> cheapest_order("focal-distillation")
-    ('blend', 'rerank', 'bayesian-update', 'focal-distillation', 'ensemble-distillation', 'dynsnap-cyc')
-    """
-    first = (*REPAIR_METHODS, *DISTILLATION_METHODS)
-    return (*first, "dynsnap-cyc" if method in first else method)
 
 
 def _strategy(block: RemediationBlock, source: str) -> tuple[str, ...]:

@@ -36,6 +36,7 @@ import pandas as pd
 
 from consistency_gate.ensembles.config import RemediationConfig, train_settings
 from consistency_gate.ensembles.distillation import logits_of
+from consistency_gate.ensembles.methods import Built, Inputs
 from consistency_gate.ensembles.model import TorchEnsemble
 from consistency_gate.ensembles.recipes import (
     RecipeSpec,
@@ -116,6 +117,30 @@ def train_ensemble(
         names = sorted(set(labels.astype(str).tolist()))  # fit_ensemble's class order
         logits = teacher_logits(teacher, frame[features], names, str(path))
     return fit_ensemble(x, labels.to_numpy(), features, config, quiet=quiet, teacher=logits)
+
+
+def build_trained(inputs: Inputs, remediation: RemediationConfig) -> Built:
+    """Every method that trains (the builder of :data:`~consistency_gate.ensembles.methods.METHODS`):
+    the ensemble or distilled model of ``remediation``, trained (the baseline teaching
+    ``focal-distillation``: it predicts the training samples), its training logged and the model
+    logged as one pyfunc; its classes are the candidate's (a recipe's class indices name them)."""
+    from consistency_gate.ensembles.model import log_ensemble
+    from consistency_gate.mlops.scoring import predict
+
+    candidate, baseline, exclude = inputs.candidate, inputs.baseline, inputs.non_features
+    input_shape = candidate.tensor.shape[1:] if candidate.tensor is not None else None
+    teacher = None if baseline is None else (lambda f: predict(baseline, f, exclude))
+    ensemble, build = train_ensemble(
+        remediation, candidate.features, exclude, inputs.quiet, inputs.classes, input_shape, teacher
+    )
+    log_build(build)
+    model_info = log_ensemble(ensemble)
+    missing = [c for c in ensemble.features or [] if c not in inputs.frame.columns]
+    if missing:
+        raise DataError(f"{inputs.data_path}: the ensemble's feature column '{missing[0]}' is missing")
+    scores = ensemble.predict_frame(inputs.frame.drop(columns=[c for c in exclude if c in inputs.frame.columns]))
+    members = len(build.members)
+    return Built(model_info, scores, members, build.seconds, ensemble.features, runs=len(build.runs), kappa=build.kappa)
 
 
 def _needs_teacher(config: RemediationConfig, teacher: Teacher | None) -> bool:

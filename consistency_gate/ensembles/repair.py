@@ -34,11 +34,14 @@ import numpy as np
 import pandas as pd
 
 from consistency_gate.core.evaluation import canonical_classes
-from consistency_gate.ensembles.config import check_k, check_weight
+from consistency_gate.ensembles.config import RemediationConfig, check_k, check_weight
+from consistency_gate.ensembles.methods import KS, Built, Inputs
 
 if TYPE_CHECKING:
     from mlflow.models.model import ModelInfo
     from mlflow.pyfunc import PythonModelContext
+
+    from consistency_gate.mlops.scoring import LoadedModel
 
 try:
     from mlflow.pyfunc import PythonModel
@@ -48,7 +51,6 @@ except ImportError:  # pragma: no cover - mlflow is a dependency; keeps the core
 DEFAULT_WEIGHT = 0.5  # blend: as much of the previous generation as of the candidate
 DEFAULT_K = 3  # rerank: the previous generation picks among the candidate's three first choices
 WEIGHTS = tuple(round(0.1 * i, 1) for i in range(1, 10))  # 0 is the candidate, 1 the previous generation
-KS = tuple(range(2, 11))  # k = 1 is the candidate itself; k = the number of classes, the previous generation
 
 
 def blend(previous: np.ndarray, candidate: np.ndarray, weight: float) -> np.ndarray:
@@ -264,3 +266,56 @@ def log_repair(repair: Repair, previous: dict, candidate: dict, name: str = "rep
     config = {"method": repair.method, "weight": repair.weight, "k": repair.k, "tuned_on": repair.tuned_on}
     metadata = {"repair": json.loads(json.dumps(repair.setting)), "method": repair.method}
     return log_carrying("repair_code.py", {"previous": previous, "candidate": candidate}, config, metadata, name)
+
+
+def carried(model: LoadedModel, scores: pd.DataFrame | pd.Series) -> dict:
+    """A generation as a repair carries it: its model URI, its classes (its score columns; none for a
+    label-only model) and the tags that say how to read its outputs."""
+    from consistency_gate.mlops.registry import CLASSES_TAG, OUTPUTS_TAG
+
+    tags = {k: v for k, v in model.ref.tags.items() if k in (CLASSES_TAG, OUTPUTS_TAG)}
+    classes = [str(c) for c in scores.columns] if isinstance(scores, pd.DataFrame) else None
+    return {"uri": model.ref.uri, "classes": classes, "tags": tags}
+
+
+def build_repair(inputs: Inputs, remediation: RemediationConfig) -> Built:
+    """``blend`` or ``rerank`` (the builder of :data:`~consistency_gate.ensembles.methods.METHODS`): its
+    setting fixed by the config or tuned on data other than the evaluation set (:func:`setting_for`),
+    logged as one pyfunc model carrying both generations' models."""
+    import time
+
+    import mlflow
+
+    start = time.perf_counter()
+    repair = setting_for(inputs, remediation)
+    previous, candidate, classes = aligned(inputs.base_scores, inputs.cand_scores)
+    scores = pd.DataFrame(repair.apply(previous, candidate), columns=classes, index=inputs.cand_scores.index)
+    seconds = time.perf_counter() - start
+    mlflow.log_params({"method": repair.method, **repair.setting})
+    pairs = ((inputs.baseline, inputs.base_scores), (inputs.candidate, inputs.cand_scores))
+    model_info = log_repair(repair, *(carried(model, scores) for model, scores in pairs))
+    return Built(model_info, scores, 2, seconds, inputs.candidate.features, setting=repair.setting)
+
+
+def setting_for(inputs: Inputs, remediation: RemediationConfig) -> Repair:
+    """The repair's setting: as the config fixes it; else tuned with the gate's rules, each judged on its
+    strict one-sided bound (``inputs.calibration_judge``), on the ``calibration:`` file (or the
+    remediation's ``data:``), never on the evaluation set; else the default."""
+    from consistency_gate.io.predictions import read_evaluation_data
+    from consistency_gate.mlops.scoring import non_features, predict
+
+    method = remediation.settings.method
+    if method == "blend" and remediation.weight is not None:
+        return Repair("blend", weight=remediation.weight, tuned_on="config")
+    if method == "rerank" and remediation.k is not None:
+        return Repair("rerank", k=remediation.k, tuned_on="config")
+    source = remediation.calibration or remediation.data
+    if source is None:
+        return Repair(method)
+    tuning = read_evaluation_data(Path(source), remediation.label_column, None)
+    exclude = non_features(remediation.label_column, None)
+    prev_scores, cand_scores = (predict(m, tuning, exclude) for m in (inputs.baseline, inputs.candidate))
+    previous, candidate, classes = aligned(prev_scores, cand_scores)
+    base = pd.DataFrame(previous, columns=classes)
+    judge = inputs.calibration_judge(tuning[remediation.label_column], base, classes, source)
+    return tune(method, previous, candidate, judge, str(source))

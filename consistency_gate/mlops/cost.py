@@ -1,4 +1,4 @@
-"""What a model costs to serve: predict latency, size on disk, member count (issue 15 section 4).
+"""What a model costs to serve: predict latency, size on disk, member count.
 
 An ensemble of m members costs about m times the inference of one model; a reviewer weighs that
 against the consistency it buys. :class:`ServingCost` measures one model; its :meth:`metrics`
@@ -100,3 +100,15 @@ def model_size_mb(model_uri: str) -> float | None:
 
     size = walk(None)
     return None if unknown else size / 1e6
+
+
+def serving_cost(
+    predict: Callable[[pd.DataFrame], object], frame: pd.DataFrame, model_uri: str, members: int = 1
+) -> ServingCost:
+    """A model's serving cost predicting ``frame``: its latency, its size on disk (None where the store
+    will not list it) and the ``members`` it carries."""
+    try:
+        size = model_size_mb(model_uri)
+    except Exception:  # noqa: BLE001 - the size is reported, never needed: a store that cannot list gives none
+        size = None
+    return ServingCost(predict_latency(predict, frame), size, members)

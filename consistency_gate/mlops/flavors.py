@@ -17,24 +17,36 @@ as in scikit-learn.
 
 A model that answers with class labels only (no scores) gives a :class:`pandas.Series` of labels
 as text, whose ``attrs["label_only"]`` says why; scores are a frame with one column per class.
+
+Every flavor is one entry of :data:`FLAVORS`, keyed by MLflow's flavor name: how a version logged with
+it becomes a scorer in-process, and how its pyfunc's output is read on Spark. A version is loaded with
+the first entry among its flavors (``python_function``, which every pyfunc has, last). Adding a flavor
+is one entry.
+
+>>> list(FLAVORS)
+['lightgbm', 'xgboost', 'catboost', 'sklearn', 'pytorch', 'python_function']
+>>> flavor_of(["python_function", "sklearn"])
+'sklearn'
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import json
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 
 from consistency_gate.errors import ModelError
+from consistency_gate.io.tensors import TensorInput, tensor_batch
 from consistency_gate.io.text import as_text
-from consistency_gate.mlops.registry import CLASSES_TAG, ModelRef
+from consistency_gate.mlops.registry import CLASSES_TAG, OUTPUTS_TAG, ModelRef
 
 Output = pd.DataFrame | pd.Series
 Scorer = Callable[[pd.DataFrame], Output]
-NATIVE_FLAVORS = ("lightgbm", "xgboost", "catboost", "sklearn")  # in the order they are preferred
 
 
 def class_scores(ref: ModelRef, scores: np.ndarray, classes: Sequence[str], index: pd.Index) -> pd.DataFrame:
@@ -107,14 +119,15 @@ def named_classes(ref: ModelRef, hint: list[str] | None, what: str) -> list[str]
     )
 
 
-def load_native(ref: ModelRef, flavors: Sequence[str], hint: list[str] | None) -> tuple[Scorer, str, tuple] | None:
-    """The scorer of a version logged with a classifier flavor (:data:`NATIVE_FLAVORS`), its flavor and
-    the columns it takes as categories; None when it has none of them (pytorch, pyfunc)."""
-    flavor = next((f for f in NATIVE_FLAVORS if f in flavors), None)
-    if flavor is None:
-        return None
-    model = importlib.import_module(f"mlflow.{flavor}").load_model(ref.uri)
-    return estimator_scorer(ref, model, hint), flavor, categorical_columns(model)
+def _native(flavor: str) -> Callable[[ModelRef, list[str] | None, TensorInput | None], tuple[Scorer, tuple]]:
+    """The loader of a classifier flavor whose model object is an estimator or a Booster
+    (:func:`estimator_scorer`): its scorer and the columns it takes as categories."""
+
+    def load(ref: ModelRef, hint: list[str] | None, tensor: TensorInput | None) -> tuple[Scorer, tuple]:
+        model = importlib.import_module(f"mlflow.{flavor}").load_model(ref.uri)
+        return estimator_scorer(ref, model, hint), categorical_columns(model)
+
+    return load
 
 
 def estimator_scorer(ref: ModelRef, model: object, hint: list[str] | None) -> Scorer:
@@ -251,3 +264,94 @@ def _whole(values: np.ndarray) -> bool:
     """Whether every finite value is a whole number (labels written as floats, like 0.0 and 1.0)."""
     finite = values[np.isfinite(values)]
     return bool(len(finite)) and bool((finite == np.round(finite)).all())
+
+
+def _torch_scorer(ref: ModelRef, classes_hint: list[str] | None, tensor: TensorInput | None) -> tuple[Scorer, tuple]:
+    import mlflow.pytorch
+    import torch
+
+    classes = named_classes(ref, classes_hint, "a PyTorch model")
+    logits = _outputs_logits(ref, default=True)
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    model = mlflow.pytorch.load_model(ref.uri, map_location=device)
+    with contextlib.suppress(NotImplementedError):  # exported (pt2) graphs have no train/eval modes
+        model.eval()
+
+    def probabilities(out: torch.Tensor) -> torch.Tensor:
+        if not logits:
+            return out
+        return torch.sigmoid(out) if out.ndim == 1 or out.shape[1] == 1 else torch.softmax(out, dim=1)
+
+    def score(features: pd.DataFrame) -> pd.DataFrame:
+        x = torch.as_tensor(tensor_batch(features, tensor, features.attrs.get("source", "evaluation data")))
+        outs = []
+        with torch.no_grad():
+            for start in range(0, len(x), 8192):
+                outs.append(probabilities(model(x[start : start + 8192].to(device))).cpu().numpy())
+        probs = np.concatenate(outs) if outs else np.zeros((0, len(classes)))
+        return class_scores(ref, probs, classes, features.index)
+
+    return score, ()
+
+
+def _outputs_logits(ref: ModelRef, default: bool | None) -> bool | None:
+    """Whether the version's scores are logits (to softmax), from its ``consistency_gate.outputs`` tag."""
+    raw = ref.tags.get(OUTPUTS_TAG)
+    if raw is None:
+        return default
+    if raw not in ("logits", "probabilities"):
+        raise ModelError(f"{ref.uri}: tag {OUTPUTS_TAG} must be 'logits' or 'probabilities', got {raw!r}")
+    return raw == "logits"
+
+
+def _pyfunc_scorer(ref: ModelRef, classes_hint: list[str] | None, tensor: TensorInput | None) -> tuple[Scorer, tuple]:
+    import mlflow.pyfunc
+
+    model = mlflow.pyfunc.load_model(ref.uri)
+    logits = _outputs_logits(ref, default=None)
+
+    def score(features: pd.DataFrame) -> Output:
+        where = features.attrs.get("source", "evaluation data")
+        out = model.predict(features if tensor is None else tensor_batch(features, tensor, where))
+        return pyfunc_output(ref, out, classes_hint, features.index, logits)
+
+    return score, ()
+
+
+def _require_predict_proba(uri: str, pyfunc: dict) -> None:
+    """ModelError unless a scikit-learn model's pyfunc returns class probabilities (``spark_udf`` calls it)."""
+    predict_fn = pyfunc.get("predict_fn")
+    if predict_fn != "predict_proba":
+        raise ModelError(
+            f"{uri}: its pyfunc predicts labels ({predict_fn or 'predict'}), but --engine spark predicts "
+            "with mlflow.pyfunc.spark_udf and needs class probabilities: log the model with "
+            "mlflow.sklearn.log_model(..., pyfunc_predict_fn='predict_proba'), or use --engine local"
+        )
+
+
+@dataclass(frozen=True)
+class Flavor:
+    """How a model logged with one MLflow flavor is read: ``scorer(ref, classes_hint, tensor)`` loads it
+    in-process and returns its scorer and the columns it takes as pandas categories; on Spark its pyfunc
+    predicts (``mlflow.pyfunc.spark_udf``), whose scores are logits when ``spark_logits`` (softmaxed as
+    in-process), after ``spark_check(uri, python_function flavor config)`` says the pyfunc gives scores."""
+
+    scorer: Callable[[ModelRef, list[str] | None, TensorInput | None], tuple[Scorer, tuple]]
+    spark_logits: bool = False
+    spark_check: Callable[[str, dict], None] | None = None
+
+
+FLAVORS: dict[str, Flavor] = {  # in the order they are preferred
+    "lightgbm": Flavor(_native("lightgbm")),
+    "xgboost": Flavor(_native("xgboost")),
+    "catboost": Flavor(_native("catboost")),
+    "sklearn": Flavor(_native("sklearn"), spark_check=_require_predict_proba),
+    "pytorch": Flavor(_torch_scorer, spark_logits=True),
+    "python_function": Flavor(_pyfunc_scorer),
+}
+
+
+def flavor_of(flavors: Sequence[str]) -> str:
+    """The entry of :data:`FLAVORS` a version logged with ``flavors`` is loaded with (the first of the
+    table it has; ``python_function`` for any other)."""
+    return next((name for name in FLAVORS if name in flavors), "python_function")

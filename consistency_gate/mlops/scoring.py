@@ -13,7 +13,6 @@ class labels only predicts a :class:`pandas.Series` of labels (:func:`label_only
 
 from __future__ import annotations
 
-import contextlib
 import re
 import warnings
 from collections.abc import Sequence
@@ -25,9 +24,9 @@ import pandas as pd
 
 from consistency_gate.errors import DataError, GateError, ModelError, TrackingError, plain
 from consistency_gate.io.casts import cast_to_signature
-from consistency_gate.io.tensors import TensorInput, array_column, tensor_batch
-from consistency_gate.mlops.flavors import Output, Scorer, class_scores, load_native, named_classes, pyfunc_output
-from consistency_gate.mlops.registry import OUTPUTS_TAG, ModelRef
+from consistency_gate.io.tensors import TensorInput, array_column
+from consistency_gate.mlops.flavors import FLAVORS, Output, Scorer, flavor_of
+from consistency_gate.mlops.registry import ModelRef
 from consistency_gate.mlops.store import looks_unreachable
 
 if TYPE_CHECKING:
@@ -49,8 +48,9 @@ class LoadedModel:
 
 
 def load_model(ref: ModelRef, classes_hint: list[str] | None = None) -> LoadedModel:
-    """Load a version with the flavor that yields class probabilities (lightgbm, xgboost, catboost,
-    sklearn, pytorch, pyfunc: :mod:`consistency_gate.mlops.flavors`).
+    """Load a version as a scorer, with the first flavor it was logged with of the table
+    :data:`~consistency_gate.mlops.flavors.FLAVORS` (lightgbm, xgboost, catboost, sklearn, pytorch,
+    python_function).
 
     Example::
 
@@ -69,15 +69,9 @@ def load_model(ref: ModelRef, classes_hint: list[str] | None = None) -> LoadedMo
     flavors = info.flavors or {}
     features, types = _signature_features(info.signature)
     tensor = _signature_tensor(info.signature)
-    categorical: tuple[str, ...] = ()
+    flavor = flavor_of(flavors)
     try:
-        native = load_native(ref, list(flavors), classes_hint)
-        if native is not None:
-            scorer, flavor, categorical = native
-        elif "pytorch" in flavors:
-            scorer, flavor = _torch_scorer(ref, classes_hint, tensor), "pytorch"
-        else:
-            scorer, flavor = _pyfunc_scorer(ref, classes_hint, tensor), "pyfunc"
+        scorer, categorical = FLAVORS[flavor].scorer(ref, classes_hint, tensor)
     except (ModelError, TrackingError):
         raise
     except Exception as exc:  # noqa: BLE001
@@ -108,58 +102,6 @@ def _signature_tensor(signature: ModelSignature | None) -> TensorInput | None:
     if len(specs) != 1 or specs[0].shape is None:
         return None
     return TensorInput(tuple(int(d) for d in specs[0].shape), str(specs[0].type))
-
-
-def _torch_scorer(ref: ModelRef, classes_hint: list[str] | None, tensor: TensorInput | None) -> Scorer:
-    import mlflow.pytorch
-    import torch
-
-    classes = named_classes(ref, classes_hint, "a PyTorch model")
-    logits = _outputs_logits(ref, default=True)
-    device = "cuda" if torch.cuda.is_available() else "cpu"
-    model = mlflow.pytorch.load_model(ref.uri, map_location=device)
-    with contextlib.suppress(NotImplementedError):  # exported (pt2) graphs have no train/eval modes
-        model.eval()
-
-    def probabilities(out: torch.Tensor) -> torch.Tensor:
-        if not logits:
-            return out
-        return torch.sigmoid(out) if out.ndim == 1 or out.shape[1] == 1 else torch.softmax(out, dim=1)
-
-    def score(features: pd.DataFrame) -> pd.DataFrame:
-        x = torch.as_tensor(tensor_batch(features, tensor, features.attrs.get("source", "evaluation data")))
-        outs = []
-        with torch.no_grad():
-            for start in range(0, len(x), 8192):
-                outs.append(probabilities(model(x[start : start + 8192].to(device))).cpu().numpy())
-        probs = np.concatenate(outs) if outs else np.zeros((0, len(classes)))
-        return class_scores(ref, probs, classes, features.index)
-
-    return score
-
-
-def _outputs_logits(ref: ModelRef, default: bool | None) -> bool | None:
-    """Whether the version's scores are logits (to softmax), from its ``consistency_gate.outputs`` tag."""
-    raw = ref.tags.get(OUTPUTS_TAG)
-    if raw is None:
-        return default
-    if raw not in ("logits", "probabilities"):
-        raise ModelError(f"{ref.uri}: tag {OUTPUTS_TAG} must be 'logits' or 'probabilities', got {raw!r}")
-    return raw == "logits"
-
-
-def _pyfunc_scorer(ref: ModelRef, classes_hint: list[str] | None, tensor: TensorInput | None) -> Scorer:
-    import mlflow.pyfunc
-
-    model = mlflow.pyfunc.load_model(ref.uri)
-    logits = _outputs_logits(ref, default=None)
-
-    def score(features: pd.DataFrame) -> Output:
-        where = features.attrs.get("source", "evaluation data")
-        out = model.predict(features if tensor is None else tensor_batch(features, tensor, where))
-        return pyfunc_output(ref, out, classes_hint, features.index, logits)
-
-    return score
 
 
 def label_only(scores: Output) -> str | None:

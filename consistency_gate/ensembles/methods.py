@@ -1,0 +1,238 @@
+"""The remediation methods, one entry each: what a method needs, what it costs, how it is built.
+
+The gate's remediation (:mod:`consistency_gate.gate.remediate`) reads this table and nothing else about
+a method: it skips a method whose needs the gate cannot meet (with the reason), tries the others in
+turn, and puts what each builds through one tail that reloads it, checks it predicts what was gated,
+measures its serving cost, judges it with the gate's rules and registers it if it passes.
+``strategy: cheapest`` orders the methods by their declared ``cost``. Adding a method is one entry of
+:data:`METHODS` and its builder.
+
+A builder is ``build(inputs, remediation) -> Built``: it receives the gate's :class:`Inputs` and the
+method's :class:`~consistency_gate.ensembles.config.RemediationConfig`, runs inside the attempt's MLflow
+run, logs its model there and returns what it built. Builders are named ``"module:function"`` (as
+training recipes are) and imported when a method runs, so that reading a config imports nothing heavy.
+
+>>> METHODS["rerank"].kind, METHODS["rerank"].cost < METHODS["dynsnap-cyc"].cost
+('rerank', True)
+>>> [m.name for m in METHODS.values() if not m.trains]
+['blend', 'rerank', 'bayesian-update']
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    import pandas as pd
+    from mlflow.models.model import ModelInfo
+
+    from consistency_gate.core.threshold import BinaryDecision
+    from consistency_gate.mlops.scoring import LoadedModel
+
+KS = tuple(range(2, 11))  # rerank's k: 1 is the candidate itself; k = the number of classes, the previous generation
+TRAINED = "consistency_gate.ensembles.remediation:build_trained"  # every method that trains networks
+
+# judge(scores) on tuning data: (whether the gate's rules pass there, CtoI there)
+Judge = Callable[..., tuple[bool, float]]
+
+
+class RemediationConfig(Protocol):
+    """What the table reads of the ``remediation:`` block: the checked
+    :class:`consistency_gate.ensembles.config.RemediationConfig`, which reads this table to check it."""
+
+    data: Path | None
+    calibration: Path | None
+    k: int | None
+    settings: object  # its TrainSettings (``m``: an ensemble's members)
+
+    @property
+    def can_train(self) -> bool:
+        """Whether there is data to train on."""
+
+
+@dataclass(frozen=True)
+class Inputs:
+    """What the gate hands a builder: the evaluation set, both generations with their scores on it,
+    the classes the answers are in, the binary decision, and two services of the gate's: a judge of
+    the gate's rules on tuning data, and the champions before the baseline."""
+
+    frame: pd.DataFrame  # the evaluation set (features and the columns no model reads)
+    data_path: Path
+    non_features: tuple[str, ...]  # label, id and slicing columns
+    candidate: LoadedModel
+    cand_scores: pd.DataFrame | pd.Series
+    baseline: LoadedModel | None
+    base_scores: pd.DataFrame | pd.Series | None
+    versions: tuple[str, str]  # (baseline, candidate)
+    classes: list[str]  # the candidate's classes (a label-only candidate's: the labels seen)
+    decision: BinaryDecision | None
+    quiet: bool
+    # calibration_judge(labels, baseline's scores, classes, source) -> Judge, each rule on its strict bound
+    calibration_judge: Callable[..., Judge]
+    # past(count) -> [(version, model)]: the last ``count`` champions before the baseline, oldest first
+    past: Callable[[int], list[tuple[str, LoadedModel]]]
+
+
+@dataclass(frozen=True)
+class Built:
+    """What a builder built: its model, logged in the attempt's run, and its scores on the evaluation set."""
+
+    model_info: ModelInfo
+    scores: pd.DataFrame  # one column per class, on ``Inputs.frame``'s rows
+    members: int  # the models it carries (its serving cost grows with them)
+    seconds: float  # the time it took to build
+    features: list[str] | None  # the columns it reads (None: every column but the non-features)
+    setting: dict | None = None  # a no-training repair's setting, as the report shows it
+    runs: int = 0  # training runs (a snapshot ensemble's)
+    kappa: float = 0.0  # the ensemble's diversity
+
+
+@dataclass(frozen=True)
+class Method:
+    """One remediation method: its name (the config's ``method:``), the kind of version it registers
+    (the ``consistency_gate.kind`` tag), its ``cost`` (``strategy: cheapest`` tries lower first),
+    its builder, ``plan(name, m)``: the line printed before it runs alone (``m``: an ensemble's
+    members), and its needs:
+    a previous generation (``previous``), class scores from the named generations (``scores``,
+    'previous' and/or 'candidate'), labelled data other than the evaluation set (``labelled``), data to
+    train on (``trains``), and ``check(remediation, n_classes)``: why it cannot run here, or None.
+
+    >>> Method("toy", "toy", 0, "pkg.mod:build", lambda name, m: f"trying {name}").plan(name="toy", m=1)
+    'trying toy'
+    """
+
+    name: str
+    kind: str
+    cost: int
+    builder: str | Callable
+    plan: Callable[[str, int], str]
+    previous: bool = False
+    scores: tuple[str, ...] = ()
+    labelled: bool = False
+    trains: bool = False
+    check: Callable[[RemediationConfig, int], str | None] | None = None
+
+    def build(self, inputs: Inputs, remediation: RemediationConfig) -> Built:
+        """Run the builder (imported now when named ``"module:function"``)."""
+        build = self.builder
+        if isinstance(build, str):
+            module, _, function = build.partition(":")
+            build = getattr(importlib.import_module(module), function)
+        return build(inputs, remediation)
+
+    def plan_line(self, remediation: RemediationConfig) -> str:
+        """What the gate prints before this method runs alone."""
+        return self.plan(self.name, remediation.settings.m)
+
+    def missing(
+        self, remediation: RemediationConfig, n_classes: int, has_previous: bool, scoreless: dict[str, str]
+    ) -> str | None:
+        """Why this method cannot run (None: it can): ``scoreless`` maps a generation's role
+        ('previous', 'candidate') to the URI of its model when that model gives class labels only.
+
+        >>> METHODS["blend"].missing(None, 10, False, {})
+        'no previous generation to learn from'
+        """
+        if self.check is not None and (why := self.check(remediation, n_classes)):
+            return why
+        if self.previous and not has_previous:
+            return "no previous generation to learn from"
+        if self.labelled and remediation.calibration is None and remediation.data is None:
+            return (
+                "it estimates each generation's confusion matrix on labelled data other than the evaluation set: "
+                "name it with calibration: in the remediation block"
+            )
+        needed = [scoreless[role] for role in ("previous", "candidate") if role in self.scores and role in scoreless]
+        if needed:
+            return f"it needs class scores and {needed[0]} gives class labels only"
+        if self.trains and not remediation.can_train:
+            return "it trains, and the remediation block names no training data (data:, or a recipe of your own)"
+        return None
+
+
+def _rerank_fits(remediation: RemediationConfig, n_classes: int) -> str | None:
+    """Re-ranking picks among k < the number of classes (of all of them, the previous generation's pick
+    is its own answer: a rollback)."""
+    k = remediation.k if remediation.k is not None else min(KS)
+    if n_classes <= min(KS) or k >= n_classes:
+        return (
+            f"rerank needs k < the number of classes, and k is {k} for {n_classes} classes: re-ranking every class "
+            "by the previous generation is the previous generation (a rollback)"
+        )
+    return None
+
+
+def _repair_plan(method: str, m: int) -> str:
+    return f"correcting it with the previous generation ({method}, no training) to gate in its place"
+
+
+def _distil_plan(method: str, m: int) -> str:
+    return f"training a {method} model to gate in its place"
+
+
+def _ensemble_plan(method: str, m: int) -> str:
+    return f"training a {method} ensemble of {m} members to gate in its place"
+
+
+_REPAIRS = "consistency_gate.ensembles.repair:build_repair"
+_BAYES = "consistency_gate.ensembles.bayes:build_bayes"
+_BOTH = ("previous", "candidate")
+
+
+def _trained(name: str, kind: str, cost: int, **needs: object) -> Method:
+    return Method(
+        name, kind, cost, TRAINED, _distil_plan if kind == "distilled" else _ensemble_plan, trains=True, **needs
+    )
+
+
+METHODS: dict[str, Method] = {
+    m.name: m
+    for m in (
+        Method("blend", "blend", 10, _REPAIRS, _repair_plan, previous=True, scores=_BOTH),
+        Method("rerank", "rerank", 20, _REPAIRS, _repair_plan, previous=True, scores=_BOTH, check=_rerank_fits),
+        Method("bayesian-update", "bayesian-update", 30, _BAYES, _repair_plan, previous=True, labelled=True),
+        _trained("focal-distillation", "distilled", 40, previous=True, scores=("previous",)),
+        _trained("ensemble-distillation", "distilled", 50),
+        _trained("dynsnap-cyc", "ensemble", 100),
+        _trained("dynsnap-step", "ensemble", 100),
+        _trained("snapshot", "ensemble", 100),
+        _trained("extbagging", "ensemble", 100),
+        _trained("mcdropout", "ensemble", 100),
+        _trained("singlebase", "ensemble", 100),
+    )
+}
+
+
+def cheapest_order(configured: str) -> tuple[str, ...]:
+    """``strategy: cheapest``: every method cheaper than an ensemble by its declared cost (the repairs
+    that need no training, then the single-model distillations), then the ``configured`` ensemble
+    method (DynSnap-cyc when ``configured`` is itself one of the cheaper ones).
+
+    >>> cheapest_order("focal-distillation")
+    ('blend', 'rerank', 'bayesian-update', 'focal-distillation', 'ensemble-distillation', 'dynsnap-cyc')
+    """
+    cheaper = sorted((m for m in METHODS.values() if m.kind != "ensemble"), key=lambda m: m.cost)
+    names = tuple(m.name for m in cheaper)
+    return (*names, "dynsnap-cyc" if configured in names else configured)
+
+
+def no_training() -> tuple[str, ...]:
+    """The methods that build without training (a repair of the generations' answers).
+
+    >>> no_training()
+    ('blend', 'rerank', 'bayesian-update')
+    """
+    return tuple(m.name for m in METHODS.values() if not m.trains)
+
+
+def kinds() -> tuple[str, ...]:
+    """Every ``consistency_gate.kind`` a remediation can tag a version with.
+
+    >>> kinds()
+    ('blend', 'rerank', 'bayesian-update', 'distilled', 'ensemble')
+    """
+    return tuple(dict.fromkeys(m.kind for m in METHODS.values()))
