@@ -140,12 +140,13 @@ def split(paths: list[Path]) -> str:
     its metrics (a thread reads each file's next chunk)."""
     from consistency_gate.engines.local import compare_files
     from consistency_gate.io import matrices
+    from consistency_gate.io.alignment import row_order
     from consistency_gate.io import predictions as io
 
     sources = [io.inspect_prediction_file(path, "id") for path in paths[1:]]
     sources = [replace(s, classes=tuple(sorted(s.classes))) for s in sources]  # the canonical class order
     start = time.perf_counter()
-    order = matrices.row_order(paths[0], sources, "id")
+    order = row_order(paths[0], sources, "id")
     aligned = time.perf_counter()
     for source, alignment in zip(sources, order, strict=True):
         for _ in matrices.score_chunks(source, alignment=alignment):

@@ -4,9 +4,9 @@
 
 Prepares the demo store once (not timed), then runs the gate `--repeat` times in this
 process and prints each phase's time, its share of the total, and the logging share.
-Targets: under 30 s end to end, logging under a third of it (issue 5); the gate's own work, all
+Targets: under 30 s end to end, logging under a third of it; the gate's own work, all
 but resolving and loading the models ("registry") and their predictions, at most 0.5 s when warm
-(issue 32; the median over the runs after the first is printed last).
+(the median over the runs after the first is printed last).
 """
 
 from __future__ import annotations

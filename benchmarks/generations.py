@@ -1,4 +1,4 @@
-"""Ten generations of one model: how many negative flips reach the users under four update policies (issue 43).
+"""Ten generations of one model: how many negative flips reach the users under four update policies.
 
 A team retrains on growing data with a new seed each time: generation t trains on the first 30% + 70% t/9
 of the training split. Four policies decide what is deployed (the answers users see on the evaluation set):
@@ -42,11 +42,12 @@ from repairs import by_hand, mnist1d_splits, probabilities
 from consistency_gate.core.evaluation import evaluate_frames
 from consistency_gate.ensembles.bayes import BayesUpdate, confusion, tune_cost_ratio
 from consistency_gate.ensembles.repair import tune
+from consistency_gate.gate import config as gate_config
 from consistency_gate.gate import rules
 from consistency_gate.gate.decision import Decision
 
 POLICIES = ("replace", "gate", "gate+repairs", "bayes")
-GATE = rules.load_config(None)  # the packaged default rules
+GATE = gate_config.load_config(None)  # the packaged default rules
 TUNING = replace(
     GATE,
     rules=[rules.with_margin(r) for r in GATE.rules],
@@ -76,7 +77,9 @@ def train(data: str, x: np.ndarray, y: np.ndarray, seed: int):  # noqa: ANN201 -
     return partial(probabilities, net)
 
 
-def passes(previous: np.ndarray, scores: np.ndarray, y: np.ndarray, config: rules.GateConfig) -> tuple[bool, float]:
+def passes(
+    previous: np.ndarray, scores: np.ndarray, y: np.ndarray, config: gate_config.GateConfig
+) -> tuple[bool, float]:
     """Whether ``scores`` pass ``config``'s rules against ``previous`` on labels ``y``, and its CtoI."""
     classes = [str(c) for c in range(previous.shape[1])]
     frames = [pd.DataFrame(previous, columns=classes), pd.DataFrame(scores, columns=classes)]

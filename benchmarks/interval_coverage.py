@@ -1,5 +1,5 @@
 """Coverage of every interval the gate reports, and the false-pass rate of every bound it decides on
-(issue 30, SPEC 6): simulations at n 100 / 600 / 5,000, with rare and with common flips.
+simulations at n 100 / 600 / 5,000, with rare and with common flips.
 
 Each simulated evaluation set draws its samples from known cell probabilities (CtoC, CtoI, ItoC, and
 ItoI split into "both wrong, same answer" and "both wrong, different answers") and per-sample score

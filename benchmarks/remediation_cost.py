@@ -1,4 +1,4 @@
-"""What remediation costs and buys, for a digits CNN (issue 15 section 6).
+"""What remediation costs and buys, for a digits CNN.
 
     python benchmarks/remediation_cost.py [--quick] [--device cpu|cuda] [--repeats 9] [--json FILE]
 
@@ -29,7 +29,7 @@ import torch
 from consistency_gate.core.evaluation import Evaluation
 from consistency_gate.ensembles.config import RemediationConfig, TrainSettings
 from consistency_gate.ensembles.remediation import fit_ensemble
-from consistency_gate.report.tables import table
+from consistency_gate.report.text import table
 
 
 def _digits(seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:

@@ -1,4 +1,4 @@
-"""Single-model remediation against ensembles: what each repair buys and what it costs (issue 19).
+"""Single-model remediation against ensembles: what each repair buys and what it costs.
 
     python benchmarks/remediation_tradeoff.py [--quick] [--seeds 5] [--recipes mlp cnn] [--json FILE]
 
@@ -36,7 +36,7 @@ from consistency_gate.core.evaluation import Evaluation
 from consistency_gate.ensembles.config import Distillation, RemediationConfig, TrainSettings
 from consistency_gate.ensembles.distillation import logits_of
 from consistency_gate.ensembles.remediation import fit_ensemble
-from consistency_gate.report.tables import table
+from consistency_gate.report.text import table
 
 METHODS = {  # name -> (method, distillation term or None for the method's default)
     "SingleBase retrain": ("singlebase", None),

@@ -1,4 +1,4 @@
-"""Repairs of a bad retrain on a real case nobody here wrote the models for (issue 31): MNIST-1D.
+"""Repairs of a bad retrain on a real case nobody here wrote the models for: MNIST-1D.
 
 MNIST-1D (the ``mnist1d`` package's ``make_dataset``, generated offline, 12,000 signals of 40 samples,
 10 classes). The team's own model (a 3-layer Conv1d) and loop (Adam, lr 5e-3, batch 64, 12 epochs,
@@ -41,8 +41,8 @@ from consistency_gate.ensembles.distillation import logits_of
 from consistency_gate.ensembles.recipes import TrainingRecipe
 from consistency_gate.ensembles.remediation import build_ensemble
 from consistency_gate.ensembles.repair import Repair, aligned, tune
+from consistency_gate.gate.config import parse_config
 from consistency_gate.gate.decision import Decision
-from consistency_gate.gate.rules import parse_config
 
 RULES = parse_config("rules:\n  - {metric: ctoi, max: 0.025}\n  - {metric: acc, min_delta: -0.02}\nks: [1]\n")
 EPOCHS, LR, BATCH = 12, 5e-3, 64

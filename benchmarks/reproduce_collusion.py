@@ -1,4 +1,4 @@
-"""Paper 001: does joint training make ensemble members collude?
+"""Jeffares et al. 2023: does joint training make ensemble members collude?
 
     python benchmarks/reproduce_collusion.py [--seeds 6] [--betas 0 0.2 0.4 0.6 0.8 0.95 1] [--label-noise 0 0.2]
                                              [--json FILE]
@@ -32,7 +32,7 @@ from intervals import format_interval
 
 from consistency_gate.diagnostics import decomposition as dec
 from consistency_gate.diagnostics.diagnose import collusion_warnings
-from consistency_gate.report.tables import table
+from consistency_gate.report.text import table
 
 QUANTITIES = {  # key: column title
     "train_loss": "train CE",

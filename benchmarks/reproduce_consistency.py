@@ -1,9 +1,9 @@
-"""Paper 003's comparison at CPU scale: consistency of SingleBase, the ensemble baselines and DynSnap.
+"""Wang et al. 2023's comparison at CPU scale: consistency of SingleBase, the ensemble baselines and DynSnap.
 
     python benchmarks/reproduce_consistency.py [--quick] [--seeds 10] [--optimizer sgd|adam] [--lr LR]
         [--dropout-everywhere] [--snapshot-runs-of-n] [--json FILE] [--markdown FILE]
 
-Data: scikit-learn's bundled digits (no download). As in paper 003 (Appendix I), three
+Data: scikit-learn's bundled digits (no download). As in Wang et al. 2023 (Appendix I), three
 class-imbalanced training sets D1 <= D2 <= D3 are drawn from the training pool: D1 has 80%
 of each class's share and D2 100%, both without class 9; D3 adds class 9. The test set is
 independent and holds only the classes all three know. Each method trains one model (or
@@ -37,7 +37,7 @@ from intervals import format_interval, markdown_table, t_interval
 from consistency_gate.core.evaluation import Evaluation
 from consistency_gate.ensembles.config import RemediationConfig, TrainSettings
 from consistency_gate.ensembles.remediation import fit_ensemble
-from consistency_gate.report.tables import table
+from consistency_gate.report.text import table
 
 METHODS = {
     "SingleBase": "singlebase",

@@ -1,4 +1,4 @@
-"""Paper 004: does hierarchical diversity pruning (HQ) select better teams than Q pruning?
+"""HDP: does hierarchical diversity pruning (HQ) select better teams than Q pruning?
 
     python benchmarks/reproduce_pruning.py [--splits 10] [--metrics ck qs bd fk kw gd] [--raw-kmeans] [--json FILE]
 
@@ -26,7 +26,7 @@ from intervals import format_interval
 
 from consistency_gate.diagnostics.diversity import METRICS
 from consistency_gate.diagnostics.selection import Pool, team_accuracy, team_selections
-from consistency_gate.report.tables import table
+from consistency_gate.report.text import table
 
 METHODS = ("Q", "HQ (alpha)", "HQ (alpha+K)", "random, as many as HQ (alpha+K)")
 

@@ -1,5 +1,5 @@
 """``python -m consistency_gate``: the command line."""
 
-from consistency_gate.cli import run
+from consistency_gate.cli.app import run
 
 run()

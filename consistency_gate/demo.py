@@ -39,7 +39,7 @@ def demo_config_text(train: Path) -> str:
     >>> [line.split("#")[0].strip() for line in demo_config_text(Path("train.csv")).splitlines() if "ctoi" in line][-1]
     '- {metric: ctoi, max: 0.02, decide: upper}'
     """
-    from consistency_gate.gate.rules import default_config_text
+    from consistency_gate.gate.config import default_config_text
 
     default = default_config_text()
     if DEFAULT_CTOI_RULE not in default:

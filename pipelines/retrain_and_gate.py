@@ -8,7 +8,7 @@ It trains on scikit-learn's bundled digits so it runs anywhere; replace `train_g
 with your own training. The store is `DIR/mlflow.db` unless MLFLOW_TRACKING_URI is set. Training
 never sets an alias: with `--promote` the gate moves @champion to the version that passed, so the
 first generation becomes @champion only when it passes the single-model rules (e.g. accuracy). The
-exit code is the gate's (SPEC 6).
+exit code is the gate's.
 """
 
 from __future__ import annotations
@@ -81,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     from consistency_gate.errors import GateError
     from consistency_gate.gate.run import run_gate
-    from consistency_gate.report.tables import verdict_table
+    from consistency_gate.report.verdict import verdict_table
 
     try:
         result = run_gate(

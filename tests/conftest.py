@@ -59,7 +59,7 @@ def run_cli(
 ) -> subprocess.CompletedProcess:
     """Run ``consistency-gate`` and return what it printed and its exit code, as a CompletedProcess.
 
-    It runs in this process (``consistency_gate.cli.main``, what the console script runs, with
+    It runs in this process (``consistency_gate.cli.app.main``, what the console script runs, with
     stdout and stderr captured), which pays the imports once per worker instead of once per call,
     unless the test needs a process of its own: another environment (``env``), or ``process=True``
     where what it checks is the process (everything a library prints to stderr, a timeout, a kill)."""
@@ -78,7 +78,7 @@ def run_cli(
 def _run_in_process(argv: list[str], cwd: Path | None) -> subprocess.CompletedProcess:
     from click.testing import CliRunner
 
-    from consistency_gate.cli import main
+    from consistency_gate.cli.app import main
 
     environment, folder = dict(os.environ), os.getcwd()
     with CliRunner().isolation() as (stdout, stderr, _):

@@ -1,6 +1,6 @@
 """A small CNN on scikit-learn's bundled digits as 1x8x8 tensors: two generations logged with
 ``mlflow.pytorch.log_model`` and a tensor signature, and the evaluation set as Parquet (an array
-column) and as ``.npz`` (the tensor path of issue 15, with real components)."""
+column) and as ``.npz`` (the tensor path, with real components)."""
 
 from __future__ import annotations
 

@@ -73,7 +73,7 @@ def test_help_and_config_parsing_import_nothing_heavy(tmp_path):
     probe = (
         "import sys\n"
         "from consistency_gate import cli\n"
-        "from consistency_gate.gate.rules import load_config\n"
+        "from consistency_gate.gate.config import load_config\n"
         f"load_config({str(config)!r})\n"
         "try:\n    cli.main(['--help'])\nexcept SystemExit:\n    pass\n"
         f"print(sorted(m for m in {HEAVY!r} if m in sys.modules))\n"
@@ -127,3 +127,27 @@ def test_every_counting_state_declares_its_merge():
 
     undeclared = [f.name for f in fields(ConsistencyCounts) if f.name != "ks" and "merge" not in f.metadata]
     assert not undeclared, undeclared
+
+
+def test_no_module_is_over_600_lines():
+    long = {
+        str(p.relative_to(PACKAGE)): n for p in PACKAGE.rglob("*.py") if (n := len(p.read_text().splitlines())) > 600
+    }
+    assert not long, long
+
+
+def test_papers_are_cited_by_the_short_names_of_the_references_page():
+    """Docstrings and docs name a paper as docs/references.md does (``Wang et al. 2023``), never by a file
+    number of the project's reading list, a section of its specification or the tracker's issue numbers."""
+    import re
+
+    root = PACKAGE.parent
+    cited = re.compile(r"\b(?:[Ii]ssue|SPEC|[Pp]aper) \d")
+    texts = [*PACKAGE.rglob("*.py"), *(root / "docs").glob("*.md"), *(root / "tests").glob("*.py"), root / "README.md"]
+    texts += [*(root / "benchmarks").glob("*.py"), root / "benchmarks" / "README.md"]
+    found = [f"{p.relative_to(root)}:{i}" for p in texts for i, line in enumerate(p.read_text().splitlines(), 1)
+             if cited.search(line) and p.name != "test_architecture.py"]  # fmt: skip
+    assert not found, found
+    references = (root / "docs" / "references.md").read_text()
+    for name in ("Wang et al. 2023", "Jeffares et al. 2023", "HDP", "Traeuble et al. 2021", "Yan et al. 2021"):
+        assert f"**{name}**" in references, name

@@ -1,4 +1,4 @@
-"""Issue 43: the Bayesian update over generations (Traeuble et al. 2021) as properties and a case by hand."""
+"""The Bayesian update over generations (Traeuble et al. 2021) as properties and a case by hand."""
 
 from __future__ import annotations
 

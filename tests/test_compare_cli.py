@@ -28,7 +28,7 @@ SPEC_KEYS = {
     "cosine",
     "btc",
     "bec",
-    "rel_nfr",  # SPEC 6: the relative negative flip rate is a metric key too
+    "rel_nfr",  # the relative negative flip rate is a metric key too
 }
 
 

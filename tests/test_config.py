@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from consistency_gate.errors import UsageError
-from consistency_gate.gate.rules import parse_config
+from consistency_gate.gate.config import parse_config
 
 RULE = "rules:\n  - {metric: con, min: 0.9}\n"
 

@@ -1,7 +1,7 @@
-"""Issue 11: the numbers right to the letter (canonical class order, ties, diversity, messages).
+"""The numbers right to the letter (canonical class order, ties, diversity, messages).
 
 The reference implementations here are written independently of the package: plain Python over
-rows, sorting classes by (-score, label as text), as SPEC 1 defines the canonical order.
+rows, sorting classes by (-score, label as text), the canonical order.
 """
 
 from __future__ import annotations

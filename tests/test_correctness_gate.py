@@ -1,4 +1,4 @@
-"""Issue 11, the gate's side: the run's tags, exit 6 for internal errors, the cause of a data error
+"""The run's tags, exit 6 for internal errors, the cause of a data error
 first, and a tracking server that refuses the gate (real SQLite stores and real `mlflow server`s)."""
 
 from __future__ import annotations

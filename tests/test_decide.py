@@ -17,7 +17,8 @@ from statsmodels.stats.proportion import proportion_confint
 
 from consistency_gate.core import intervals as ci
 from consistency_gate.errors import UsageError
-from consistency_gate.gate.rules import Rule, evaluate_rules, parse_config
+from consistency_gate.gate.config import parse_config
+from consistency_gate.gate.rules import Rule, evaluate_rules
 
 # CtoI 0.018 on 600 samples: the estimate passes a 0.02 rule, its 95% interval reaches past 0.03
 N, CTOI = 600, 11
@@ -64,7 +65,7 @@ def test_a_rule_failing_on_its_bound_says_how_many_samples_would_decide_it():
 
 
 def test_the_one_sided_bound_is_the_exact_one_at_the_configured_level():
-    """SPEC 6: at 0.95, a strict rule passes a model exactly at the threshold at most 5% of the time;
+    """At 0.95, a strict rule passes a model exactly at the threshold at most 5% of the time;
     the bound compared is statsmodels' one-sided exact bound (alpha 0.05 on one side)."""
     counts = {"ctoi": (CTOI, N)}
     low, high = proportion_confint(CTOI, N, alpha=0.10, method="beta")  # each end one-sided at 95%

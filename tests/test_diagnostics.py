@@ -214,7 +214,7 @@ def test_cli_diagnose_json_html_and_errors(tmp_path):
 
 def _pseudo_diverse(m: int, n: int, p: int) -> tuple[np.ndarray, np.ndarray]:
     """Member j is right (0.9) only on samples i with i % m == j and gives the true class 0.01 elsewhere:
-    wrong apart, right together, as members trained jointly on the training set (paper 001)."""
+    wrong apart, right together, as members trained jointly on the training set (Jeffares et al. 2023)."""
     y = np.arange(n) % p
     probs = np.full((m, n, p), 0.0)
     for j in range(m):

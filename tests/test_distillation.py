@@ -18,7 +18,7 @@ from consistency_gate.ensembles.recipes import RecipeSpec, array_recipe
 from consistency_gate.ensembles.remediation import teacher_logits, train_ensemble
 from consistency_gate.ensembles.snapshot import train_members
 from consistency_gate.errors import ModelError, UsageError
-from consistency_gate.gate.rules import parse_config
+from consistency_gate.gate.config import parse_config
 
 
 def _numpy_focal_distillation(student, teacher, y, d: Distillation) -> float:

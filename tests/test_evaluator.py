@@ -10,7 +10,7 @@ from mlflow.models.evaluation.validation import ModelValidationFailedException
 from registry_fixtures import MODEL, build_store
 
 from consistency_gate.errors import UsageError
-from consistency_gate.gate.rules import parse_config
+from consistency_gate.gate.config import parse_config
 from consistency_gate.gate.run import run_gate
 from consistency_gate.mlops.registry import logged_model_id
 

@@ -188,7 +188,7 @@ def test_files_gate_logs_the_same_run_with_a_tracking_uri(files, tmp_path):
 def test_mixed_options_are_usage_errors(files, extra, message):
     proc = run_cli(*_args(files, *extra), env=_env_without_tracking())
     assert proc.returncode == 2 and message in proc.stderr and "Traceback" not in proc.stderr
-    assert "--name" not in proc.stderr  # issue 44: no word about an option that was not given
+    assert "--name" not in proc.stderr  # no word about an option that was not given
 
 
 def test_missing_file_option_remediation_and_bad_data(files, tmp_path):
@@ -224,8 +224,8 @@ def test_files_gate_writes_an_error_report_on_every_error(files, tmp_path):
 
 
 def test_files_gate_run_is_named_after_its_verdict_and_logs_the_report_once(files, tmp_path):
+    from consistency_gate.gate.config import parse_config
     from consistency_gate.gate.files import run_file_gate
-    from consistency_gate.gate.rules import parse_config
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     cfg = parse_config(RULES)

@@ -154,7 +154,7 @@ BINARY = "lightgbm-lightgbm-classifier-2"
 
 
 def _config(text: str, tmp_path):
-    from consistency_gate.gate.rules import load_config
+    from consistency_gate.gate.config import load_config
 
     path = tmp_path / "gate.yaml"
     path.write_text(

@@ -13,7 +13,7 @@ from mlflow import MlflowClient
 from registry_fixtures import MODEL, build_store, check_args
 
 from consistency_gate.errors import DataError, ModelError, TrackingError, UsageError
-from consistency_gate.gate.rules import parse_config
+from consistency_gate.gate.config import parse_config
 from consistency_gate.gate.run import run_gate
 from consistency_gate.mlops.registry import TAG_VERDICT
 
@@ -95,7 +95,7 @@ def test_passing_candidate_is_logged_tagged_and_reported(store, tmp_path):
     assert plots == {f"gate/plots/{p}.png" for p in ("flips_per_class", "correctness_matrix", "topk_curve")}
     flips = pd.read_csv(client.download_artifacts(result.run_id, "gate/flips.csv", str(tmp_path)))
     assert list(flips.columns) == ["flip", "id", "label", "previous_prediction", "candidate_prediction"]
-    kinds = ["CtoI", "ItoC", "ItoI", "CtoC"]  # issue 44: what a reviewer wants first, and the flip column first
+    kinds = ["CtoI", "ItoC", "ItoI", "CtoC"]  # what a reviewer wants first, and the flip column first
     assert len(flips) == 150 and flips["flip"].map(kinds.index).is_monotonic_increasing
     assert (flips["flip"] == "CtoI").mean() == pytest.approx(result.metrics["ctoi"])
 
@@ -108,7 +108,7 @@ def test_failing_candidate_fails_and_promote_does_not_move_alias(store):
     assert client.get_model_version(MODEL, "3").tags["consistency_gate.verdict"] == "failed"
     failed = [r for r in result.rules if r.held is False]
     assert failed and all(r.value is not None for r in failed)
-    # issue 44: the run's first tags are the verdict and the failed rules (the UI lists tags in the order
+    # the run's first tags are the verdict and the failed rules (the UI lists tags in the order
     # they were first set), before the owner tags
     run = client.get_run(result.run_id)
     keys = [key for key in run.data.tags if key.startswith("consistency_gate.")]
@@ -131,7 +131,7 @@ def test_promote_on_pass_moves_alias(tmp_path):
     result = run_gate(MODEL, store["data"], candidate="2", config=LENIENT, tracking_uri=store["uri"], promote=True)
     assert result.promoted
     assert str(_client(store).get_model_version_by_alias(MODEL, "champion").version) == "2"
-    # issue 44: a what-if gate of the production version against an older one leaves its tags as they are
+    # a what-if gate of the production version against an older one leaves its tags as they are
     tags = dict(_client(store).get_model_version(MODEL, "2").tags)
     what_if = run_gate(MODEL, store["data"], candidate="2", baseline="3", config=STRICT, tracking_uri=store["uri"])
     assert what_if.verdict == "failed" and _client(store).get_model_version(MODEL, "2").tags == tags

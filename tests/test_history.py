@@ -1,4 +1,4 @@
-"""Issue 43: the many-generation ledger's sums (SPEC 5, Traeuble et al. 2021), as properties, by hand
+"""The many-generation ledger's sums (Traeuble et al. 2021), as properties, by hand
 and against a plain-loop recomputation; id alignment with missing and extra ids."""
 
 from __future__ import annotations

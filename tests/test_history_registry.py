@@ -1,4 +1,4 @@
-"""Issue 43: `consistency-gate history` on a real SQLite store with six registered generations of one
+"""`consistency-gate history` on a real SQLite store with six registered generations of one
 model, promoted by gates one after another (one candidate failing between them): the per-step and
 cumulative figures equal a recomputation from the versions' own predictions."""
 
@@ -16,7 +16,7 @@ from conftest import run_cli
 from mlflow import MlflowClient
 from registry_fixtures import iris_frames
 
-from consistency_gate.gate.rules import parse_config
+from consistency_gate.gate.config import parse_config
 from consistency_gate.gate.run import run_gate
 from consistency_gate.mlops import tracking
 from consistency_gate.report.schema import report_schema
@@ -133,7 +133,7 @@ def test_a_ledger_is_logged_by_every_gate(gated):
 
 
 def test_forgotten_and_ctoi_excess_rules_decide_a_gate(gated, tmp_path):
-    """Issue 43: a candidate (v8, the first generation's recipe again) against @champion v6, with a
+    """A candidate (v8, the first generation's recipe again) against @champion v6, with a
     replica of v6 (another regularisation, the same features) as its seed-noise floor: `forgotten` over
     the last 3 champions and `ctoi_excess` equal a recomputation from the versions' own predictions,
     and their rules decide the gate."""
@@ -178,7 +178,7 @@ def test_forgotten_and_ctoi_excess_rules_decide_a_gate(gated, tmp_path):
     )
     assert logged["champions"] == ["1", "2", "3", "5", "6"] and logged["candidate"] == candidate
     assert logged["steps"][-1]["negative_flips"] == int((base & ~cand).sum())
-    # the floor as the replica's prediction file (SPEC 6's format, rows shuffled, aligned by id) gives the same
+    # the floor as the replica's prediction file (compare's format, rows shuffled, aligned by id) gives the same
     ids = [f"s{i}" for i in range(len(x))]
     scores = (
         pd.DataFrame(replica.predict_proba(x), columns=replica.classes_).assign(id=ids).sample(frac=1, random_state=0)
@@ -205,7 +205,7 @@ def test_a_floor_that_is_the_baseline_is_refused(gated, tmp_path):
 
 
 def test_the_bayesian_update_repairs_a_candidate_over_three_generations(gated, tmp_path):
-    """Issue 43: `method: bayesian-update` combines v5, v6 (@champion) and the poor v4 through their
+    """`method: bayesian-update` combines v5, v6 (@champion) and the poor v4 through their
     confusion matrices on calibration data (noisy copies of the samples, never the evaluation set),
     keeps v6's answer unless the belief says otherwise, registers one pyfunc carrying the three models
     (it predicts what was gated: checked by the gate in a fresh load) and gates it like any repair."""

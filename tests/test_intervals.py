@@ -117,7 +117,7 @@ def test_coverage_of_the_95_percent_intervals():
 @pytest.mark.parametrize("disagreement", [0.004, 0.015])
 def test_rel_nfr_interval_holds_its_level_when_flips_are_rare(disagreement):
     """Accuracy 0.99 for both generations, n 100: the delta method on the log scale covered 85.3% and
-    93.0% here (issue 30); MOVER-R on Jeffreys and Wilson covers at least 95% (conservative)."""
+    93.0% here; MOVER-R on Jeffreys and Wilson covers at least 95% (conservative)."""
     rng = np.random.default_rng(11)
     flip = disagreement / 2
     p = np.array([0.99 - flip, flip, flip, 0.01 - flip])
@@ -203,7 +203,7 @@ def test_compare_json_carries_confidence_intervals_and_mcnemar(tmp_path):
 def test_gate_report_carries_the_configured_level_intervals_and_mcnemar(tmp_path):
     from registry_fixtures import build_store
 
-    from consistency_gate.gate.rules import parse_config
+    from consistency_gate.gate.config import parse_config
     from consistency_gate.gate.run import run_gate
 
     store = build_store(tmp_path)

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from consistency_gate.errors import DataError
 from consistency_gate.io import matrices
 from consistency_gate.io import predictions as io
+from consistency_gate.io.alignment import Alignment, row_order
 
 
 def _write(frame: pd.DataFrame, path, row_group_size: int | None = None):
@@ -56,7 +57,7 @@ def test_score_chunks_equal_the_pandas_reader_in_file_and_id_order(
     assert all(len(m) == chunk for m in list(matrices.score_chunks(source, chunk_rows=chunk))[:-1])
     positions = rng.permutation(rows)
     shuffled = np.vstack(
-        [m.copy() for m in matrices.score_chunks(source, chunk_rows=chunk, alignment=matrices.Alignment(positions))]
+        [m.copy() for m in matrices.score_chunks(source, chunk_rows=chunk, alignment=Alignment(positions))]
     )
     assert np.array_equal(shuffled, expected[positions])
 
@@ -83,7 +84,7 @@ def test_bad_scores_are_named_by_file_row_and_column_as_before(
     source = io.inspect_prediction_file(_write(frame, tmp_path / f"bad{suffix}"), "id")
     for positions in (None, np.array([3, 2, 1, 0])):
         with pytest.raises(DataError, match=f"bad{suffix}: {message}".replace("(", r"\(").replace(")", r"\)")):
-            list(matrices.score_chunks(source, chunk_rows=2, alignment=matrices.Alignment(positions)))
+            list(matrices.score_chunks(source, chunk_rows=2, alignment=Alignment(positions)))
     with pytest.raises(DataError) as before:
         _pandas_reader(source)
     assert message in str(before.value)
@@ -111,7 +112,7 @@ def test_row_order_puts_each_file_in_the_labels_id_order(tmp_path, ids):
     same = _ids_file(tmp_path, "same", ids)
     moved = _ids_file(tmp_path, "moved", [ids[2], ids[0], ids[3], ids[1]])
     as_csv = _ids_file(tmp_path, "csv", [ids[3], ids[2], ids[1], ids[0]], ".csv")  # text ids; integers: as text
-    order = matrices.row_order(labels, [same, moved, as_csv], "id")
+    order = row_order(labels, [same, moved, as_csv], "id")
     assert order[0].positions is None and order[1].positions.tolist() == [1, 3, 0, 2]
     assert (order[2].expected is not None) if isinstance(ids[0], str) else order[2].positions.tolist() == [3, 2, 1, 0]
     for source, alignment in zip([same, moved, as_csv], order, strict=True):  # column a holds each row's id
@@ -144,9 +145,9 @@ def test_row_order_agrees_with_a_pandas_index(tmp_path, labels_ids, text, sort_l
     source = _ids_file(tmp_path, f"g{seed}", file_ids)
     if sorted(file_ids) != sorted(labels_ids):
         with pytest.raises(DataError, match=f"g{seed}.parquet: id"):
-            matrices.row_order(labels, [source], "id")
+            row_order(labels, [source], "id")
         return
-    (alignment,) = matrices.row_order(labels, [source], "id")
+    (alignment,) = row_order(labels, [source], "id")
     rows = alignment.positions
     expected = pd.Index(file_ids).get_indexer(labels_ids)
     assert (rows is None and file_ids == labels_ids) or rows.tolist() == expected.tolist()
@@ -166,16 +167,16 @@ def test_ids_that_do_not_match_are_named(tmp_path, ids, message):
     frame = pd.DataFrame({"id": pd.array(ids, dtype="Int64"), "a": 0.5, "b": 0.5})
     moved = io.inspect_prediction_file(_write(frame, tmp_path / "moved.parquet"), "id")
     with pytest.raises(DataError, match=message):
-        matrices.row_order(labels, [moved], "id")
+        row_order(labels, [moved], "id")
 
 
 def test_a_csv_file_is_aligned_as_it_is_read_not_by_a_pass_over_its_ids_first(tmp_path, monkeypatch):
     labels = _write(pd.DataFrame({"id": ["s1", "s2", "s3"], "label": "a"}), tmp_path / "labels.csv")
     same = _ids_file(tmp_path, "same", ["s1", "s2", "s3"], ".csv")
     moved = _ids_file(tmp_path, "moved", ["s2", "s3", "s1"], ".csv")
-    order = matrices.row_order(labels, [same, moved], "id")
+    order = row_order(labels, [same, moved], "id")
     assert all(a.positions is None and a.expected.to_pylist() == ["s1", "s2", "s3"] for a in order)
-    monkeypatch.setattr(matrices, "_file_positions", None)  # the id pass: not called
+    monkeypatch.setattr(matrices, "file_positions", None)  # the id pass: not called
     for source, alignment in zip([same, moved], order, strict=True):
         read = np.vstack([m.copy() for m in matrices.score_chunks(source, 2, alignment)])
         assert read[:, 0].tolist() == [1, 2, 3]
@@ -186,7 +187,7 @@ def test_ids_whose_hashes_collide_are_still_placed_exactly(tmp_path, monkeypatch
     is aligned by its id column instead, never a row put in another's place."""
     labels = _write(pd.DataFrame({"id": [f"s{i}" for i in range(1, 6)], "label": "a"}), tmp_path / "labels.csv")
     moved = _ids_file(tmp_path, "moved", ["s4", "s2", "s5", "s1", "s3"], ".csv")
-    (alignment,) = matrices.row_order(labels, [moved], "id")
+    (alignment,) = row_order(labels, [moved], "id")
     monkeypatch.setattr(matrices, "_hashes", lambda ids: np.zeros(len(ids), dtype=np.uint64))
     read = np.vstack([m.copy() for m in matrices.score_chunks(moved, 2, alignment)])
     assert read[:, 0].tolist() == [1, 2, 3, 4, 5]
@@ -226,7 +227,7 @@ def test_a_csv_is_read_in_its_order_and_placed_by_its_ids_from_where_it_is_not_i
     labels = _write(pd.DataFrame({"id": labels_ids, "label": "a"}), tmp_path / f"labels{seed}.csv")
     path = _write(pd.DataFrame({"id": file_ids, "a": scores[:, 0], "b": scores[:, 1]}), tmp_path / f"g{seed}.csv")
     source = io.inspect_prediction_file(path, "id")
-    chunks = matrices.score_chunks(source, chunk, matrices.Alignment(labels=labels, expected=pa.array(labels_ids)))
+    chunks = matrices.score_chunks(source, chunk, Alignment(labels=labels, expected=pa.array(labels_ids)))
 
     def read() -> np.ndarray:
         got: list[np.ndarray] = []

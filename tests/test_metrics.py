@@ -292,3 +292,36 @@ def test_unknown_labels_are_those_no_column_holds(y, columns, seed):
     values = ConsistencyCounts(ks=(1,)).sample_values(y, known, Outputs.from_labels(y))
     assert values["unknown_previous"].tolist() == (~np.isin(y, columns)).tolist()
     assert not values["unknown_candidate"].any()
+
+
+def test_rel_nfr_by_hand_and_against_its_definition():
+    y = np.array([0, 0, 1, 1, 2, 2, 0, 1])
+    a = np.array([0, 0, 1, 2, 2, 2, 1, 1])  # right on 6 of 8
+    b = np.array([0, 1, 1, 2, 0, 2, 1, 0])  # right on 3 of 8; CtoI on samples 1, 4, 7
+    assert m.relative_negative_flip_rate(y, a, b) == pytest.approx((3 / 8) / ((6 / 8) * (5 / 8)))
+
+
+@given(
+    arrays(np.int64, st.integers(1, 40), elements=st.integers(0, 3)),
+    st.integers(0, 2**32 - 1),
+)
+def test_rel_nfr_is_ctoi_over_what_independent_models_would_flip(y, seed):
+    rng = np.random.default_rng(seed)
+    a, b = rng.integers(0, 4, len(y)), rng.integers(0, 4, len(y))
+    acc_a, err_b = (a == y).mean(), (b != y).mean()
+    expected = None if acc_a == 0 or err_b == 0 else ((a == y) & (b != y)).mean() / (acc_a * err_b)
+    got = m.relative_negative_flip_rate(y, a, b)
+    assert (got is None) == (expected is None) and (got is None or got == pytest.approx(expected))
+
+
+def test_compute_gives_exactly_the_named_metrics():
+    from consistency_gate.core.names import LEARNER_METRICS, PAIR_METRICS, PER_K
+
+    y = np.array([0, 1, 2, 1])
+    scores = np.eye(3)[[0, 1, 1, 2]] * 0.8 + 0.05
+    outputs = [Outputs.from_scores(s, list(range(3)), 2) for s in (scores, scores[::-1])]
+    counts = ConsistencyCounts(ks=(1, 2)).update(y, *outputs)
+    values, _ = counts.compute()
+    per_k = {key for key in values if PER_K.match(key)}
+    assert set(values) - per_k == set(LEARNER_METRICS + PAIR_METRICS)
+    assert per_k == {f"{name}@{k}" for name in ("ccon", "cacc_previous", "cacc_candidate") for k in (1, 2)}

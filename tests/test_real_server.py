@@ -48,7 +48,7 @@ def test_gate_over_http_then_server_killed_mid_gate(server, tmp_path):
     versions = f"{server.url}/#/models/{MODEL}/versions"
     assert f"Gate [{MODEL} v2]({versions}/2) against [v1 (@champion)]({versions}/1) on" in first.stdout
     assert http.get_model_version(MODEL, "2").tags["consistency_gate.verdict"] == "passed"
-    # issue 30: a version number past the registry's integers was answered 500 and read as "unreachable";
+    # a version number past the registry's integers was answered 500 and read as "unreachable";
     # a wrong path under the server (HTTP 404) was exit 6
     huge = run_cli(*check_args("12345678901234567890", store["data"], config, server.url))
     assert huge.returncode == 4 and "version '12345678901234567890' not found" in huge.stderr, huge.stderr[-2000:]

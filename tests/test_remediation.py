@@ -8,7 +8,7 @@ from mlflow import MlflowClient
 from registry_fixtures import MODEL, build_store, check_args
 
 from consistency_gate.errors import DataError, UsageError
-from consistency_gate.gate.rules import parse_config
+from consistency_gate.gate.config import parse_config
 from consistency_gate.gate.run import run_gate
 
 REMEDIATION = """

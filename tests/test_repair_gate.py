@@ -15,7 +15,7 @@ from conftest import read_report, run_cli
 from mlflow import MlflowClient
 from registry_fixtures import MODEL, build_store, check_args
 
-from consistency_gate.gate.rules import parse_config
+from consistency_gate.gate.config import parse_config
 from consistency_gate.gate.run import run_gate
 
 pytestmark = pytest.mark.slow  # models logged, registered and loaded back

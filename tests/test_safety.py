@@ -1,4 +1,4 @@
-"""Issue 12: never a wrong promotion. Bad input, stale baselines, a lost response and credentials,
+"""Never a wrong promotion. Bad input, stale baselines, a lost response and credentials,
 against real SQLite stores and a real `mlflow server` on 127.0.0.1 (behind a dropping proxy)."""
 
 from __future__ import annotations
@@ -20,8 +20,9 @@ from mlflow_server import MlflowServer
 from registry_fixtures import MODEL, build_store, check_args
 
 from consistency_gate.errors import DataError, ModelError, UsageError, redact_credentials
+from consistency_gate.gate import config as gate_config
 from consistency_gate.gate import rules
-from consistency_gate.mlops import registry, tracking
+from consistency_gate.mlops import promotion, registry, tracking
 
 
 @pytest.fixture(scope="module")
@@ -101,25 +102,25 @@ def test_rule_checks_its_own_threshold():
 def test_promotion_refused_when_the_alias_moved_since_the_comparison(store):
     client = _client(store)
     before = _champion(client)
-    promotion = registry.promote(client, MODEL, "champion", "2", expected="3", owner="test")
-    assert not promotion.promoted and promotion.exit_code == 4
-    assert promotion.holds == before and "gate v2 again against the new baseline" in promotion.reason
+    moved = promotion.promote(client, MODEL, "champion", "2", expected="3", owner="test")
+    assert not moved.promoted and moved.exit_code == 4
+    assert moved.holds == before and "gate v2 again against the new baseline" in moved.reason
     assert _champion(client) == before
-    assert f"{MODEL}{registry.LOCK_SUFFIX}" not in {m.name for m in client.search_registered_models()}
+    assert f"{MODEL}{promotion.LOCK_SUFFIX}" not in {m.name for m in client.search_registered_models()}
 
 
 def test_promotion_lock_waits_for_a_live_holder_and_clears_a_dead_one(store):
     client = _client(store)
-    lock = f"{MODEL}{registry.LOCK_SUFFIX}"
-    live = {registry.TAG_LOCK_OWNER: "other", registry.TAG_LOCK_EXPIRES: str(time.time() + 600)}
+    lock = f"{MODEL}{promotion.LOCK_SUFFIX}"
+    live = {promotion.TAG_LOCK_OWNER: "other", promotion.TAG_LOCK_EXPIRES: str(time.time() + 600)}
     client.create_registered_model(lock, tags={**live, tracking.TAG_HOST: socket.gethostname(), tracking.TAG_PID: "1"})
     try:
-        held = registry.promotion_lock(client, MODEL, "me", wait_s=0.5)
+        held = promotion.promotion_lock(client, MODEL, "me", wait_s=0.5)
         with pytest.raises(ModelError, match="another gate has held the promotion lock"), held:
             pass  # pid 1 lives: the holder is alive
-        client.set_registered_model_tag(lock, registry.TAG_LOCK_EXPIRES, str(time.time() - 1))
-        with registry.promotion_lock(client, MODEL, "me", wait_s=0.5):
-            assert client.get_registered_model(lock).tags[registry.TAG_LOCK_OWNER] == "me"
+        client.set_registered_model_tag(lock, promotion.TAG_LOCK_EXPIRES, str(time.time() - 1))
+        with promotion.promotion_lock(client, MODEL, "me", wait_s=0.5):
+            assert client.get_registered_model(lock).tags[promotion.TAG_LOCK_OWNER] == "me"
         assert lock not in {m.name for m in client.search_registered_models()}  # released by its owner
     finally:
         if lock in {m.name for m in client.search_registered_models()}:
@@ -127,29 +128,29 @@ def test_promotion_lock_waits_for_a_live_holder_and_clears_a_dead_one(store):
 
 
 def test_a_dead_holders_lock_is_taken_over_at_once(store, monkeypatch):
-    """Issue 30 part 4: a gate SIGKILLed while holding the lock blocked every promotion of the model
+    """A gate SIGKILLed while holding the lock blocked every promotion of the model
     for its 10-minute lease; a holder whose process is gone, or whose gate run ended, is taken over."""
     import subprocess
     import sys
 
     waits: list[float] = []
-    monkeypatch.setattr(registry.time, "sleep", waits.append)  # the lock's own pauses between tries
+    monkeypatch.setattr(promotion.time, "sleep", waits.append)  # the lock's own pauses between tries
     client = _client(store)
-    lock = f"{MODEL}{registry.LOCK_SUFFIX}"
+    lock = f"{MODEL}{promotion.LOCK_SUFFIX}"
     gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
     ended = client.create_run(client.get_experiment_by_name("training").experiment_id)
     client.set_terminated(ended.info.run_id, "KILLED")
-    host, pid, owner = tracking.TAG_HOST, tracking.TAG_PID, registry.TAG_LOCK_OWNER
+    host, pid, owner = tracking.TAG_HOST, tracking.TAG_PID, promotion.TAG_LOCK_OWNER
     holders = [
         {owner: "killed-gate", host: socket.gethostname(), pid: gone.stdout.strip()},  # its process is gone
         {owner: ended.info.run_id, host: "another-host", pid: "1"},  # its gate run ended
     ]
     try:
         for tags in holders:
-            client.create_registered_model(lock, tags={**tags, registry.TAG_LOCK_EXPIRES: str(time.time() + 600)})
+            client.create_registered_model(lock, tags={**tags, promotion.TAG_LOCK_EXPIRES: str(time.time() + 600)})
             waits.clear()
-            with registry.promotion_lock(client, MODEL, "me", wait_s=5):
-                assert client.get_registered_model(lock).tags[registry.TAG_LOCK_OWNER] == "me"
+            with promotion.promotion_lock(client, MODEL, "me", wait_s=5):
+                assert client.get_registered_model(lock).tags[promotion.TAG_LOCK_OWNER] == "me"
             assert len(waits) <= 1  # claimed at its next try: it never waits out a holder that is gone
     finally:
         if lock in {m.name for m in client.search_registered_models()}:
@@ -194,7 +195,7 @@ def test_a_lost_alias_response_does_not_hide_the_promotion(served, tmp_path):
 
 @pytest.mark.slow
 def test_faults_after_the_alias_moved_are_warnings_never_an_error(served, tmp_path):
-    """Issue 30 part 4: the promotion is the gate's last act. With MLflow's retries off, the proxy drops
+    """The promotion is the gate's last act. With MLflow's retries off, the proxy drops
     the first read-back of the alias, the report.json logged after the move and the run's end: the
     alias moved, so the gate says promoted (read back), exit 0, the report's fault a warning, and the
     run's end retried (it had ended: a lost answer)."""
@@ -288,7 +289,7 @@ def test_an_answer_another_gate_caused_at_the_same_moment_is_tried_again(served,
 
 @pytest.mark.slow
 def test_a_run_whose_create_response_was_lost_is_found_and_ended(served, tmp_path):
-    """Issue 30 part 4: the proxy drops the first runs/create response of each gate. With MLflow's
+    """The proxy drops the first runs/create response of each gate. With MLflow's
     retries the client creates a second run; without them the gate exits 5. Either way no run is left
     RUNNING: the lost one carries the gate session's tag from its creation and the gate ends it."""
     server, store, client = _served(served)
@@ -324,7 +325,7 @@ def test_a_run_whose_create_response_was_lost_is_found_and_ended(served, tmp_pat
 
 @pytest.mark.slow
 def test_a_503_at_the_alias_look_up_or_move_is_exit_5(served, tmp_path):
-    """Issue 30: a 503 answering the baseline alias look-up was exit 6 ("a bug") with no report, and a
+    """A 503 answering the baseline alias look-up was exit 6 ("a bug") with no report, and a
     503 answering the alias move was exit 4 ("the baseline moved"); both are the server failing: 5."""
     server, store, client = _served(served)
     proxy = None
@@ -357,7 +358,7 @@ def test_a_503_at_the_alias_look_up_or_move_is_exit_5(served, tmp_path):
 
 @pytest.mark.slow
 def test_an_outage_longer_than_the_read_back_window_is_an_unknown_promotion(served, tmp_path):
-    """Issue 44: the alias moved, then the registry answered no read-back for longer than the gate
+    """The alias moved, then the registry answered no read-back for longer than the gate
     reads it back (2 s here, 30 s by default): ``promoted`` is null (unknown), never false; exit 5, the
     report and the run's tag say unknown and what to do, while @champion holds v2."""
     server, store, client = _served(served)
@@ -407,7 +408,7 @@ def test_candidate_equal_to_baseline_is_nothing_to_decide(store, tmp_path):
 
 
 def test_a_baseline_registered_again_as_the_candidate_is_a_warning_in_the_report_and_the_run(tmp_path):
-    """Issue 30 part 3: the same logged model registered twice (the most common champion-challenger
+    """The same logged model registered twice (the most common champion-challenger
     wiring bug) passes every consistency rule trivially; the gate says so in the report, the tables,
     the HTML and a run tag."""
     from consistency_gate.gate.run import run_gate
@@ -416,7 +417,7 @@ def test_a_baseline_registered_again_as_the_candidate_is_a_warning_in_the_report
     client = _client(built)
     model_id = registry.logged_model_id(client.get_model_version(MODEL, "1"))
     again = mlflow.register_model(f"models:/{model_id}", MODEL)
-    config = rules.parse_config("rules:\n  - {metric: ctoi, max: 0.02}\n")
+    config = gate_config.parse_config("rules:\n  - {metric: ctoi, max: 0.02}\n")
     report_path = tmp_path / "report.json"
     result = run_gate(
         MODEL, built["data"], candidate=again.version, config=config, tracking_uri=built["uri"], report_path=report_path
@@ -453,7 +454,7 @@ def test_a_prediction_file_gated_against_itself_is_a_warning(tmp_path):
 
 @pytest.mark.parametrize("option", ["--report", "--summary"])
 def test_an_unwritable_report_or_summary_is_refused_before_any_work(store, tmp_path, option):
-    """Issue 30 part 4: a --report or --summary that cannot be written was exit 6 after @champion had
+    """A --report or --summary that cannot be written was exit 6 after @champion had
     moved; now exit 2 before any run, tag or promotion."""
     config = tmp_path / "gate.yaml"
     config.write_text("rules:\n  - {metric: con, min: 0.5}\n")
@@ -471,7 +472,7 @@ def test_an_unwritable_report_or_summary_is_refused_before_any_work(store, tmp_p
 
 
 def test_an_output_that_fails_after_the_promotion_is_a_warning_saying_what_moved(tmp_path):
-    """Issue 44: --summary /dev/full, --report /dev/full and a full stdout were exit 6 "internal error ...
+    """--summary /dev/full, --report /dev/full and a full stdout were exit 6 "internal error ...
     nothing was promoted" while @champion had moved to v2 (and --report also left the run FAILED)."""
     if not Path("/dev/full").exists():
         pytest.skip("needs /dev/full")
@@ -553,7 +554,7 @@ def test_a_csv_that_is_not_utf8_names_the_file_and_byte_offset(store, tmp_path):
 
 
 def test_a_csv_row_with_more_fields_than_the_header_is_a_data_error(tmp_path):
-    """Issue 44: pandas' chunked reader with ``usecols`` dropped the extra field without a word."""
+    """Pandas' chunked reader with ``usecols`` dropped the extra field without a word."""
     examples = Path(__file__).resolve().parents[1] / "consistency_gate" / "examples"
     labels = tmp_path / "labels.csv"
     lines = (examples / "labels.csv").read_text().splitlines()
@@ -605,7 +606,7 @@ def test_nan_or_inf_in_a_feature_names_column_and_row(store, tmp_path):
 
 
 def test_a_model_s_numeric_warnings_are_not_printed(store, tmp_path):
-    """Issue 44: a feature of -1e308 made scikit-learn print eight RuntimeWarnings before the gate's
+    """A feature of -1e308 made scikit-learn print eight RuntimeWarnings before the gate's
     own lines. The model's scores for that row are NaN: one line saying so, naming the row (exit 4)."""
     frame = pd.read_csv(store["data"])
     frame.loc[6, "petal_length"] = -1e308
@@ -672,7 +673,7 @@ def test_redact_credentials_keeps_everything_but_the_password():
     assert redact_credentials(text) == (
         "cannot reach https://ci:***@mlflow.example.com:443/api (and postgresql://u:***@db/x)"
     )
-    # issue 30: a token without a password was printed whole
+    # a token without a password was printed whole
     assert redact_credentials("https://ghp_T0KEN@mlflow.example.com/x") == "https://***@mlflow.example.com/x"
 
 
@@ -697,11 +698,11 @@ def test_a_yaml_alias_bomb_is_refused_before_it_expands(tmp_path):
     bomb = tmp_path / "bomb.yaml"
     bomb.write_text("\n".join(lines) + "\nrules:\n  - {metric: con, min: 0.5}\n")
     with pytest.raises(UsageError, match="alias"):  # refused before it is expanded (a 10^9-value document)
-        rules.load_config(bomb)
+        gate_config.load_config(bomb)
     huge = tmp_path / "huge.yaml"
     huge.write_text("rules:\n  - {metric: con, min: 0.5}\n" + "# padding\n" * 200_000)
     with pytest.raises(UsageError, match="at most"):
-        rules.load_config(huge)
+        gate_config.load_config(huge)
 
 
 @pytest.mark.parametrize(
@@ -716,7 +717,7 @@ def test_a_yaml_alias_bomb_is_refused_before_it_expands(tmp_path):
     ids=["latin-1", "binary", "nested", "35k-rules", "no-aliases"],
 )
 def test_a_config_that_is_not_one_is_a_usage_error_naming_why(tmp_path, content, expected):
-    """Issue 30: a latin-1 or binary config and 50k nested lists were exit 6 (a bug); 35,000 rules were
+    """A latin-1 or binary config and 50k nested lists were exit 6 (a bug); 35,000 rules were
     refused as an "alias expansion" after 11.8 s. Each is exit 2 in one line, in seconds."""
     config = tmp_path / "gate.yaml"
     config.write_bytes(content)
@@ -726,7 +727,7 @@ def test_a_config_that_is_not_one_is_a_usage_error_naming_why(tmp_path, content,
 
 
 def test_bad_inputs_that_were_internal_errors_get_their_exit_codes(store, tmp_path):
-    """Issue 30: each of these was exit 6 ("a bug"): a UTF-8 byte-order mark on a CSV (now read as
+    """Each of these was exit 6 ("a bug"): a UTF-8 byte-order mark on a CSV (now read as
     Excel writes it), an .npz whose y is an object array (3), a class label that reads as matplotlib
     math (plots drawn), a tracking URI that does not parse (2); and duplicate ids in the registry gate's
     evaluation data were accepted (exit 0; now 3, as compare and the file gate say)."""

@@ -18,9 +18,11 @@ from statsmodels.stats.proportion import proportion_confint
 from consistency_gate.core.counts import ConsistencyCounts, Outputs
 from consistency_gate.core.slices import MAX_SLICE_VALUES, SliceCounts, SliceResult
 from consistency_gate.errors import DataError, UsageError
-from consistency_gate.gate.rules import Rule, evaluate_rules, parse_config
+from consistency_gate.gate.config import parse_config
+from consistency_gate.gate.rules import Rule, evaluate_rules
 from consistency_gate.gate.run import run_gate
-from consistency_gate.report.tables import verdict_markdown, worst_slices
+from consistency_gate.report.slices import worst_slices
+from consistency_gate.report.verdict import verdict_markdown
 
 
 @st.composite

@@ -192,7 +192,7 @@ def test_remediation_gates_its_ensemble_on_spark(store):
     ensemble gets the same numbers when gated in-process."""
     from test_remediation import REMEDIATION
 
-    from consistency_gate.gate.rules import parse_config
+    from consistency_gate.gate.config import parse_config
 
     train = store["root"] / "train.csv"
     pd.read_csv(store["data"]).drop(columns=["id"]).to_csv(train, index=False)

@@ -16,7 +16,7 @@ from consistency_gate.ensembles import methods
 from consistency_gate.ensembles.methods import METHODS, Built, Method
 from consistency_gate.ensembles.repair import Repair, aligned, carried, log_repair
 from consistency_gate.errors import ModelError
-from consistency_gate.gate.rules import parse_config
+from consistency_gate.gate.config import parse_config
 from consistency_gate.gate.run import run_gate
 from consistency_gate.mlops import flavors
 from consistency_gate.mlops.flavors import FLAVORS, Flavor, class_scores

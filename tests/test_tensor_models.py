@@ -1,4 +1,4 @@
-"""Tensor models (issue 15 section 1), with real components: a digits CNN logged with
+"""Tensor models, with real components: a digits CNN logged with
 ``mlflow.pytorch.log_model`` and a (-1, 1, 8, 8) signature, gated on Parquet array columns, ``.npz``
 and flat columns; shapes that do not fit are exit 3 naming the column and both shapes."""
 
@@ -15,7 +15,7 @@ from conftest import read_report, run_cli
 from digits_cnn import CLASSES, MODEL, build_tensor_store, digits_split, train
 
 from consistency_gate.errors import DataError, ModelError, UsageError
-from consistency_gate.gate import rules
+from consistency_gate.gate.config import parse_config
 from consistency_gate.gate.run import run_gate
 from consistency_gate.io.tensors import TensorInput, read_npz, tensor_batch
 
@@ -149,7 +149,7 @@ def test_pyfunc_score_arrays_probabilities_are_not_softmaxed_again_logits_are(st
         _gate(store, store["npz"], candidate=versions["logits"])
 
 
-# --- remediation with the user's own training code (issue 15 sections 3 and 5) ---
+# --- remediation with the user's own training code ---
 
 RECIPE = '''"""The team's own training code: their network, their Dataset (with a noise augmentation), Adam."""
 
@@ -227,7 +227,7 @@ def test_remediation_with_the_users_recipe_registers_an_ensemble_that_serves_els
         cwd=recipe_dir, process=True,  # its own process: what the libraries print to stderr is checked
     )  # fmt: skip
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    # the tool's own output only, and why the ensemble trains before it does (issue 17)
+    # the tool's own output only, and why the ensemble trains before it does
     assert "The candidate failed: training a dynsnap-cyc ensemble of 4 members" in proc.stderr
     for noise in (
         " INFO ",
@@ -274,7 +274,7 @@ def test_focal_distillation_with_the_users_recipe_learns_from_the_baseline_on_it
     """The baseline (a torch model taking 1x8x8 tensors) predicts the recipe's samples, and one model
     trained toward it replaces the failed candidate: a single model, at one model's serving cost."""
     block = REMEDIATION.format(train=store["train"]).replace("method: dynsnap-cyc", "method: focal-distillation")
-    config = rules.parse_config(RULES + block.replace("epochs: 10", "epochs: 20"))
+    config = parse_config(RULES + block.replace("epochs: 10", "epochs: 20"))
     sys.path.insert(0, str(recipe_dir))
     try:
         result = run_gate(

@@ -1,4 +1,4 @@
-"""Binary answers at a decision threshold (SPEC 5): the positive class where P(positive) >= t. Properties
+"""Binary answers at a decision threshold: the positive class where P(positive) >= t. Properties
 against a direct thresholding of the scores, the paper's invariants at any threshold, and the prediction
 file gate with a ``decision:`` block."""
 
@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 from consistency_gate.core.evaluation import evaluate_frames
 from consistency_gate.core.threshold import BinaryDecision
 from consistency_gate.errors import UsageError
+from consistency_gate.gate.config import parse_config
 from consistency_gate.gate.files import run_file_gate
-from consistency_gate.gate.rules import parse_config
 
 
 @settings(max_examples=60, deadline=None)
@@ -78,9 +78,9 @@ def test_the_file_gate_answers_at_the_configured_threshold(tmp_path, monkeypatch
 
 
 def test_hostile_class_names_are_escaped_in_markdown(tmp_path, monkeypatch):
-    """Issue 44: Markdown outputs embedded <script> and escape characters from class labels verbatim."""
+    """Markdown outputs embedded <script> and escape characters from class labels verbatim."""
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)  # no run: another test's server may be gone
-    from consistency_gate.report.tables import verdict_markdown
+    from consistency_gate.report.verdict import verdict_markdown
 
     hostile = "<script>alert(1)</script>|\x1b[31m"
     pd.DataFrame({"label": [hostile, "ok", hostile]}).to_csv(tmp_path / "labels.csv", index=False)

@@ -26,9 +26,9 @@ import numpy as np
 
 from consistency_gate.core import intervals as ci
 from consistency_gate.core import rows
+from consistency_gate.core.names import FLIP_NAMES
 
 ROLES = ("previous", "candidate")
-FLIP_NAMES = ("ctoc", "ctoi", "itoc", "itoi")
 
 
 @dataclass(frozen=True)

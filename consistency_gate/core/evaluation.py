@@ -25,8 +25,9 @@ from itertools import combinations
 import numpy as np
 import pandas as pd
 
-from consistency_gate.core.counts import FLIP_NAMES, ConsistencyCounts, Outputs
+from consistency_gate.core.counts import ConsistencyCounts, Outputs
 from consistency_gate.core.history import Figures
+from consistency_gate.core.names import FLIP_NAMES
 from consistency_gate.core.slices import TRUE_CLASS, SliceCounts, SliceResult
 from consistency_gate.core.threshold import BinaryDecision
 from consistency_gate.errors import DataError, UsageError, plain
@@ -384,7 +385,7 @@ class Evaluation:
         )
 
     def generations_report(self) -> dict:
-        """Paper 003's multi-generation summary: ACC averaged over generations, CON and
+        """Wang et al. 2023's multi-generation summary: ACC averaged over generations, CON and
         ACC-CON averaged over all pairs, and the directional flips of consecutive pairs."""
         acc, unknown = {}, {}
         for (i, j), counts in self.pairs.items():

@@ -1,6 +1,6 @@
 """Many generations: negative flips summed over the champions' updates, and what a candidate forgets.
 
-SPEC 5 (Traeuble et al., NeurIPS 2021): on samples aligned by id over the champions g_0 .. g_T in
+Traeuble et al. 2021: on samples aligned by id over the champions g_0 .. g_T in
 the order they were promoted, NF_t = samples with g_{t-1} right and g_t wrong (over the ids the
 two share); cumulative negative flips = sum of NF_t; ever-regressed = share of the samples of any
 step with at least one such step; for a candidate c and the last K champions, ``forgotten`` = share
@@ -251,7 +251,7 @@ def cumulative_figures(steps: Sequence[tuple[int, int]], level: float) -> Figure
 
 
 def floor_figures(baseline: pd.DataFrame, candidate: pd.DataFrame, replica: pd.DataFrame, level: float) -> Figures:
-    """The seed-noise floor (SPEC 5): the replica's CtoI and CON against the baseline
+    """The seed-noise floor: the replica's CtoI and CON against the baseline
     (``floor_ctoi``, ``floor_con``) and ``ctoi_excess`` = CtoI(b, c) - CtoI(b, r) with Newcombe's
     paired interval, on the samples all three answered (aligned by id).
 

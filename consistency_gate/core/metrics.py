@@ -1,4 +1,4 @@
-"""The consistency metrics as functions over arrays of one set of n samples (paper 003, Sec. 6 and
+"""The consistency metrics as functions over arrays of one set of n samples (Wang et al. 2023, Sec. 6 and
 Appendix H; BTC/BEC from Bansal et al. 2019).
 
 Each function counts its samples with :class:`~consistency_gate.core.counts.ConsistencyCounts`
@@ -21,7 +21,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from consistency_gate.core.counts import FLIP_NAMES, ConsistencyCounts, Outputs
+from consistency_gate.core.counts import ConsistencyCounts, Outputs
+from consistency_gate.core.names import FLIP_NAMES
 
 
 def _label_values(y_true: np.ndarray, pred_a: np.ndarray, pred_b: np.ndarray) -> dict[str, float | None]:
@@ -112,6 +113,20 @@ def backward_error_compatibility(y_true: np.ndarray, pred_a: np.ndarray, pred_b:
     1.0
     """
     return _label_values(y_true, pred_a, pred_b)["bec"]
+
+
+def relative_negative_flip_rate(y_true: np.ndarray, pred_a: np.ndarray, pred_b: np.ndarray) -> float | None:
+    """rel_nfr = CtoI / (ACC_A x (1 - ACC_B)) (Yan et al. 2021): the negative flips over the share two
+    independent models of these accuracies would give; 1 means B's errors fall on A's right answers as
+    by chance, below 1 that B errs where A did. None if A is never right or B never wrong.
+
+    >>> y = np.array([0, 1, 1, 0])
+    >>> relative_negative_flip_rate(y, np.array([0, 1, 1, 1]), np.array([0, 0, 1, 1]))  # 0.25 / (0.75 x 0.5)
+    0.6666666666666666
+    >>> relative_negative_flip_rate(y, y, y) is None
+    True
+    """
+    return _label_values(y_true, pred_a, pred_b)["rel_nfr"]
 
 
 def topk_consistency(scores_a: np.ndarray, scores_b: np.ndarray, k: int) -> float:

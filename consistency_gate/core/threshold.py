@@ -1,4 +1,4 @@
-"""A binary model's answer at a decision threshold (SPEC 5): the positive class where P(positive) >= t.
+"""A binary model's answer at a decision threshold: the positive class where P(positive) >= t.
 
 Credit and fraud teams decide at a cutoff, not at 0.5: the config's ``decision:`` block names the
 positive class and the threshold on its probability, and every metric, rule and repair then uses

@@ -1,4 +1,4 @@
-"""Diversity decomposition and learner-collusion diagnostics (paper 001).
+"""Diversity decomposition and learner-collusion diagnostics (Jeffares et al. 2023).
 
 DIV = weighted mean of member losses - ensemble loss. The identities, checked in tests:
 
@@ -134,7 +134,7 @@ def centred_log_probabilities(member_probs: np.ndarray) -> np.ndarray:
 
 
 def collusion_numbers(member_probs: np.ndarray, y: np.ndarray) -> dict[str, float | None]:
-    """What paper 001's collusion checks read on one labelled set: the mean member loss, DIV
+    """What Jeffares et al. 2023's collusion checks read on one labelled set: the mean member loss, DIV
     (cross-entropy, probability averaging), DIV as a share of the mean member loss (0: the members
     agree; near 1: the ensemble's loss is a small part of theirs), and the debiasing share of the
     members' centred log-probabilities (the diversity one constant offset per member explains). A
@@ -180,7 +180,7 @@ def augmented_loss(member_logits: torch.Tensor, y: torch.Tensor, beta: float = 0
 
     ``member_logits`` is a (members, batch, classes) torch tensor. beta = 0 is independent
     training (the default); beta must stay in [0, 1]: for beta > 1 the objective rewards members
-    for diverging from one another and is unbounded below (paper 001, Theorem 5.1).
+    for diverging from one another and is unbounded below (Jeffares et al. 2023, Theorem 5.1).
 
     >>> import torch
     >>> logits = torch.tensor([[[2.0, 0.0]], [[0.0, 2.0]]])
@@ -193,7 +193,7 @@ def augmented_loss(member_logits: torch.Tensor, y: torch.Tensor, beta: float = 0
     if beta > 1:
         raise ValueError(
             f"beta={beta} > 1 is refused: the augmented objective is then unbounded below "
-            "(paper 001, Theorem 5.1), and members learn to collude instead of to be right"
+            "(Jeffares et al. 2023, Theorem 5.1), and members learn to collude instead of to be right"
         )
     if beta < 0:
         raise ValueError(f"beta must be in [0, 1], got {beta}")

@@ -23,7 +23,7 @@ from consistency_gate.diagnostics.diversity import cohen_kappa, pairwise_values,
 from consistency_gate.ensembles.combine import RULES, combine
 from consistency_gate.errors import DataError, UsageError, plain
 from consistency_gate.io import predictions as io
-from consistency_gate.report.tables import finite_or_null
+from consistency_gate.report.text import finite_or_null
 
 
 def diagnose(
@@ -36,7 +36,7 @@ def diagnose(
     """The report for members ``names`` with probabilities ``probs`` (M, n, p) and true ids ``y``.
 
     ``train``: the same members' probabilities and the true ids on their training set, for the
-    collusion check's comparison of training and evaluated diversity (paper 001).
+    collusion check's comparison of training and evaluated diversity (Jeffares et al. 2023).
 
     >>> probs = np.array([[[0.9, 0.1], [0.8, 0.2], [0.3, 0.7]], [[0.6, 0.4], [0.3, 0.7], [0.4, 0.6]]])
     >>> report = diagnose(["a", "b"], probs, np.array([0, 1, 1]), ["x", "y"])
@@ -117,7 +117,7 @@ def _pair(a: np.ndarray, b: np.ndarray, y: np.ndarray) -> dict:
     values["yule_q_all"] = (n11 * n00 - n01 * n10) / (n11 * n00 + n01 * n10) if n11 * n00 + n01 * n10 else None
     values["cohen_kappa_all"] = cohen_kappa(n11, n10, n01, n00)  # Cohen's, as sklearn's cohen_kappa_score
     ck = float(pairwise_values(*(np.float64(c) for c in counts))["ck"])
-    values["ck_004_all"] = None if np.isnan(ck) else ck  # "CK, paper 004 Formula 1"
+    values["ck_004_all"] = None if np.isnan(ck) else ck  # "CK, HDP Formula 1"
     return values
 
 
@@ -139,7 +139,7 @@ def _collusion(probs: np.ndarray, y: np.ndarray, train: tuple[np.ndarray, np.nda
     return {"evaluated": evaluated, "train": trained, "warnings": collusion_warnings(evaluated, trained)}
 
 
-# paper 001's collusion signature. Pseudo-diversity: on the training set DIV is at least half the mean
+# Jeffares et al. 2023's collusion signature. Pseudo-diversity: on the training set DIV is at least half the mean
 # member loss (the members are wrong apart, the ensemble right together) and at least twice the evaluated
 # set's DIV (it does not carry over), and it is material: at least a tenth of the evaluated set's mean
 # member loss (where every member fits the training set, a hundredth of a nat can be half of a near-zero
@@ -158,13 +158,13 @@ MATERIAL_DIVERSITY_SHARE = 0.05
 
 
 def collusion_warnings(evaluated: dict, train: dict | None = None) -> list[str]:
-    """The warnings for paper 001's collusion signature, from :func:`decomposition.collusion_numbers`
+    """The warnings for Jeffares et al. 2023's collusion signature, from :func:`decomposition.collusion_numbers`
     on the evaluated set and, where given, on the training set; empty when there is no sign of it.
 
     >>> evaluated = {"ce_members": 0.45, "div": 0.09, "div_share": 0.2, "debiasing_share_logits": 0.1}
     >>> train = {"ce_members": 0.7, "div": 0.6, "div_share": 0.86, "debiasing_share_logits": 0.1}
-    >>> collusion_warnings(evaluated, train)[0][:38]
-    'Warning: learner collusion (paper 001)'
+    >>> collusion_warnings(evaluated, train)[0][:49]
+    'Warning: learner collusion (Jeffares et al. 2023)'
     >>> collusion_warnings(evaluated)
     []
     """
@@ -177,8 +177,8 @@ def collusion_warnings(evaluated: dict, train: dict | None = None) -> list[str]:
         and train["div"] >= MATERIAL_TRAINING_DIVERSITY * evaluated["ce_members"]
     ):
         warnings.append(
-            f"Warning: learner collusion (paper 001): on the training set diversity is {train_share:.0%} of the "
-            f"mean member loss (DIV {train['div']:.3f}), on the evaluated set {share or 0.0:.0%} (DIV "
+            f"Warning: learner collusion (Jeffares et al. 2023): on the training set diversity is {train_share:.0%} "
+            f"of the mean member loss (DIV {train['div']:.3f}), on the evaluated set {share or 0.0:.0%} (DIV "
             f"{evaluated['div']:.3f}). The members are wrong apart and right together on the data they were "
             "trained on, and that diversity does not carry over: train them independently, or with a smaller "
             "share of ensemble loss in the objective (beta), before trusting the ensemble's diversity."
@@ -186,8 +186,8 @@ def collusion_warnings(evaluated: dict, train: dict | None = None) -> list[str]:
     bias = evaluated["debiasing_share_logits"]
     if bias is not None and bias >= BIAS_SHARE and (share or 0.0) >= MATERIAL_DIVERSITY_SHARE:
         warnings.append(
-            f"Warning: learner collusion (paper 001): one constant offset per member explains {bias:.0%} of the "
-            "members' diversity (centred log-probabilities): they differ mostly by biases that cancel in the "
+            f"Warning: learner collusion (Jeffares et al. 2023): one constant offset per member explains {bias:.0%} "
+            "of the members' diversity (centred log-probabilities): they differ mostly by biases that cancel in the "
             "average, not by what they get right. Dropping or replacing a member will move the ensemble more "
             "than its accuracy suggests."
         )

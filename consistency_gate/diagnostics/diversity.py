@@ -1,4 +1,4 @@
-"""Ensemble diversity metrics on oracle outputs (paper 004, Appendix C), vectorised over teams.
+"""Ensemble diversity metrics on oracle outputs (HDP, Appendix C), vectorised over teams.
 
 The oracle output of member i on sample k is 1 if it predicts the sample correctly, else 0.
 Metrics are computed on the *negative samples* of a team: those at least one member gets
@@ -14,7 +14,7 @@ the denominator plus machine epsilon). That case is the rule in HQ metrics, not 
 on the focal model's negative samples the focal model is always wrong (N11 = N10 = 0), so
 every pair with it would otherwise be undefined and HQ-QS NaN for every team.
 
-CK here is paper 004's Formula 1 as printed ("CK, paper 004 Formula 1"); its denominator
+CK here is HDP's Formula 1 as printed ("CK, HDP Formula 1"); its denominator
 differs from Cohen's kappa (:func:`cohen_kappa` is the textbook statistic, as
 :func:`sklearn.metrics.cohen_kappa_score` computes it on right/wrong outcomes).
 

@@ -1,8 +1,8 @@
-"""Team selection over a pool of members (paper 004): Q metrics, Q-pruning, HQ metrics with
+"""Team selection over a pool of members (HDP): Q metrics, Q-pruning, HQ metrics with
 focal models (Algorithm 2), the alpha filter (Algorithm 3) and the K-means filter.
 
 All candidate teams of size 2..M are scored at once per size (no Python loop over samples).
-:func:`select_teams` reports, per method, as paper 004's Tables 2-3: the number of teams
+:func:`select_teams` reports, per method, as HDP's Tables 2-3: the number of teams
 considered, the number selected, their ensemble-accuracy range, and how many beat the best
 single member.
 """

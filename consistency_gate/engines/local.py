@@ -1,7 +1,7 @@
 """The local engine: streams prediction files through an :class:`~consistency_gate.core.evaluation.Evaluation`.
 
 :func:`compare_files` streams three files (labels, previous, candidate) for ``consistency-gate compare``;
-:func:`compare_generations` does the same for G1..GT (paper 003's multi-generation report).
+:func:`compare_generations` does the same for G1..GT (Wang et al. 2023's multi-generation report).
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from consistency_gate.core.threshold import BinaryDecision
 from consistency_gate.errors import DataError
 from consistency_gate.io import matrices
 from consistency_gate.io import predictions as io
+from consistency_gate.io.alignment import IN_ORDER, Alignment, row_order
 
 
 def resolve_ks(ks: Sequence[int] | None, sources: Sequence[io.PredictionSource], where: str = "--k") -> tuple[int, ...]:
@@ -149,7 +150,7 @@ def evaluate_files(
         chunk_rows = chunk_rows or io.chunk_rows_for(max(len(s.classes or ()) for s in sources))
         label_fields = [label_column] + data_slices  # the ids were read once, by row_order
         label_frames = io.iter_frames(labels, label_fields, chunk_rows, text_columns=tuple(label_fields))
-        order = matrices.row_order(labels, sources, id_column) if id_column else [matrices.IN_ORDER] * len(sources)
+        order = row_order(labels, sources, id_column) if id_column else [IN_ORDER] * len(sources)
         streams += [_outputs(s, alignment, chunk_rows) for s, alignment in zip(sources, order, strict=True)]
         n = 0
         for chunk in label_frames:
@@ -182,7 +183,7 @@ def _canonical(source: io.PredictionSource) -> io.PredictionSource:
 
 
 def _outputs(
-    source: io.PredictionSource, alignment: matrices.Alignment, chunk_rows: int
+    source: io.PredictionSource, alignment: Alignment, chunk_rows: int
 ) -> matrices.ReadAhead[np.ndarray] | Generator[pd.Series, None, None]:
     """A prediction file in chunks, in the labels' id order: score matrices, or hard labels as text."""
     if source.has_scores:

@@ -1,4 +1,4 @@
-"""Combining ensemble members' class probabilities (paper 003, Sec. 4): MV, WMV, AVG, WAVG.
+"""Combining ensemble members' class probabilities (Wang et al. 2023, Sec. 4): MV, WMV, AVG, WAVG.
 
 Every rule returns an (n, p) matrix of combined class scores whose rows sum to 1, so the
 ensemble's prediction is its argmax. Tie rule: when votes (or averaged scores) tie, the

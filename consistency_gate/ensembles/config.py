@@ -122,8 +122,8 @@ class TrainSettings:
     threads: int | None = None  # CPU threads for training: None picks (snapshot.training_threads), 0 torch's
     distillation: Distillation | None = None  # the distillation methods' term; None: DEFAULT_DISTILLATION
     teacher_method: str = "dynsnap-cyc"  # ensemble-distillation: the ensemble the student learns from
-    optimizer: str = "sgd"  # sgd: momentum 0.9, weight decay 5e-4; adam: paper 003's Table 1 (with lr 1e-3)
-    snapshot_one_run: bool = True  # snapshot: one run of m cycles (Huang et al., 003); False: runs of N cycles
+    optimizer: str = "sgd"  # sgd: momentum 0.9, weight decay 5e-4; adam: Wang et al. 2023's Table 1 (with lr 1e-3)
+    snapshot_one_run: bool = True  # snapshot: one run of m cycles (Huang et al. 2017); False: runs of N cycles
 
     def __post_init__(self) -> None:
         if self.method not in METHODS:
@@ -181,7 +181,7 @@ class DistillationBlock(BaseModel):
 
 class RemediationBlock(BaseModel):
     """The ``remediation:`` block as written (pydantic: unknown keys and wrong types are refused
-    with their field path; :func:`consistency_gate.gate.rules.parse_config` adds the YAML line)."""
+    with their field path; :func:`consistency_gate.gate.config.parse_config` adds the YAML line)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 

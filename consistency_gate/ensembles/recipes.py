@@ -1,6 +1,6 @@
 """Training recipes: what DynSnap trains, on what data, with which loss and optimiser.
 
-DynSnap keeps control of what paper 003 specifies (runs, learning-rate schedule, snapshots,
+DynSnap keeps control of what Wang et al. 2023 specifies (runs, learning-rate schedule, snapshots,
 pruning, combination); the user's code says the rest, as a :class:`TrainingRecipe`: a fresh
 ``nn.Module``, a ``Dataset`` of ``(x, y)``, and optionally the loss, optimiser, batch size,
 ``collate_fn``, ``num_workers``, an input example and the class names.

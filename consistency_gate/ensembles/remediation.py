@@ -19,7 +19,7 @@ The config's ``remediation:`` block names the recipe, the training data and the 
       seed: 0
       distillation: {loss: kl, alpha: 1, beta: 5, temperature: 4, weight: 1}  # the distillation methods
       teacher_method: dynsnap-cyc  # ensemble-distillation: the ensemble its student learns from
-      optimizer: sgd             # adam: paper 003's Table 1 (with lr: 0.001)
+      optimizer: sgd             # adam: Wang et al. 2023's Table 1 (with lr: 0.001)
       snapshot_one_run: true     # snapshot: one run of m cycles; false: runs of N cycles until m
 
 ``focal-distillation`` learns from the previous generation: the gate predicts the training samples

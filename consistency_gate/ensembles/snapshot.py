@@ -1,6 +1,6 @@
-"""Snapshot ensembles in PyTorch: DynSnap (paper 003, Algorithm 1) and the paper's baselines.
+"""Snapshot ensembles in PyTorch: DynSnap (Wang et al. 2023, Algorithm 1) and the paper's baselines.
 
-Methods (paper 003, Sec. 4 and its baselines):
+Methods (Wang et al. 2023, Sec. 4 and its baselines):
 
 - ``dynsnap-cyc``: cyclic cosine learning rate, the best-on-validation snapshot of each of
   the N cycles, dynamic pruning (keep snapshot j if W_j >= tau).

@@ -15,12 +15,13 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pandas as pd
 
+from consistency_gate.core import names
 from consistency_gate.core.evaluation import canonical_classes, evaluate_frames, flip_table, usable_ks
 from consistency_gate.core.history import Figures, answers, floor_figures
 from consistency_gate.core.slices import TRUE_CLASS
 from consistency_gate.core.threshold import BinaryDecision
 from consistency_gate.engines.spark import SparkModel, gate_comparison
-from consistency_gate.gate import rules
+from consistency_gate.gate import config as gate_config
 from consistency_gate.gate.decision import Decision
 from consistency_gate.gate.history import Generation, champions_before, history_figures, pair_answers
 from consistency_gate.gate.session import GateSession, version_description
@@ -47,7 +48,7 @@ class GateRun:
     """One gate's inputs and what it has done so far, shared by its steps."""
 
     session: GateSession
-    cfg: rules.GateConfig
+    cfg: gate_config.GateConfig
     cand_ref: registry.ModelRef
     base_ref: registry.ModelRef | None
     frame: pd.DataFrame
@@ -126,7 +127,7 @@ def binary_decision(configured: BinaryDecision | None, frames: list[pd.DataFrame
     return (configured or BinaryDecision()).resolved(classes, default_positive)
 
 
-def data_slices(cfg: rules.GateConfig) -> tuple[str, ...]:
+def data_slices(cfg: gate_config.GateConfig) -> tuple[str, ...]:
     """The slicing columns read from the evaluation data (all but the built-in true class)."""
     return tuple(c for c in cfg.slices if c != TRUE_CLASS)
 
@@ -187,7 +188,7 @@ class Comparer:
         return Decision.judge(comparison, cfg, samples, ks, first_generation, cost)
 
     def figures(self, samples: pd.DataFrame) -> Figures:
-        """The metrics measured beside the comparison (SPEC 5): over the champions' history when a
+        """The metrics measured beside the comparison: over the champions' history when a
         rule names one, against the seed replica when a floor is configured."""
         gate, cfg = self.gate, self.gate.cfg
         figures = Figures()
@@ -197,7 +198,7 @@ class Comparer:
             figures.update(history_figures(cfg.rules, self.past, samples, cfg.confidence, cfg.interval_method))
         if gate.floor_scores is not None:
             if samples.empty:
-                for key in rules.FLOOR_METRICS:
+                for key in names.FLOOR_METRICS:
                     figures.null(key, "needs every sample's answers, which --engine spark does not keep")
                 return figures
             base, cand = pair_answers(samples)

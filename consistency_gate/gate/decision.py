@@ -14,9 +14,10 @@ from typing import TYPE_CHECKING
 import pandas as pd
 
 from consistency_gate.core.evaluation import ComparisonResult
+from consistency_gate.gate import config as gate_config
 from consistency_gate.gate import rules
 from consistency_gate.mlops import tracking
-from consistency_gate.report.tables import flips_by_class
+from consistency_gate.report.slices import flips_by_class
 
 if TYPE_CHECKING:
     from mlflow.data.dataset import Dataset
@@ -48,7 +49,7 @@ class Decision:
     def judge(
         cls,
         comparison: ComparisonResult,
-        cfg: rules.GateConfig,
+        cfg: gate_config.GateConfig,
         samples: pd.DataFrame,
         ks: Sequence[int],
         first_generation: bool = False,
@@ -61,7 +62,7 @@ class Decision:
         >>> from consistency_gate.core.evaluation import Evaluation
         >>> evaluation = Evaluation(["previous", "candidate"], [None, None], ks=[1])
         >>> evaluation.add(pd.Series(["a", "b"]), [pd.Series(["a", "b"]), pd.Series(["a", "a"])])
-        >>> cfg = rules.parse_config("rules:\\n  - {metric: ctoi, max: 0.1}\\nks: [1]\\n")
+        >>> cfg = gate_config.parse_config("rules:\\n  - {metric: ctoi, max: 0.1}\\nks: [1]\\n")
         >>> decision = Decision.judge(evaluation.result(), cfg, pd.DataFrame(), [1])
         >>> decision.verdict, decision.metrics["ctoi"]
         ('failed', 0.5)

@@ -18,10 +18,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from consistency_gate.core import names
 from consistency_gate.core.evaluation import flip_table
 from consistency_gate.engines.local import evaluate_files
 from consistency_gate.errors import UsageError
-from consistency_gate.gate import rules
+from consistency_gate.gate import config as gate_config
 from consistency_gate.gate.decision import Decision
 from consistency_gate.gate.result import GateResult
 from consistency_gate.gate.session import GateSession
@@ -39,7 +40,7 @@ def run_file_gate(
     name: str = DEFAULT_NAME,
     label_column: str = "label",
     id_column: str | None = None,
-    config: str | Path | rules.GateConfig | None = None,
+    config: str | Path | gate_config.GateConfig | None = None,
     tracking_uri: str | None = None,
     report_path: str | Path | None = None,
     html: bool = False,
@@ -57,7 +58,7 @@ def run_file_gate(
     >>> _ = (folder / "labels.csv").write_text("label\\na\\nb\\nb\\n")
     >>> _ = (folder / "gen1.csv").write_text("prediction\\na\\nb\\na\\n")
     >>> _ = (folder / "gen2.csv").write_text("prediction\\na\\na\\nb\\n")
-    >>> cfg = rules.parse_config("rules:\\n  - {metric: ctoi, max: 0.1}\\nks: [1]\\n")
+    >>> cfg = gate_config.parse_config("rules:\\n  - {metric: ctoi, max: 0.1}\\nks: [1]\\n")
     >>> store = f"sqlite:///{folder / 'mlflow.db'}"
     >>> files = folder / "labels.csv", folder / "gen1.csv", folder / "gen2.csv"
     >>> result = run_file_gate(*files, name="nightly", config=cfg, tracking_uri=store)
@@ -65,7 +66,7 @@ def run_file_gate(
     ('failed', 1, 0.3333, True)
     """
     with GateSession(report_path) as session:
-        cfg = config if isinstance(config, rules.GateConfig) else rules.load_config(config)
+        cfg = config if isinstance(config, gate_config.GateConfig) else gate_config.load_config(config)
         _refuse_model_work(cfg)
         uri = tracking_uri or os.environ.get("MLFLOW_TRACKING_URI") or None
         if uri:  # before any work: an unreachable server is exit 5 at once
@@ -86,14 +87,14 @@ def run_file_gate(
         return session.finish(result)
 
 
-def _refuse_model_work(cfg: rules.GateConfig) -> None:
+def _refuse_model_work(cfg: gate_config.GateConfig) -> None:
     """UsageError for what needs models, which prediction files have none of: remediation, cost rules."""
     if cfg.remediation is not None:
         raise UsageError(
             f"{cfg.source}: remediation trains and registers models, and gating prediction files has none: "
             "remove the remediation block, or gate registered models with --model and --data"
         )
-    costly = [r.metric for r in cfg.rules if r.metric in rules.COST_METRICS]
+    costly = [r.metric for r in cfg.rules if r.metric in names.COST_METRICS]
     if costly:
         raise UsageError(
             f"{cfg.source}: a rule on {costly[0]} needs models to time and measure, and prediction files have "
@@ -105,7 +106,7 @@ def _decide(
     labels: Path,
     previous: Path,
     candidate: Path,
-    cfg: rules.GateConfig,
+    cfg: gate_config.GateConfig,
     label_column: str,
     id_column: str | None,
     flips: bool,
@@ -138,7 +139,9 @@ def _decide(
     return Decision.judge(comparison, cfg, samples, evaluation.ks)
 
 
-def _log_run(result: GateResult, decision: Decision, cfg: rules.GateConfig, session: GateSession, labels: Path) -> None:
+def _log_run(
+    result: GateResult, decision: Decision, cfg: gate_config.GateConfig, session: GateSession, labels: Path
+) -> None:
     """The gate's run in ``consistency-gate/<name>``: params, the decision and the verdict."""
     import mlflow
 

@@ -34,8 +34,8 @@ def replica_scores(gate: GateRun) -> pd.DataFrame | pd.Series:
 
 
 def _replica_file(gate: GateRun, path: Path) -> pd.DataFrame | pd.Series:
-    """A replica's prediction file (SPEC 6's format: a column per class, or ``prediction``) in the
-    order of the gate's frame: by ``--id-column`` when the gate has one (every id of the evaluation data
+    """A replica's prediction file (the format of docs/compare.md: a column per class, or ``prediction``)
+    in the order of the gate's frame: by ``--id-column`` when the gate has one (every id of the evaluation data
     needed), else by position (as many rows). DataError naming the file otherwise."""
     source = io.inspect_prediction_file(path, gate.id_column)
     text = (gate.id_column,) if gate.id_column else ()

@@ -1,5 +1,5 @@
 """`consistency-gate history`: a model's champions in the order they were promoted, the negative
-flips of each update and their sum, and what the newest candidate forgets (SPEC 5), read from the
+flips of each update and their sum, and what the newest candidate forgets, read from the
 ledgers its gates logged (:mod:`consistency_gate.mlops.ledger`)."""
 
 from __future__ import annotations
@@ -17,8 +17,9 @@ from consistency_gate.core.history import (
     forgotten_figures,
     history,
 )
+from consistency_gate.core.names import HISTORY_METRICS
 from consistency_gate.errors import ModelError
-from consistency_gate.gate.rules import HISTORY_METRICS, Rule
+from consistency_gate.gate.rules import Rule
 from consistency_gate.mlops.ledger import GateRecord, answers_of, gate_records
 
 if TYPE_CHECKING:

@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from consistency_gate.core import names
 from consistency_gate.core.evaluation import evaluate_frames, usable_ks
 from consistency_gate.engines.spark import SparkModel
 from consistency_gate.ensembles.config import RemediationConfig
@@ -28,7 +29,7 @@ from consistency_gate.gate.decision import Decision
 from consistency_gate.gate.history import champions_before, last
 from consistency_gate.mlops import registry, scoring, tracking
 from consistency_gate.mlops.cost import ServingCost, serving_cost
-from consistency_gate.report.tables import attempt_line
+from consistency_gate.report.verdict import attempt_line
 
 
 def plan(remediation: RemediationConfig) -> str:
@@ -208,7 +209,7 @@ def _calibration_judge(
     error as well: a setting that passes calibration by a hair fails the evaluation set. A serving cost,
     a slice and what is measured over the champions or against a replica are not measured there."""
     cfg = gate.cfg
-    beside = (*rules.COST_METRICS, *rules.HISTORY_METRICS, *rules.FLOOR_METRICS)
+    beside = (*names.COST_METRICS, *names.HISTORY_METRICS, *names.FLOOR_METRICS)
     margin = [rules.with_margin(r) for r in cfg.rules if r.metric not in beside and not r.per_slice]
     kept = replace(cfg, rules=margin, confidence=rules.tuning_confidence(cfg.confidence))
     ks = usable_ks(None if not cfg.ks_given else cfg.ks, {str(source): len(classes)}, f"{cfg.source}: ks")

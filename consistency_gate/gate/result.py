@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from consistency_gate.gate import rules
-from consistency_gate.mlops.registry import Promotion
+from consistency_gate.mlops.promotion import Promotion
 from consistency_gate.report.schema import SCHEMA_VERSION
 
 if TYPE_CHECKING:
@@ -37,7 +37,7 @@ class GateResult:
     first_generation: bool = False
     registered_version: str | None = None
     promoted: bool | None = False  # None: the move was asked for and could not be read back
-    promotion: dict | None = None  # registry.Promotion.to_dict(): what the alias holds, and why
+    promotion: dict | None = None  # promotion.Promotion.to_dict(): what the alias holds, and why
     ensemble: dict | None = None  # the (last) remediation attempt's report
     attempts: list[dict] = field(default_factory=list)  # one summary per remediation attempt, in order
     null_reasons: dict[str, str] = field(default_factory=dict)

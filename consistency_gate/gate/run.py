@@ -27,9 +27,11 @@ from typing import TYPE_CHECKING
 
 import pandas as pd
 
+from consistency_gate.core import names
 from consistency_gate.ensembles.methods import kinds
 from consistency_gate.errors import ModelError, UsageError, redact_credentials
-from consistency_gate.gate import remediate, rules
+from consistency_gate.gate import config as gate_config
+from consistency_gate.gate import remediate
 from consistency_gate.gate.comparer import Comparer, GateRun, add_time, binary_decision, data_slices
 from consistency_gate.gate.decision import Decision
 from consistency_gate.gate.floor import replica_scores
@@ -38,7 +40,7 @@ from consistency_gate.gate.result import NOTHING_TO_DECIDE, GateResult
 from consistency_gate.gate.session import GateSession
 from consistency_gate.gate.validate import takes_shaped_tensors, validate_inputs
 from consistency_gate.io import predictions as io
-from consistency_gate.mlops import registry, scoring, tracking
+from consistency_gate.mlops import promotion, registry, scoring, tracking
 
 if TYPE_CHECKING:
     from mlflow import MlflowClient
@@ -57,7 +59,7 @@ def run_gate(
     baseline: str | None = None,
     label_column: str = "label",
     id_column: str | None = None,
-    config: str | Path | rules.GateConfig | None = None,
+    config: str | Path | gate_config.GateConfig | None = None,
     tracking_uri: str | None = None,
     report_path: str | Path | None = None,
     promote: bool = False,
@@ -79,7 +81,7 @@ def run_gate(
     (timed predictions, size on disk) is measured when ``cost`` is True, a rule is on a cost
     metric, or remediation builds something whose cost is compared with it. ``floor`` (or the
     config's ``floor:``) names a seed replica of the baseline, a version or ``@alias`` of the model:
-    the report then gives the churn no retrain avoids and ``ctoi_excess`` (SPEC 5).
+    the report then gives the churn no retrain avoids and ``ctoi_excess``.
     Raises a :class:`~consistency_gate.errors.GateError` with its exit code (2 usage, 3 data,
     4 model, 5 tracking) on error.
 
@@ -93,7 +95,7 @@ def run_gate(
         if engine not in ("local", "spark"):
             raise UsageError(f"engine must be 'local' or 'spark', got {engine!r}")
         timings: dict[str, float] = {}
-        cfg = config if isinstance(config, rules.GateConfig) else rules.load_config(config)
+        cfg = config if isinstance(config, gate_config.GateConfig) else gate_config.load_config(config)
         if floor is not None:
             cfg = replace(cfg, floor=str(floor))
         _, client = session.connect(tracking_uri)
@@ -116,7 +118,7 @@ def run_gate(
         session.start(tracking.experiment_name(name), f"gate {name} v{cand_ref.version}", owner=name)
         gate = GateRun(
             session, cfg, cand_ref, base_ref, frame, Path(data), label_column, id_column, promote, quiet, engine,
-            partitions, timings, measure_cost=cost or any(r.metric in rules.COST_METRICS for r in cfg.rules),
+            partitions, timings, measure_cost=cost or any(r.metric in names.COST_METRICS for r in cfg.rules),
         )  # fmt: skip
         return session.finish(_gate_in_run(gate))
 
@@ -267,12 +269,12 @@ def _promote(gate: GateRun, result: GateResult, version: str, record: Callable[[
     base_ref = gate.base_ref
     alias = (base_ref.alias if base_ref else None) or DEFAULT_BASELINE[1:]
     expected = base_ref.version if base_ref else None
-    promotion = registry.promote(gate.client, gate.cand_ref.name, alias, version, expected, gate.run_id)
-    result.promoted, result.promotion = promotion.promoted, promotion.to_dict()
+    moved = promotion.promote(gate.client, gate.cand_ref.name, alias, version, expected, gate.run_id)
+    result.promoted, result.promotion = moved.promoted, moved.to_dict()
     try:
         record()
     except Exception as exc:  # noqa: BLE001 - MLflow and requests raise many kinds; the alias is what it is
-        holds = f"v{promotion.holds}" if promotion.holds not in (None, "unknown") else promotion.holds or "unset"
+        holds = f"v{moved.holds}" if moved.holds not in (None, "unknown") else moved.holds or "unset"
         result.warnings.append(
             f"@{alias} holds {holds} (read back from the registry), but the run could not record the promotion "
             f"({type(exc).__name__}: {redact_credentials(str(exc))[:300]}): its tags and report.json predate it"
@@ -341,7 +343,7 @@ def _side_comparison(gate: GateRun) -> str | None:
     if gate.promote or base_ref is None or base_ref.alias:
         return None
     alias = DEFAULT_BASELINE[1:]
-    holder = registry.read_alias(gate.client, cand_ref.name, alias)
+    holder = promotion.read_alias(gate.client, cand_ref.name, alias)
     if holder == base_ref.version:
         return None
     now = f"v{holder} is" if holder else "no version is"

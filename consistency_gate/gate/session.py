@@ -40,7 +40,8 @@ from consistency_gate.io.output import check_writable
 from consistency_gate.mlops import store, tracking
 from consistency_gate.mlops.registry import DESCRIPTION_PREFIX
 from consistency_gate.report.schema import SCHEMA_VERSION
-from consistency_gate.report.tables import markdown_safe, verdict_markdown
+from consistency_gate.report.text import markdown_safe
+from consistency_gate.report.verdict import verdict_markdown
 
 if TYPE_CHECKING:
     from mlflow import MlflowClient

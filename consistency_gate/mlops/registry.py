@@ -1,23 +1,16 @@
-"""The model registry: versions by number or alias, the gate's version tags, and promotion
-(moving an alias under a lock, only from the baseline the gate compared against, read back).
+"""The model registry: versions by number or alias, and the gate's version tags and descriptions.
+Promotion (an alias moved under a lock, read back) is :mod:`consistency_gate.mlops.promotion`.
 
 Nothing here computes a metric or loads a model (:mod:`consistency_gate.mlops.scoring` does).
 """
 
 from __future__ import annotations
 
-import contextlib
-import os
-import random
-import socket
-import time
-from collections.abc import Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, NoReturn
 
-from consistency_gate.errors import ModelError, TrackingError, one_line, redact_credentials
+from consistency_gate.errors import ModelError, TrackingError, redact_credentials
 from consistency_gate.mlops.store import looks_unreachable, mlflow_tracking_uri, refusal
-from consistency_gate.mlops.tracking import TAG_HOST, TAG_PID, process_alive
 
 if TYPE_CHECKING:
     from mlflow import MlflowClient
@@ -30,6 +23,7 @@ TAG_KIND = "consistency_gate.kind"
 TAG_RUN_ID = "consistency_gate.run_id"
 TAG_REPLACES = "consistency_gate.replaces"
 DESCRIPTION_PREFIX = "consistency-gate: "  # how the gate's paragraph of a version's description starts
+MAX_VERSION = 2**31 - 1  # the registry stores version numbers as 32-bit integers
 
 
 @dataclass
@@ -82,7 +76,7 @@ def resolve_version(client: MlflowClient, name: str, spec: str | None) -> ModelR
             mv = client.get_model_version_by_alias(name, alias)
         else:
             alias = None
-            if not _is_number(spec):
+            if not is_number(spec):
                 raise ModelError(f"version '{spec}' of model '{name}': expected a number or @alias")
             if int(spec) > MAX_VERSION:  # a server answers 500 for a number its database cannot hold
                 raise ModelError(f"model '{name}': version '{spec}' not found; {registered_versions(client, name)}")
@@ -93,11 +87,11 @@ def resolve_version(client: MlflowClient, name: str, spec: str | None) -> ModelR
     return ModelRef(name, str(mv.version), alias, mv.run_id, dict(mv.tags or {}), logged_model_id(mv))
 
 
-def _is_number(text: str) -> bool:
+def is_number(text: str) -> bool:
     """Whether ``text`` is a version number or pid in ASCII digits (``'²'.isdigit()`` is True, and
     ``int('²')`` fails).
 
-    >>> _is_number("12"), _is_number("²"), _is_number("")
+    >>> is_number("12"), is_number("²"), is_number("")
     (True, False, False)
     """
     return text.isascii() and text.isdigit()
@@ -169,7 +163,7 @@ def ref_from_uri(client: MlflowClient, uri: str) -> ModelRef:
     if uri.startswith("models:/") and at and name:
         return resolve_version(client, name, "@" + alias)
     name, slash, version = uri.removeprefix("models:/").rpartition("/")
-    if uri.startswith("models:/") and slash and name and _is_number(version):
+    if uri.startswith("models:/") and slash and name and is_number(version):
         return resolve_version(client, name, version)
     return ModelRef(uri, "", source=uri)
 
@@ -274,12 +268,13 @@ def alias_exists(client: MlflowClient, name: str, alias: str) -> bool:
         client.get_model_version_by_alias(name, alias)
         return True
     except MlflowException as exc:
-        if _is_not_found(exc):
+        if is_not_found(exc):
             return False
         _reraise(exc, f"model '{name}': cannot read its alias @{alias}")
 
 
-def _is_not_found(exc: Exception) -> bool:
+def is_not_found(exc: Exception) -> bool:
+    """Whether MLflow's exception says the thing asked for does not exist."""
     return getattr(exc, "error_code", "") in ("RESOURCE_DOES_NOT_EXIST", "INVALID_PARAMETER_VALUE", "NOT_FOUND")
 
 
@@ -287,7 +282,7 @@ def _reraise(exc: Exception, message: str) -> NoReturn:
     refused = refusal(exc, mlflow_tracking_uri())
     if refused is not None:
         raise refused from None
-    if _is_not_found(exc):
+    if is_not_found(exc):
         raise ModelError(message) from None
     if looks_unreachable(exc):
         raise TrackingError(f"tracking server unreachable: {exc}") from None
@@ -295,238 +290,3 @@ def _reraise(exc: Exception, message: str) -> NoReturn:
 
 
 # ---------------------------------------------------------------- promotion
-
-LOCK_SUFFIX = ".consistency-gate-lock"
-TAG_LOCK_OWNER = "consistency_gate.lock_owner"
-TAG_LOCK_EXPIRES = "consistency_gate.lock_expires"
-MAX_VERSION = 2**31 - 1  # the registry stores version numbers as 32-bit integers
-TAG_LOCK_TAKEOVER = "consistency_gate.lock_takeover"  # a waiter's claim on a dead holder's lock
-# how long the gate reads an alias back after asking to move it (a server restarting, a lost answer)
-READ_BACK_S = float(os.environ.get("CONSISTENCY_GATE_READ_BACK_S", "30"))
-
-
-@dataclass
-class Promotion:
-    """What a promotion did, as read back from the registry.
-
-    ``promoted`` is True only when the alias was read back pointing to ``version``, None (unknown)
-    when the move was asked for and the alias could not be read back; ``holds`` is the version the
-    alias points to now (None if unset, ``"unknown"`` if it could not be read); ``refused`` is True
-    when the gate did not move it because the baseline had moved.
-    """
-
-    alias: str
-    version: str
-    promoted: bool | None
-    holds: str | None
-    reason: str = ""
-    refused: bool = False
-
-    @property
-    def exit_code(self) -> int:
-        """0 promoted; 4 refused (the baseline moved); 5 the registry failed the move or could not
-        be read back.
-
-        >>> Promotion("champion", "3", False, "2", "moving failed (503)").exit_code
-        5
-        """
-        if self.promoted:
-            return 0
-        return 4 if self.refused else 5
-
-    def to_dict(self) -> dict:
-        """As in the JSON report's ``promotion``."""
-        return asdict(self)
-
-
-def read_alias(client: MlflowClient, name: str, alias: str, window_s: float = 10.0) -> str | None:
-    """The version ``@alias`` points to (None if unset), asked again on any error but "not set"
-    for ``window_s`` seconds (pauses of 1, 2, ... 5 s); raises the last error when the window ends.
-
-    Example::
-
-        read_alias(client, "fraud-clf", "champion")
-        # '3'
-    """
-    from mlflow.exceptions import MlflowException
-
-    deadline = time.monotonic() + window_s
-    pause = 1.0
-    while True:
-        try:
-            return str(client.get_model_version_by_alias(name, alias).version)
-        except MlflowException as exc:
-            if _is_not_found(exc):
-                return None
-            if time.monotonic() + pause > deadline:
-                raise
-        except Exception:  # noqa: BLE001 - a lost response or a server restarting: ask again
-            if time.monotonic() + pause > deadline:
-                raise
-        time.sleep(pause)
-        pause = min(pause + 1.0, 5.0)
-
-
-@contextlib.contextmanager
-def promotion_lock(
-    client: MlflowClient, name: str, owner: str, wait_s: float = 120.0, lease_s: float = 600.0
-) -> Iterator[None]:
-    """Hold the model's promotion lock: a registered model ``NAME.consistency-gate-lock`` that only
-    one gate can create (the store refuses a second with RESOURCE_ALREADY_EXISTS). A lock whose
-    holder is gone (its process on this host ended, its gate run ended, or its lease ran out) is
-    taken over at once: claimed with a tag, checked again, then removed, so two waiters never both
-    remove it. A create whose response was lost is recognised by its owner tag. ModelError (exit 4)
-    if another gate holds it for ``wait_s`` seconds.
-
-    Example::
-
-        with promotion_lock(client, "fraud-clf", owner=run_id):
-            pass  # only this gate moves an alias of fraud-clf here
-    """
-    from mlflow.exceptions import MlflowException
-
-    lock = f"{name}{LOCK_SUFFIX}"
-    holder = {TAG_HOST: socket.gethostname(), TAG_PID: str(os.getpid())}
-    deadline = time.monotonic() + wait_s
-    while True:
-        try:
-            client.create_registered_model(
-                lock,
-                tags={TAG_LOCK_OWNER: owner, TAG_LOCK_EXPIRES: str(time.time() + lease_s), **holder},
-                description=f"consistency-gate: a gate is moving an alias of '{name}'; removed when it is done",
-            )
-            break
-        except MlflowException as exc:
-            if exc.error_code == "RESOURCE_DOES_NOT_EXIST" and time.monotonic() < deadline:
-                continue  # the store refused it as existing, then found it gone: released meanwhile
-            if exc.error_code != "RESOURCE_ALREADY_EXISTS":
-                raise
-        try:
-            held = client.get_registered_model(lock).tags or {}
-        except MlflowException as exc:
-            if _is_not_found(exc):
-                continue  # released meanwhile: try again
-            raise
-        if held.get(TAG_LOCK_OWNER) == owner:
-            break  # our own create went through; its response was lost
-        if _holder_gone(client, held) and _claimed(client, lock, held, owner):
-            with contextlib.suppress(MlflowException):
-                client.delete_registered_model(lock)
-            continue
-        if time.monotonic() > deadline:
-            raise ModelError(
-                f"model '{name}': another gate has held the promotion lock ({lock}) for over {wait_s:.0f} s; "
-                "try again, or delete that registered model if no gate is running"
-            )
-        time.sleep(0.2 + random.random() * 0.3)
-    try:
-        yield
-    finally:
-        with contextlib.suppress(Exception):
-            client.delete_registered_model(lock)
-
-
-def _holder_gone(client: MlflowClient, held: dict[str, str]) -> bool:
-    """Whether the gate holding a lock (its tags ``held``) is gone: its lease ran out, its process on
-    this host ended, or its gate run (the owner) ended."""
-    from mlflow.exceptions import MlflowException
-
-    if float(held.get(TAG_LOCK_EXPIRES, "0")) < time.time():
-        return True
-    pid = held.get(TAG_PID, "")
-    if held.get(TAG_HOST) == socket.gethostname() and _is_number(pid) and not process_alive(int(pid)):
-        return True
-    try:
-        return client.get_run(held.get(TAG_LOCK_OWNER, "")).info.status != "RUNNING"
-    except MlflowException:
-        return False  # not a run id (an API caller's owner name), or the server is away: the lease decides
-
-
-def _claimed(client: MlflowClient, lock: str, held: dict[str, str], owner: str) -> bool:
-    """Claim a dead holder's ``lock`` for ``owner``: tag the claim, wait, and read it back; True when
-    the claim stuck and the lock still belongs to the same dead holder (another waiter that claimed
-    it, or took it over meanwhile, wins)."""
-    from mlflow.exceptions import MlflowException
-
-    try:
-        client.set_registered_model_tag(lock, TAG_LOCK_TAKEOVER, owner)
-        time.sleep(0.3)
-        now = client.get_registered_model(lock).tags or {}
-    except MlflowException:
-        return False
-    return now.get(TAG_LOCK_TAKEOVER) == owner and now.get(TAG_LOCK_OWNER) == held.get(TAG_LOCK_OWNER)
-
-
-def promote(client: MlflowClient, name: str, alias: str, version: str, expected: str | None, owner: str) -> Promotion:
-    """Move ``@alias`` to ``version``, only if it still points to ``expected`` (the version the gate
-    compared against; None: it was unset), under the promotion lock, and read it back.
-
-    Concurrent gates that compared against the same baseline: exactly one moves the alias; the
-    others find it moved and report why. A lost response is resolved by reading the alias again for
-    ``READ_BACK_S`` seconds; past that the outcome is unknown (``promoted`` None), never false. A
-    registry that fails before the move was asked for moved nothing, and says so.
-
-    Example::
-
-        promotion = promote(client, "fraud-clf", "champion", "4", expected="3", owner=run_id)
-        promotion.promoted, promotion.holds
-        # (True, '4')
-    """
-    try:
-        with promotion_lock(client, name, owner):
-            current = read_alias(client, name, alias)
-            if current != expected:
-                was = f"v{expected}" if expected else "unset"
-                now = f"v{current}" if current else "unset"
-                return Promotion(
-                    alias,
-                    version,
-                    False,
-                    current,
-                    f"@{alias} is {now}, not {was} as when this gate compared against it (another gate or a "
-                    f"person moved it): not moved; gate v{version} again against the new baseline",
-                    refused=True,
-                )
-            return _move_alias(client, name, alias, version)
-    except ModelError:
-        raise
-    except Exception as exc:  # noqa: BLE001 - the lock or the look-up failed: the move was never asked for
-        return Promotion(
-            alias,
-            version,
-            False,
-            "unknown",
-            f"the registry failed before @{alias} was moved ({_failure(exc)}): nothing was moved; "
-            "gate again when it answers",
-        )
-
-
-def _move_alias(client: MlflowClient, name: str, alias: str, version: str) -> Promotion:
-    """Ask the registry to move ``@alias`` to ``version`` and read it back; a failed request may
-    have gone through, so only the read-back decides."""
-    error = None
-    try:
-        client.set_registered_model_alias(name, alias, version)
-    except Exception as exc:  # noqa: BLE001 - the request may have gone through: read it back
-        error = exc
-    try:
-        holds = read_alias(client, name, alias, READ_BACK_S)
-    except Exception as exc:  # noqa: BLE001
-        return Promotion(
-            alias,
-            version,
-            None,
-            "unknown",
-            f"asked the registry to move @{alias} to v{version}, then could not read it back for "
-            f"{READ_BACK_S:.0f} s ({_failure(exc)}): whether it moved is unknown; read @{alias} in the "
-            "registry before deploying",
-        )
-    if holds == version:
-        return Promotion(alias, version, True, holds)
-    why = f" ({_failure(error)})" if error else ""
-    return Promotion(alias, version, False, holds, f"moving @{alias} to v{version} failed{why}; it holds v{holds}")
-
-
-def _failure(exc: BaseException) -> str:
-    """An exception as ``Type: message`` on one line, credentials redacted."""
-    return f"{type(exc).__name__}: {one_line(redact_credentials(str(exc)))[:300]}"

@@ -1,22 +1,17 @@
 """HTML pages rendered from the Jinja2 templates in ``report/templates``: the gate's report
 (``check --format html``, ``gate/report.html`` in the run) and ``diagnose --format html``. Both share
 the layout, the table macro and the diagnosis section; the tables' rows are the text tables' own
-(:mod:`consistency_gate.report.tables`), so every format shows the same numbers.
+(:mod:`consistency_gate.report.verdict` and its neighbours), so every format shows the same numbers.
 """
 
 from __future__ import annotations
 
 import base64
 
-from consistency_gate.report.tables import (
-    ATTEMPT_HEADER,
-    CLASS_FLIP_HEADER,
-    RULE_HEADER,
-    SLICE_HEADER,
-    Verdict,
-    diagnose_sections,
-    fmt,
-)
+from consistency_gate.report.diagnose import diagnose_sections
+from consistency_gate.report.slices import CLASS_FLIP_HEADER, SLICE_HEADER
+from consistency_gate.report.text import fmt
+from consistency_gate.report.verdict import ATTEMPT_HEADER, RULE_HEADER, Verdict
 
 
 def gate_html(
@@ -24,7 +19,7 @@ def gate_html(
 ) -> str:
     """The gate's report as one self-contained HTML page: verdict, rules (and the remediation's),
     metrics with intervals, the classes with the most negative flips (``classes``, rows of
-    :func:`~consistency_gate.report.tables.flips_by_class`), slices, the plots (``pngs``) and the
+    :func:`~consistency_gate.report.slices.flips_by_class`), slices, the plots (``pngs``) and the
     two-generation ``diagnosis``.
 
     >>> report = {"candidate": {"name": "clf", "version": "2"}, "baseline": {"version": "1", "alias": "champion"},

@@ -1,104 +1,12 @@
-"""Rendering results for people: plain-text tables and number formatting."""
+"""``consistency-gate check``'s verdict for people: the headline that never reads as a pass when the candidate
+failed, the rule table, what was built in its place (remediation's attempts), its cost, in text and Markdown."""
 
 from __future__ import annotations
 
-import math
-import re
-from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    import pandas as pd
-
-
-def finite_or_null(payload: object, reasons: dict[str, str] | None = None, path: str = "") -> object:
-    """A copy of a JSON-able payload with every NaN or infinite number replaced by null.
-
-    JSON has no NaN: ``json.dumps`` would print a bare ``NaN`` that strict parsers refuse. Each
-    replaced value's path (list positions as ``[]``) goes into ``reasons`` with why it is null.
-
-    >>> reasons = {}
-    >>> finite_or_null({"a": float("nan"), "b": [1.0, float("inf")]}, reasons)
-    {'a': None, 'b': [1.0, None]}
-    >>> sorted(reasons)
-    ['a', 'b[]']
-    """
-    if isinstance(payload, dict):
-        return {k: finite_or_null(v, reasons, f"{path}.{k}" if path else str(k)) for k, v in payload.items()}
-    if isinstance(payload, list | tuple):
-        return [finite_or_null(v, reasons, f"{path}[]") for v in payload]
-    if isinstance(payload, float) and not math.isfinite(payload):
-        if reasons is not None:
-            reasons.setdefault(path, "undefined (not a finite number; e.g. a zero denominator)")
-        return None
-    return payload
-
-
-def fmt(value: object, digits: int = 4) -> str:
-    """A metric value for a table: floats rounded, None as 'null'.
-
-    >>> fmt(0.123456), fmt(None), fmt(True), fmt(3)
-    ('0.1235', 'null', 'yes', '3')
-    """
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "yes" if value else "no"
-    if isinstance(value, float):
-        return f"{value:.{digits}f}"
-    return str(value)
-
-
-def fmt_share(value: float | None) -> str:
-    """A probability as a percentage for a table ('' when unknown).
-
-    >>> fmt_share(0.04431), fmt_share(None)
-    ('4.4%', '')
-    """
-    return "" if value is None else f"{100 * value:.1f}%"
-
-
-def table(rows: Sequence[Sequence[object]], header: Sequence[str]) -> str:
-    """A left-aligned text table with a rule under the header.
-
-    >>> print(table([["con", 0.5]], ["metric", "value"]))
-    metric  value
-    ------  ------
-    con     0.5000
-    """
-    cells = [[str(h) for h in header]] + [[fmt(c) for c in row] for row in rows]
-    widths = [max(len(row[i]) for row in cells) for i in range(len(header))]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in cells]
-    lines.insert(1, "  ".join("-" * w for w in widths))
-    return "\n".join(lines)
-
-
-def comparison_table(result: dict) -> str:
-    """The ``compare --format table`` output from a comparison's JSON object.
-
-    >>> result = {"n": 3, "classes": ["a", "b"], "unknown_labels": {"previous": 0, "candidate": 0},
-    ...     "metrics": {"con": 0.6667, "pearson": None}, "null_reasons": {"pearson": "the candidate gave hard labels"}}
-    >>> print(comparison_table(result))
-    n = 3 samples, 2 classes; labels unknown to previous: 0, to candidate: 0
-    <BLANKLINE>
-    metric   value   note
-    -------  ------  ------------------------------
-    con      0.6667
-    pearson  null    the candidate gave hard labels
-    """
-    reasons = result.get("null_reasons", {})
-    rows = [[name, value, reasons.get(name, "")] for name, value in result["metrics"].items()]
-    unknown = result["unknown_labels"]
-    head = (
-        f"n = {result['n']} samples, {len(result['classes'])} classes; "
-        f"labels unknown to previous: {unknown['previous']}, to candidate: {unknown['candidate']}"
-    )
-    out = head + "\n\n" + table(rows, ["metric", "value", "note"])
-    if result.get("slices"):
-        rows = slice_rows(result)
-        out += f"\n\nSlices, worst first ({len(result['slices'])} in all):\n" + table(rows, SLICE_HEADER[:-1])
-    return out
+from consistency_gate.report.slices import SLICE_HEADER, slice_rows, slices_markdown
+from consistency_gate.report.text import fmt, fmt_share, markdown_safe, milliseconds, table
 
 
 def generation_name(ref: dict) -> str:
@@ -301,7 +209,7 @@ def verdict_table(report: dict) -> str:
 
 
 def beside_lines(report: dict) -> list[str]:
-    """The figures measured beside the comparison (SPEC 5), in words: the seed-noise floor and the
+    """The figures measured beside the comparison, in words: the seed-noise floor and the
     history metrics, each with its interval (none without them).
 
     >>> report = {"metrics": {"floor_ctoi": 0.035, "floor_con": 0.95, "ctoi_excess": 0.031, "forgotten": 0.02},
@@ -378,18 +286,6 @@ def cost_line(report: dict) -> str:
         f"({cost['latency_ratio']:.1f}x the candidate's {milliseconds(single_cost['latency_ms_per_1000'])})"
         f"{size}" + (f", for {' and '.join(gains)}." if gains else ".")
     )
-
-
-def milliseconds(value: float) -> str:
-    """A time in ms to three significant digits, never in exponent form (1.65e+03 ms read badly).
-
-    >>> milliseconds(1654.2), milliseconds(38.04), milliseconds(0.1234)
-    ('1,650 ms', '38.0 ms', '0.123 ms')
-    """
-    if not value:
-        return "0 ms"
-    places = 2 - math.floor(math.log10(abs(value)))  # decimal places of the third significant digit
-    return f"{round(value, places):,.{max(0, places)}f} ms"
 
 
 def _served(remedy: dict) -> str:
@@ -480,89 +376,6 @@ def attempt_rows(report: dict) -> list[list]:
     return [attempt_row(a) for a in attempts] if len(attempts) > 1 else []
 
 
-# two different debiasing shares, named apart: the decomposition's is over the members' probabilities (the
-# Brier diversity), the collusion check's over their centred log-probabilities (the score-space outputs)
-DECOMPOSITION_LABELS = {"debiasing_share": "debiasing share (probabilities)"}
-
-
-def diagnose_sections(report: dict) -> list[tuple[str, list[str], list[list]]]:
-    """The ``diagnose`` report's tables as (title, header, rows): the text, the HTML page and the
-    gate's HTML report show the same tables.
-
-    >>> sections = diagnose_sections({"members": {"a": {"acc": 0.9}}, "pairs": {}, "ensemble_acc": {},
-    ...     "oracle_upper_bound": 0.95, "diversity": {}, "diversity_null_reasons": {}, "decomposition": {}})
-    >>> [title for title, _, _ in sections]
-    ['Members', 'Pairs', 'Ensembles', 'Diversity', 'Decomposition']
-    """
-    sections = [
-        ("Members", ["member", "acc"], [[k, v["acc"]] for k, v in report["members"].items()]),
-        (
-            "Pairs",
-            ["pair", "con", "acc_con", "ctoi", "itoc", "pearson", "both right", "only 1st", "only 2nd", "both wrong"],
-            [
-                [k, v["con"], v["acc_con"], v["ctoi"], v["itoc"], v["pearson"], *v["table"].values()]
-                for k, v in report["pairs"].items()
-            ],
-        ),
-        (
-            "Ensembles",
-            ["ensemble rule", "acc"],
-            [[k, v] for k, v in report["ensemble_acc"].items()] + [["oracle bound", report["oracle_upper_bound"]]],
-        ),
-        (
-            "Diversity",
-            ["diversity", "value", "note"],
-            [[k, v, report["diversity_null_reasons"].get(k, "")] for k, v in report["diversity"].items()],
-        ),
-        (
-            "Decomposition",
-            ["decomposition", "value"],
-            [[DECOMPOSITION_LABELS.get(k, k), v] for k, v in report["decomposition"].items()],
-        ),
-    ]
-    collusion = report.get("collusion") or {}
-    rows = [
-        [part, numbers["div"], numbers["div_share"], numbers["debiasing_share_logits"]]
-        for part, numbers in collusion.items()
-        if part != "warnings" and numbers is not None
-    ]
-    if rows:
-        header = ["set", "DIV", "DIV / member loss", "debiasing share (log-probabilities)"]
-        sections.append(("Collusion (paper 001)", header, rows))
-    if report.get("selection"):
-        rows = [
-            [
-                r["method"],
-                r["teams_considered"],
-                r["teams_selected"],
-                r["acc_min"],
-                r["acc_max"],
-                r["above_best_single"],
-                r["share_above_best_single"],
-            ]
-            for r in report["selection"]["rows"]
-        ]
-        header = ["method", "#EnsSet", "#GEnsSet", "acc min", "acc max", "# > best single", "share > best"]
-        sections.append(("Team selection", header, rows))
-    return sections
-
-
-def diagnose_text(report: dict) -> str:
-    """The ``diagnose --format table`` output.
-
-    >>> from consistency_gate.diagnostics.diagnose import diagnose
-    >>> import numpy as np
-    >>> probs = np.array([[[0.9, 0.1], [0.8, 0.2], [0.3, 0.7]], [[0.6, 0.4], [0.3, 0.7], [0.4, 0.6]]])
-    >>> report = diagnose(["a", "b"], probs, np.array([0, 1, 1]), ["x", "y"])
-    >>> diagnose_text(report).splitlines()[0]
-    'n = 3 samples, 2 classes'
-    """
-    tables = [table(rows, header) for _, header, rows in diagnose_sections(report)]
-    findings = "Findings:\n" + "\n".join(f"- {line}" for line in report["explanation"])
-    parts = [f"n = {report['n']} samples, {report['classes']} classes", *tables[:5], findings, *tables[5:]]
-    return "\n\n".join(parts)
-
-
 def verdict_markdown(report: dict) -> str:
     """The verdict as Markdown, for a CI job summary (e.g. ``$GITHUB_STEP_SUMMARY``) and the run's
     description: the words of :class:`Verdict`, with links into the MLflow UI when the report has them.
@@ -613,7 +426,7 @@ def verdict_markdown(report: dict) -> str:
         lines += ["| " + " | ".join(row) + " |" for row in view.attempts]
     if view.slices:
         lines += ["", f"### Slices, worst first ({len(report['slices'])} in all: `gate/slices.json` in the run)", ""]
-        lines += _slices_markdown(markdown_safe(report))
+        lines += slices_markdown(markdown_safe(report))
     if view.promotion:
         lines += ["", view.promotion]
     if view.run_id:
@@ -621,214 +434,6 @@ def verdict_markdown(report: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-_MARKDOWN_SPECIAL = re.compile(r"([\\`\[\]|])")  # escapes, code, links, table cells (not an intraword _)
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]+")
-_TAG_OPEN = re.compile(r"<(?=[A-Za-z/!?])")
-_NOT_TEXT = ("links", "run_id")  # URLs and ids: written as links and code, never as text
-
-
-def markdown_safe(value: object, key: str | None = None) -> object:
-    """A report with every text in it fit to be Markdown text: control characters and newlines as a
-    space, ``&`` and a ``<`` that would open an HTML tag as entities (no ``<script>`` from a model or
-    class name; ``<= 0.02`` stays), and the Markdown characters that could forge a link, code or a
-    table cell escaped; links and run ids as they are.
-
-    >>> safe = markdown_safe({"candidate": {"name": "<script>x</script>|[a](b)\\nFAKE"}, "links": {"run": "http://h/"}})
-    >>> print(safe["candidate"]["name"], safe["links"]["run"])
-    &lt;script>x&lt;/script>\\|\\[a\\](b) FAKE http://h/
-    """
-    if key in _NOT_TEXT:
-        return value
-    if isinstance(value, dict):
-        return {k: markdown_safe(v, k) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return type(value)(markdown_safe(v) for v in value)
-    if isinstance(value, str):
-        text = _TAG_OPEN.sub("&lt;", _CONTROL.sub(" ", value).replace("&", "&amp;"))
-        return _MARKDOWN_SPECIAL.sub(r"\\\1", text)
-    return value
-
-
 def _linked(text: str, url: str | None) -> str:
     """``text`` as a Markdown link to ``url``, or as it is without one."""
     return f"[{text}]({url})" if url else text
-
-
-SLICES_SHOWN = 10  # the worst slices a verdict shows (all of them are in the report and the run)
-SLICE_HEADER = ["slice", "n", "ctoi", "con", "acc (candidate)", "per-slice rules"]
-
-
-def worst_slices(report: dict) -> list[dict]:
-    """The report's slices, worst first: those failing a per-slice rule, then by CtoI (highest
-    first), then by the candidate's accuracy (lowest first).
-
-    >>> report = {"rules": [], "slices": [
-    ...     {"column": "region", "value": "eu", "n": 90, "metrics": {"ctoi": 0.01, "acc_candidate": 0.9}},
-    ...     {"column": "region", "value": "us", "n": 80, "metrics": {"ctoi": 0.04, "acc_candidate": 0.8}}]}
-    >>> [s["value"] for s in worst_slices(report)]
-    ['us', 'eu']
-    """
-    failing = _slice_outcomes(report)
-
-    def key(s: dict) -> tuple:
-        outcome = failing.get(_slice_name(s), {})
-        ctoi, acc = s["metrics"].get("ctoi"), s["metrics"].get("acc_candidate")
-        return (
-            not any(held is False for held in outcome.values()),
-            -(ctoi if ctoi is not None else -1.0),
-            acc if acc is not None else 2.0,
-        )
-
-    return sorted(report.get("slices") or [], key=key)
-
-
-def _slice_name(s: dict) -> str:
-    return f"{s['column']}={s['value']}"
-
-
-def _slice_outcomes(report: dict) -> dict[str, dict[str, bool | None]]:
-    """For each slice name, each per-slice rule's outcome on it: ``{"region=eu": {"ctoi <= 0.05 ...": False}}``
-    (a slice too small to judge has no entry)."""
-    outcomes: dict[str, dict[str, bool | None]] = {}
-    for r in report.get("rules") or []:
-        for row in r.get("slices") or []:
-            outcomes.setdefault(row["slice"], {})[f"{r['metric']} {r['condition']}"] = row["held"]
-    return outcomes
-
-
-def slice_rows(report: dict) -> list[list]:
-    """The :data:`SLICES_SHOWN` worst slices' rows (:data:`SLICE_HEADER`), as every verdict shows them."""
-    return [_slice_row(report, s) for s in worst_slices(report)[:SLICES_SHOWN]]
-
-
-def flips_by_class(samples: pd.DataFrame, top: int = 10) -> list[list]:
-    """The classes with the most negative flips: class, samples, CtoI, ItoC, CtoI share of the class
-    (:data:`CLASS_FLIP_HEADER`), most CtoI first, from a flip table (``label`` and ``flip`` columns).
-
-    >>> import pandas as pd
-    >>> flips_by_class(pd.DataFrame({"label": ["a", "a", "b", "b"], "flip": ["CtoI", "CtoC", "ItoC", "CtoC"]}))
-    [['a', 2, 1, 0, 0.5], ['b', 2, 0, 1, 0.0]]
-    """
-    import pandas
-
-    labels = samples["label"].astype(str)
-    counts = pandas.crosstab(labels, samples["flip"]).reindex(columns=["CtoI", "ItoC"], fill_value=0)
-    sizes = labels.value_counts()
-    order = sorted(counts.index, key=lambda c: (-counts.at[c, "CtoI"], -counts.at[c, "CtoI"] / sizes[c], c))
-    return [
-        [c, int(sizes[c]), int(counts.at[c, "CtoI"]), int(counts.at[c, "ItoC"]), float(counts.at[c, "CtoI"] / sizes[c])]
-        for c in order[:top]
-    ]
-
-
-CLASS_FLIP_HEADER = ["class", "samples", "CtoI", "ItoC", "CtoI share of class"]
-
-
-def _slice_row(report: dict, s: dict) -> list:
-    """slice, n, CtoI and CON with their intervals, the candidate's accuracy, the per-slice rules' outcomes."""
-
-    def with_interval(key: str) -> str:
-        value, interval = s["metrics"].get(key), s.get("intervals", {}).get(key)
-        if value is None:
-            return "-"
-        return fmt(value) + (f" [{fmt(interval[0])}, {fmt(interval[1])}]" if interval else "")
-
-    outcome = _slice_outcomes(report).get(_slice_name(s), {})
-    judged = ", ".join(f"{rule}: {'held' if held else 'FAILED'}" for rule, held in outcome.items())
-    rules = report.get("rules") or []
-    sizes = [r["min_slice_size"] for r in rules if r.get("per_slice") and r["held"] is not None]
-    if not judged and sizes and s["n"] < min(sizes):
-        judged = f"not judged (n < {min(sizes)})"
-    row = [_slice_name(s), s["n"], with_interval("ctoi"), with_interval("con"), with_interval("acc_candidate")]
-    return row + ([judged] if rules else [])
-
-
-def _slices_markdown(report: dict) -> list[str]:
-    lines = ["| " + " | ".join(SLICE_HEADER) + " |", "|" + " --- |" * len(SLICE_HEADER)]
-    for row in slice_rows(report):
-        lines.append("| " + " | ".join(fmt(c) for c in row) + " |")
-    return lines
-
-
-HISTORY_HEADER = ["update", "samples", "negative flips", "NFR", "accuracy"]
-
-
-def history_table(report: dict) -> str:
-    """``consistency-gate history`` as text: each update of the champion, the sums, the newest candidate.
-
-    >>> step = {"previous": "1", "version": "2", "n": 100, "negative_flips": 3, "nfr": 0.03,
-    ...     "nfr_interval": [0.0103, 0.0846], "accuracy": 0.9, "accuracy_interval": [0.8256, 0.9448]}
-    >>> print(history_table({"model": "clf", "champions": ["1", "2"], "steps": [step], "missing": [],
-    ...     "cumulative_negative_flips": 3, "ever_regressed": 0.03, "samples": 100, "confidence": 0.95,
-    ...     "newest_candidate": {"version": "3", "against": ["1", "2"], "forgotten": 0.05}}))
-    clf: 2 champions in the order they were promoted (intervals at 95%)
-    update  samples  negative flips  NFR                      accuracy
-    ------  -------  --------------  -----------------------  -----------------------
-    v1->v2  100      3               0.0300 [0.0103, 0.0846]  0.9000 [0.8256, 0.9448]
-    Cumulative negative flips: 3 over 1 update; 3.0% of 100 samples ever regressed.
-    Newest candidate v3 forgets 5.0% (right under one of v1, v2, wrong now).
-    """
-    title, rows, lines = _history_parts(report)
-    return "\n".join([title, table(rows, HISTORY_HEADER), *lines])
-
-
-def history_markdown(report: dict) -> str:
-    """``consistency-gate history --format markdown``: the same words as :func:`history_table`, for a CI
-    job summary; names escaped.
-
-    >>> print(history_markdown({"model": "a|b", "champions": ["1"], "steps": [], "missing": [],
-    ...     "cumulative_negative_flips": 0, "ever_regressed": None, "samples": 0, "confidence": 0.95,
-    ...     "newest_candidate": {"version": "1", "against": [], "forgotten": None}}), end="")
-    ## consistency-gate history: a\\|b: 1 champions in the order they were promoted (intervals at 95%)
-    <BLANKLINE>
-    | update | samples | negative flips | NFR | accuracy |
-    | --- | --- | --- | --- | --- |
-    <BLANKLINE>
-    Cumulative negative flips: 0 over 0 updates; no of 0 samples ever regressed.
-    """
-    title, rows, lines = _history_parts(markdown_safe(report))
-    out = [f"## consistency-gate history: {title}", "", "| " + " | ".join(HISTORY_HEADER) + " |"]
-    out += ["|" + " --- |" * len(HISTORY_HEADER)]
-    out += ["| " + " | ".join(map(str, row)) + " |" for row in rows]
-    return "\n".join([*out, "", *lines]) + "\n"
-
-
-def _history_parts(report: dict) -> tuple[str, list[list], list[str]]:
-    """The title, the table's rows and the closing lines of a history report."""
-    rows = [
-        [
-            f"v{s['previous']}->v{s['version']}",
-            s["n"],
-            s["negative_flips"],
-            f"{fmt(s['nfr'])} {_bracket(s['nfr_interval'])}",
-            f"{fmt(s['accuracy'])} {_bracket(s['accuracy_interval'])}",
-        ]
-        for s in report["steps"]
-    ]
-    title = (
-        f"{report['model']}: {len(report['champions'])} champions in the order they were promoted "
-        f"(intervals at {report['confidence']:.0%})"
-    )
-    updates = len(report["steps"])
-    lines = [
-        f"Cumulative negative flips: {report['cumulative_negative_flips']} over {updates} update"
-        f"{'s' if updates != 1 else ''}; {fmt_share(report['ever_regressed']) or 'no'} of {report['samples']} "
-        "samples ever regressed."
-    ]
-    newest = report["newest_candidate"]
-    against = ", ".join(f"v{v}" for v in newest["against"])
-    if newest["forgotten"] is not None:
-        lines.append(
-            f"Newest candidate v{newest['version']} forgets {fmt_share(newest['forgotten'])} "
-            f"(right under one of {against}, wrong now)."
-        )
-    if report["missing"]:
-        lines.append(
-            "No logged answers for " + ", ".join(f"v{v}" for v in report["missing"]) + ": the updates they take part "
-            "in are left out (their gates ran before the ledger, or on Spark)."
-        )
-    return title, rows, lines
-
-
-def _bracket(interval: Sequence[float] | None) -> str:
-    return f"[{interval[0]:.4f}, {interval[1]:.4f}]" if interval else ""

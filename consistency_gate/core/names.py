@@ -1,0 +1,29 @@
+"""The metrics' names, as ``compare --format json`` keys them: one list that the counts
+(:meth:`~consistency_gate.core.counts.ConsistencyCounts.compute`), the gate's rules and config, and the
+report's schema read.
+
+>>> PAIR_METRICS[:6]
+('con', 'acc_con', 'ctoc', 'ctoi', 'itoc', 'itoi')
+>>> bool(PER_K.match("cacc_candidate@5")), bool(PER_K.match("ctoi@5"))
+(True, False)
+"""
+
+from __future__ import annotations
+
+import re
+
+FLIP_NAMES = ("ctoc", "ctoi", "itoc", "itoi")  # previous right/wrong -> candidate right/wrong
+# each generation's own accuracy
+LEARNER_METRICS = ("acc_previous", "acc_candidate")
+# the two generations together
+PAIR_METRICS = ("con", "acc_con", *FLIP_NAMES, "com", "pearson", "cosine", "btc", "bec", "rel_nfr")
+# metrics that are a share of all evaluated samples (intervals: Wilson over n)
+SHARES = (*LEARNER_METRICS, "con", "acc_con", *FLIP_NAMES)
+# top-k metrics, one per k of the config's ks: ccon@K, cacc_previous@K, cacc_candidate@K (cacc@K in a rule)
+PER_K = re.compile(r"^(ccon|cacc_previous|cacc_candidate|cacc)@([1-9][0-9]*)$")
+# serving cost of what is gated relative to the candidate (mlops/cost.py): min/max on the estimate
+COST_METRICS = ("latency_ratio", "size_ratio")
+# measured over the model's champions (gate/history.py): a rule names how many with `history: K`
+HISTORY_METRICS = ("forgotten", "cumulative_nfr")
+# measured against a seed replica of the baseline (`floor:` / --floor)
+FLOOR_METRICS = ("ctoi_excess", "floor_ctoi", "floor_con")
