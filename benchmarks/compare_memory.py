@@ -1,6 +1,7 @@
 """Peak memory of ``compare`` on files in id order: constant in the number of rows?
 
     python benchmarks/compare_memory.py [--classes 100] [--rows 100000 1000000] [--formats parquet csv] [--shuffled]
+                                        [--one-row-group | --row-group-rows N] [--dtype float32|float64]
 
 Writes a labels file and two prediction files (``--classes`` probability columns, float32, rows in
 id order) per size and format into a temporary folder, then runs ``compare_files`` (all metrics,
@@ -9,7 +10,9 @@ top-1 and top-5) on each in a fresh process and reads its peak resident memory
 size's peak to the smallest's: streaming in chunks keeps it near 1 (the target is at most 1.3 from
 100,000 to 1,000,000 rows). Parquet is read by row batches with pyarrow's ``pre_buffer`` off:
 with it on, pyarrow keeps each row group's read buffers and the peak grew 2.2x over the same range.
-``--shuffled`` writes the candidate's rows in a random order instead: a file whose scores pass 256 MB is
+``--one-row-group`` writes each Parquet file as ``pq.write_table`` and ``DataFrame.to_parquet`` do by default
+(one row group of up to 1,048,576 rows), ``--row-group-rows N`` in row groups of N rows; ``--dtype`` the
+scores' type. ``--shuffled`` writes the candidate's rows in a random order instead: a file whose scores pass 256 MB is
 then reordered through a temporary file, and the peak stays about that of files in id order. The script
 prints the growth of the peak per added row either way; from 100,000 rows most of it is the readers
 reaching their steady state (from 1,000,000 to 3,000,000 shuffled rows it is about 16 bytes a row).
@@ -38,12 +41,20 @@ print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
 
 
 def write_files(
-    folder: Path, rows: int, classes: int, fmt: str, shuffled: bool = False, seed: int = 0, one_group: bool = False
+    folder: Path,
+    rows: int,
+    classes: int,
+    fmt: str,
+    shuffled: bool = False,
+    seed: int = 0,
+    one_group: bool = False,
+    group_rows: int | None = None,
+    dtype: str = "float32",
 ) -> list[Path]:
-    """labels, gen1, gen2 in id order (gen2 in a random order with ``shuffled``), written in slices of
-    100,000 rows (the writer's memory stays small); a Parquet file in row groups of 100,000 rows, or with
-    ``one_group`` as ``DataFrame.to_parquet`` and ``pq.write_table`` write by default: one row group of up
-    to 1,048,576 rows."""
+    """labels, gen1, gen2 in id order (gen2 in a random order with ``shuffled``), scores of ``dtype``,
+    written in slices of 100,000 rows (the writer's memory stays small); a Parquet file in row groups of
+    100,000 rows, of ``group_rows``, or with ``one_group`` as ``DataFrame.to_parquet`` and
+    ``pq.write_table`` write by default: one row group of up to 1,048,576 rows."""
     names = [f"c{i}" for i in range(classes)]
     rng = np.random.default_rng(seed)
     order = rng.permutation(rows) if shuffled else np.arange(rows)
@@ -53,7 +64,7 @@ def write_files(
         ids = np.arange(start, min(rows, start + 100_000))
         tables = [pa.table({"id": ids, "label": np.array(names)[rng.integers(0, classes, len(ids))]})]
         for generation_ids in (ids, order[start : start + len(ids)]):
-            scores = rng.random((len(ids), classes), dtype=np.float32)
+            scores = rng.random((len(ids), classes), dtype=np.float32).astype(dtype)
             tables.append(pa.table({"id": generation_ids, **{c: scores[:, i] for i, c in enumerate(names)}}))
         for i, table in enumerate(tables):
             if writers[i] is None:
@@ -65,10 +76,13 @@ def write_files(
             writers[i].write_table(table)
     for writer in writers:
         writer.close()
-    if one_group and fmt == "parquet":  # the writer's default row group: up to 1,048,576 rows
+    if (one_group or group_rows) and fmt == "parquet":  # the writer's default row group: up to 1,048,576 rows
         # in a process of its own: Linux keeps a process's peak RSS across fork and exec, so the measuring
         # child would start at this process's peak
-        rewrite = "import sys, pyarrow.parquet as pq\nfor p in sys.argv[1:]: pq.write_table(pq.read_table(p), p)"
+        size = f"row_group_size={group_rows}" if group_rows else ""
+        rewrite = (
+            f"import sys, pyarrow.parquet as pq\nfor p in sys.argv[1:]: pq.write_table(pq.read_table(p), p, {size})"
+        )
         subprocess.run([sys.executable, "-c", rewrite, *map(str, paths)], check=True)
     return paths
 
@@ -91,15 +105,25 @@ def main() -> None:
     parser.add_argument(
         "--one-row-group", action="store_true", help="Parquet as DataFrame.to_parquet writes it: one row group"
     )
+    parser.add_argument("--row-group-rows", type=int, default=None, help="Parquet in row groups of this many rows")
+    parser.add_argument("--dtype", choices=["float32", "float64"], default="float32", help="the scores' type")
     args = parser.parse_args()
     order = "candidate shuffled" if args.shuffled else "ids in order"
     with tempfile.TemporaryDirectory(prefix="compare-memory-") as tmp:
-        groups = "one row group per file" if args.one_row_group else "row groups of 100,000 rows"
-        print(f"compare_files, {order}, {args.classes} classes, {groups}, top-1 and top-5; peak RSS of a fresh process")
+        groups = (
+            "one row group per file" if args.one_row_group else f"row groups of {args.row_group_rows or 100_000:,} rows"
+        )
+        print(
+            f"compare_files, {order}, {args.classes} {args.dtype} classes, {groups}, top-1 and top-5; "
+            "peak RSS of a fresh process"
+        )
         for fmt in args.formats:
             peaks = []
             for rows in args.rows:
-                paths = write_files(Path(tmp), rows, args.classes, fmt, args.shuffled, one_group=args.one_row_group)
+                paths = write_files(
+                    Path(tmp), rows, args.classes, fmt, args.shuffled, one_group=args.one_row_group,
+                    group_rows=args.row_group_rows, dtype=args.dtype,
+                )  # fmt: skip
                 peak, seconds = peak_rss_mb(paths)
                 peaks.append(peak)
                 print(f"  {fmt:8s} {rows:>10,} rows  peak RSS {peak:8.0f} MB  {seconds:6.1f} s")

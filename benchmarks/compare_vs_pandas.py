@@ -140,8 +140,8 @@ def split(paths: list[Path]) -> str:
     its metrics (a thread reads each file's next chunk)."""
     from consistency_gate.engines.local import compare_files
     from consistency_gate.io import matrices
-    from consistency_gate.io.alignment import row_order
     from consistency_gate.io import predictions as io
+    from consistency_gate.io.alignment import row_order
 
     sources = [io.inspect_prediction_file(path, "id") for path in paths[1:]]
     sources = [replace(s, classes=tuple(sorted(s.classes))) for s in sources]  # the canonical class order

@@ -37,14 +37,13 @@ def _pandas_reader(source: io.PredictionSource) -> np.ndarray:
     suffix=st.sampled_from([".csv", ".parquet"]),
     seed=st.integers(0, 10**6),
     in_memory=st.sampled_from([matrices.REORDER_IN_MEMORY, 0]),  # 0: reordered through a temporary file
-    group_in_memory=st.sampled_from([matrices.ROW_GROUP_IN_MEMORY, 1]),  # 1: row groups cut through disk
+    group_slice=st.sampled_from([matrices.ROW_GROUP_SLICE, 1]),  # 1: row groups cut through disk, a column at a time
 )
 def test_score_chunks_equal_the_pandas_reader_in_file_and_id_order(
-    tmp_path, monkeypatch, rows, chunk, dtype, suffix, seed, in_memory, group_in_memory
+    tmp_path, monkeypatch, rows, chunk, dtype, suffix, seed, in_memory, group_slice
 ):
     monkeypatch.setattr(matrices, "REORDER_IN_MEMORY", in_memory)
-    monkeypatch.setattr(matrices, "ROW_GROUP_IN_MEMORY", group_in_memory)
-    monkeypatch.setattr(matrices, "ROW_GROUP_SLICE", group_in_memory)  # 1: a column at a time
+    monkeypatch.setattr(matrices, "ROW_GROUP_SLICE", group_slice)
     rng = np.random.default_rng(seed)
     scores = (rng.random((rows, 4)) * 10).astype(dtype)
     frame = pd.DataFrame(scores, columns=["b", "a", "10", "c"]).assign(id=[f"s{i}" for i in range(rows)])
@@ -269,3 +268,23 @@ def test_a_reader_goes_no_further_ahead_than_its_depth_and_closes(depth, untaken
     settled(untaken + 2)
     reader.close()
     assert not reader.thread.is_alive() and list(reader) == []
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_a_row_group_goes_through_disk_by_its_rows_and_classes_whatever_its_dtype(tmp_path, monkeypatch, dtype):
+    """The budget is the float64 matrices a row group becomes (rows x classes x 8), not its bytes in the
+    file: 300 rows x 4 float32 classes are 4,800 bytes in the file and 9,600 as matrices."""
+    rng = np.random.default_rng(0)
+    frame = pd.DataFrame(rng.random((300, 4)).astype(dtype), columns=list("abcd")).assign(id=range(300))
+    path = _write(frame, tmp_path / f"{dtype}.parquet")  # one row group
+    source = io.PredictionSource(path, ("a", "b", "c", "d"), "id")
+    spilled = []
+    through_disk = matrices._through_disk
+    monkeypatch.setattr(matrices, "_through_disk", lambda *a: spilled.append(a[1]) or through_disk(*a))
+    monkeypatch.setattr(matrices, "ROW_GROUP_SLICE", 300 * 4 * 8 - 1)
+    got = np.vstack([m.copy() for m in matrices.score_chunks(source, chunk_rows=100)])
+    assert spilled == [0] and np.array_equal(got, frame[list("abcd")].to_numpy(np.float64))
+    spilled.clear()
+    monkeypatch.setattr(matrices, "ROW_GROUP_SLICE", 300 * 4 * 8)  # fits: read whole
+    assert np.array_equal(np.vstack([m.copy() for m in matrices.score_chunks(source, chunk_rows=100)]), got)
+    assert spilled == []

@@ -484,24 +484,25 @@ def _tables(source: io.PredictionSource, chunk_rows: int, id_column: str | None 
         yield pa.Table.from_batches(held)
 
 
-# a row group larger than this uncompressed is read a few columns at a time through a temporary file:
-# pyarrow decodes a whole column chunk for any batch of it (iter_batches too, with more held), so the peak
-# would grow with the writer's row-group size (DataFrame.to_parquet writes up to 1,048,576 rows in one)
-ROW_GROUP_IN_MEMORY = 256 * 2**20
-
-
-ROW_GROUP_SLICE = 64 * 2**20  # the columns of such a row group decoded at once (as float64)
+# a row group whose class columns pass this as float64 is read a few columns at a time through a temporary
+# file: pyarrow decodes a whole column chunk for any batch of it (iter_batches too, with more held), so the
+# peak would grow with the writer's row-group size (DataFrame.to_parquet writes up to 1,048,576 rows in one)
+ROW_GROUP_SLICE = 32 * 2**20  # the most of a row group's columns decoded at once, counted as float64
 
 
 def _row_groups(parquet: pq.ParquetFile, classes: list[str], chunk_rows: int) -> Iterator[pa.RecordBatch]:
     """A Parquet file's class columns a row group at a time (pyarrow decodes a whole one for any
-    batch of it), its columns in parallel; a row group whose columns decode past
-    :data:`ROW_GROUP_IN_MEMORY` is cut into batches of ``chunk_rows`` through a temporary file
-    (:func:`_through_disk`)."""
+    batch of it), its columns in parallel. A row group of more than one chunk whose class columns would
+    decode past :data:`ROW_GROUP_SLICE` as the float64 matrices they become is cut into batches of
+    ``chunk_rows`` through a temporary file (:func:`_through_disk`). The budget counts rows and columns,
+    not the file's bytes, so the peak holds for any writer's row-group size, score dtype and encoding:
+    a float32 group of 400,000 rows x 100 classes (160 MB in the file, held whole for each generation)
+    peaked at 813 MB read whole and 437 MB through disk, and took 0.97x the time
+    (``benchmarks/compare_memory.py``, ``compare_vs_pandas.py``)."""
     metadata = parquet.metadata
     for i in range(parquet.num_row_groups):
-        group = metadata.row_group(i)
-        if group.total_byte_size > ROW_GROUP_IN_MEMORY and group.num_rows > chunk_rows:
+        rows = metadata.row_group(i).num_rows
+        if rows > chunk_rows and rows * len(classes) * 8 > ROW_GROUP_SLICE:
             yield from _through_disk(parquet, i, classes, chunk_rows)
         else:
             yield from parquet.read_row_group(i, columns=classes).to_batches()
