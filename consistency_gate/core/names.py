@@ -1,6 +1,6 @@
 """The metrics' names, as ``compare --format json`` keys them: one list that the counts
-(:meth:`~consistency_gate.core.counts.ConsistencyCounts.compute`), the gate's rules and config, and the
-report's schema read.
+(:meth:`~consistency_gate.core.counts.ConsistencyCounts.compute`, held to it by a test), the gate's rules
+and its config read.
 
 >>> PAIR_METRICS[:6]
 ('con', 'acc_con', 'ctoc', 'ctoi', 'itoc', 'itoi')
