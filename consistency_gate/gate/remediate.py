@@ -12,6 +12,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -81,16 +82,12 @@ def _inputs(
         refs = [registry.resolve_version(gate.client, gate.cand_ref.name, v) for v, _ in earlier]
         return [(ref.version, scoring.load_model(ref, gate.cfg.classes)) for ref in refs]
 
-    def calibration_judge(
-        labels: pd.Series, base: pd.DataFrame, classes: list[str], source: Path
-    ) -> Callable[[np.ndarray], tuple[bool, float]]:
-        return _calibration_judge(gate, labels, base, classes, source)
-
     base_version = gate.base_ref.version if gate.base_ref else ""
     return Inputs(
         gate.frame, gate.data_path, gate.non_features, cand_model, cand_scores, comparer.baseline,
         comparer.base_scores, (base_version, gate.cand_ref.version),
-        _classes_of(cand_scores, gate.frame[gate.label_column]), gate.decision, gate.quiet, calibration_judge, past,
+        _classes_of(cand_scores, gate.frame[gate.label_column]), gate.decision, gate.quiet,
+        partial(_calibration_judge, gate), past,
     )  # fmt: skip
 
 
