@@ -8,6 +8,12 @@ import pytest
 
 import __main__
 
+# The suite's parallelism is its two workers (pytest-xdist, see pyproject.toml); each worker's numba OpenMP
+# threads spinning while they wait (the OpenMP default) took the cores from the other worker: the metric
+# property tests ran 15x slower beside each other (136 s vs 9 s). What `compare` sets in its own process
+# (cli/common.READER_ENVIRONMENT), set here before numpy and numba load; a setting of the caller's wins.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
 # The suite runs on two workers (pytest-xdist, see pyproject.toml). A worker's __main__ has neither
 # __spec__ nor __file__, which pyspark (imported by great-expectations) takes for a doctest run of its
 # own, and exits; a file name tells it otherwise.
@@ -15,19 +21,32 @@ if getattr(__main__, "__spec__", None) is None and not hasattr(__main__, "__file
     __main__.__file__ = "<pytest-xdist worker>"
 
 
-# the modules that take longest (seconds on 2 cores, `--durations`), scheduled first: `--dist loadfile`
-# hands whole modules to the workers in collection order, so a long module collected last (alphabetically,
-# test_shipping) kept one worker busy while the other waited
+# the modules that take longest (seconds on 2 cores, `--durations`), scheduled first: the workers take work in
+# collection order (`--no-loadscope-reorder`), and a long module handed out last keeps one worker busy while
+# the other waits
 LONGEST_FIRST = (
     "test_shipping.py", "test_safety.py", "test_real_server.py", "test_docs_pages.py", "test_correctness_gate.py",
     "test_reliability.py", "test_tensor_models.py", "test_docs.py", "test_gate.py", "test_repair_gate.py",
 )  # fmt: skip
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
 def pytest_collection_modifyitems(items: list) -> None:
-    """The longest modules first (:data:`LONGEST_FIRST`), each module's tests in their own order."""
+    """The longest modules first (:data:`LONGEST_FIRST`), each module's tests in their own order; the tests
+    of a module that shares a fixture across its tests (``scope="module"``: a store, a server, a trained
+    model) in one group, so one worker builds it once (`--dist loadgroup`); every other test goes to
+    whichever worker is free."""
     rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
     items.sort(key=lambda item: rank.get(Path(str(item.fspath)).name, len(rank)))
+    for item in items:
+        if _shares_a_module_fixture(item):
+            item.add_marker(pytest.mark.xdist_group(Path(str(item.fspath)).name))
+
+
+def _shares_a_module_fixture(item) -> bool:
+    info = getattr(item, "_fixtureinfo", None)  # doctests have none
+    definitions = info.name2fixturedefs.values() if info is not None else ()
+    return any(fixture.scope == "module" for chain in definitions for fixture in chain)
 
 
 def assert_valid_report(report: dict) -> dict:

@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import torch
+from registry_fixtures import sqlite_uri
 from torch import nn
 
 MODEL = "digits-cnn"
@@ -62,7 +63,7 @@ def build_tensor_store(root: Path) -> dict:
     from mlflow import MlflowClient
     from mlflow.models import infer_signature
 
-    uri = f"sqlite:///{root / 'mlflow.db'}"
+    uri = sqlite_uri(root)
     mlflow.set_tracking_uri(uri)
     mlflow.set_registry_uri(uri)
     mlflow.set_experiment("training")  # in this store (an earlier test may have left another one active)

@@ -9,6 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 from gbdt_fixtures import credit_frame, fit, register, write_data
+from registry_fixtures import sqlite_uri
 
 from consistency_gate.errors import DataError
 from consistency_gate.gate.run import run_gate
@@ -32,7 +33,7 @@ CASES = [
 @pytest.fixture(scope="module")
 def store(tmp_path_factory):
     root = tmp_path_factory.mktemp("gbdt")
-    uri = f"sqlite:///{root / 'mlflow.db'}"
+    uri = sqlite_uri(root)
     data, fitted = {}, {}
     for classes in (2, 3):
         months = [credit_frame(2000, seed, classes) for seed in (1, 2)]
@@ -129,7 +130,7 @@ def test_a_model_that_takes_no_missing_values_names_the_column_and_row(tmp_path)
     from mlflow.models import infer_signature
     from sklearn.linear_model import LogisticRegression
 
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    uri = sqlite_uri(tmp_path)
     mlflow.set_tracking_uri(uri)
     mlflow.set_registry_uri(uri)
     mlflow.set_experiment("training")
@@ -188,6 +189,7 @@ def test_a_decision_block_on_a_multiclass_model_is_a_usage_error(store, tmp_path
         run_gate("xgboost-xgboost-classifier-3", data[3][0]["csv"], candidate="2", config=cfg, tracking_uri=uri)
 
 
+@pytest.mark.slow  # a fresh process loads the registered repair
 def test_cheapest_registers_a_binary_repair_that_predicts_the_same_in_a_fresh_process(store, tmp_path):
     import subprocess
     import sys
@@ -262,7 +264,7 @@ def test_a_pytorch_model_with_one_output_gives_p_positive(tmp_path):
     from consistency_gate.mlops.registry import ModelRef
     from consistency_gate.mlops.scoring import load_model, predict
 
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    uri = sqlite_uri(tmp_path)
     mlflow.set_tracking_uri(uri)
     mlflow.set_experiment("training")
     torch.manual_seed(0)

@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 from conftest import read_report, run_cli
 from mlflow import MlflowClient
-from registry_fixtures import MODEL, build_store, check_args
+from registry_fixtures import MODEL, build_store, check_args, sqlite_uri
 
 from consistency_gate.errors import DataError, ModelError, TrackingError, UsageError
 from consistency_gate.gate.config import parse_config
@@ -335,9 +335,8 @@ def test_gates_started_together_share_one_experiment(tmp_path):
 
     from consistency_gate.mlops import tracking
 
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    uri = sqlite_uri(tmp_path)  # the store's tables exist before the race starts
     mlflow.set_tracking_uri(uri)
-    mlflow.search_experiments()  # the store's tables exist before the race starts
     barrier, ids, errors = threading.Barrier(8), [], []
 
     def gate() -> None:

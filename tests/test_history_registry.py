@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 from conftest import run_cli
 from mlflow import MlflowClient
-from registry_fixtures import iris_frames
+from registry_fixtures import iris_frames, sqlite_uri
 
 from consistency_gate.gate.config import parse_config
 from consistency_gate.gate.run import run_gate
@@ -41,7 +41,7 @@ def gated(tmp_path_factory):
     from sklearn.linear_model import LogisticRegression
 
     root = tmp_path_factory.mktemp("history")
-    uri = f"sqlite:///{root / 'mlflow.db'}"
+    uri = sqlite_uri(root)
     mlflow.set_tracking_uri(uri)
     mlflow.set_registry_uri(uri)
     tracking.use_experiment("training", uri)

@@ -407,15 +407,17 @@ def test_candidate_equal_to_baseline_is_nothing_to_decide(store, tmp_path):
     assert (len(client.search_runs([experiment.experiment_id])) if experiment else 0) == runs_before
 
 
-def test_a_baseline_registered_again_as_the_candidate_is_a_warning_in_the_report_and_the_run(tmp_path):
+def test_a_baseline_registered_again_as_the_candidate_is_a_warning_in_the_report_and_the_run(store, tmp_path):
     """The same logged model registered twice (the most common champion-challenger
     wiring bug) passes every consistency rule trivially; the gate says so in the report, the tables,
     the HTML and a run tag."""
     from consistency_gate.gate.run import run_gate
 
-    built = build_store(tmp_path)
+    built = store  # the module's store gains a version (v1 again), which no other test here gates
     client = _client(built)
     model_id = registry.logged_model_id(client.get_model_version(MODEL, "1"))
+    mlflow.set_tracking_uri(built["uri"])
+    mlflow.set_registry_uri(built["uri"])
     again = mlflow.register_model(f"models:/{model_id}", MODEL)
     config = gate_config.parse_config("rules:\n  - {metric: ctoi, max: 0.02}\n")
     report_path = tmp_path / "report.json"
@@ -471,6 +473,7 @@ def test_an_unwritable_report_or_summary_is_refused_before_any_work(store, tmp_p
     assert (len(client.search_runs([experiment.experiment_id])) if experiment else 0) == runs_before
 
 
+@pytest.mark.slow  # three promoting gates on a store of its own, one in a process of its own
 def test_an_output_that_fails_after_the_promotion_is_a_warning_saying_what_moved(tmp_path):
     """--summary /dev/full, --report /dev/full and a full stdout were exit 6 "internal error ...
     nothing was promoted" while @champion had moved to v2 (and --report also left the run FAILED)."""
