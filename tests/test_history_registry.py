@@ -38,7 +38,6 @@ RECIPES = [
 @pytest.fixture(scope="module")
 def gated(tmp_path_factory):
     """v1..v6 registered; gates promote v2, v3, fail v4, promote v5 and v6: champions 1, 2, 3, 5, 6."""
-    from sklearn.linear_model import LogisticRegression
 
     root = tmp_path_factory.mktemp("history")
     uri = sqlite_uri(root)
@@ -46,20 +45,9 @@ def gated(tmp_path_factory):
     mlflow.set_registry_uri(uri)
     tracking.use_experiment("training", uri)
     x, y = iris_frames()
-    models = []
-    for features, c in RECIPES:
-        # a model of some features that takes every column (the gate feeds it the whole frame)
-        fitted = LogisticRegression(max_iter=500, C=c).fit(x[features], y)
-        model = LogisticRegression(max_iter=500, C=c).fit(x, y)
-        model.coef_ = np.zeros_like(model.coef_)
-        model.coef_[:, [list(x.columns).index(f) for f in features]] = fitted.coef_
-        model.intercept_ = fitted.intercept_
-        models.append(model)
-        with mlflow.start_run():
-            mlflow.sklearn.log_model(
-                model, name="model", registered_model_name=MODEL, pip_requirements=["scikit-learn"],
-                serialization_format="cloudpickle",
-            )  # fmt: skip
+    models = _recipe_models(x, y)
+    for model in models:
+        _register(model)
     client = MlflowClient(tracking_uri=uri, registry_uri=uri)
     client.set_registered_model_alias(MODEL, "champion", "1")
     data = root / "eval.csv"
@@ -69,10 +57,26 @@ def gated(tmp_path_factory):
     return {"uri": uri, "models": models, "x": x, "y": y, "data": data}
 
 
-def _register(model) -> str:
+def _recipe_models(x: pd.DataFrame, y: pd.Series) -> list:
+    """One model per :data:`RECIPES` entry: a model of some features that takes every column (the gate feeds
+    it the whole frame)."""
+    from sklearn.linear_model import LogisticRegression
+
+    models = []
+    for features, c in RECIPES:
+        fitted = LogisticRegression(max_iter=500, C=c).fit(x[features], y)
+        model = LogisticRegression(max_iter=500, C=c).fit(x, y)
+        model.coef_ = np.zeros_like(model.coef_)
+        model.coef_[:, [list(x.columns).index(f) for f in features]] = fitted.coef_
+        model.intercept_ = fitted.intercept_
+        models.append(model)
+    return models
+
+
+def _register(model, name: str = MODEL) -> str:
     with mlflow.start_run():
         info = mlflow.sklearn.log_model(
-            model, name="model", registered_model_name=MODEL, pip_requirements=["scikit-learn"],
+            model, name="model", registered_model_name=name, pip_requirements=["scikit-learn"],
             serialization_format="cloudpickle",
         )  # fmt: skip
     return str(info.registered_model_version)
@@ -111,6 +115,42 @@ def test_history_equals_a_recomputation_from_the_versions_predictions(gated, tmp
     )
     assert markdown.stdout.startswith(f"## consistency-gate history: {MODEL}: 5 champions")
     assert "| v1->v2 | 150 |" in markdown.stdout and plot.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_a_growing_evaluation_set_counts_every_id_both_versions_answered(tmp_path):
+    """Four generations gated one after another on an evaluation set that grows between gates (100, 125, 150
+    samples): a version's answers are the union of every ledger that holds them (its own gate's and the
+    gates that compared against it), so each update is counted over every id both versions answered,
+    not over the samples of the version's own gate only."""
+    uri = sqlite_uri(tmp_path)
+    mlflow.set_tracking_uri(uri)
+    mlflow.set_registry_uri(uri)
+    tracking.use_experiment("training", uri)
+    x, y = iris_frames()
+    models = _recipe_models(x, y)[:4]
+    name = "iris-growing"
+    for model in models:
+        _register(model, name)
+    MlflowClient(tracking_uri=uri, registry_uri=uri).set_registered_model_alias(name, "champion", "1")
+    frame = x.assign(label=y, id=[f"s{i}" for i in range(len(x))])
+    sizes = {"2": 100, "3": 125, "4": 150}
+    for version, size in sizes.items():
+        data = tmp_path / f"eval-{size}.csv"
+        frame.head(size).to_csv(data, index=False)
+        result = run_gate(name, data, candidate=version, config=PASS, tracking_uri=uri, promote=True, id_column="id")
+        assert result.promoted is True
+    report = json.loads(run_cli("history", "--model", name, "--tracking-uri", uri, "--format", "json").stdout)
+    assert report["champions"] == ["1", "2", "3", "4"] and report["missing"] == []
+    right = {str(v + 1): m.predict(x) == y.to_numpy() for v, m in enumerate(models)}
+    # every id both versions answered: v1 and v2 share the first 100, v2 and v3 the first 125 (v2 was the
+    # baseline on 125), v3 and v4 all 150
+    shared = {"2": 100, "3": 125, "4": 150}
+    expected = [int((right[str(int(v) - 1)] & ~right[v])[:n].sum()) for v, n in shared.items()]
+    assert [s["n"] for s in report["steps"]] == list(shared.values())
+    assert [s["negative_flips"] for s in report["steps"]] == expected and sum(expected) > 0, expected
+    assert [g["n"] for g in report["gates"]] == list(shared.values())
+    assert report["cumulative_negative_flips"] == sum(expected)
+    assert [s["accuracy"] for s in report["steps"]] == pytest.approx([right[v][:n].mean() for v, n in shared.items()])
 
 
 def test_history_of_a_model_never_gated_is_one_line_exit_4(gated):

@@ -90,29 +90,31 @@ def _record(client: MlflowClient, run_id: str) -> GateRecord | None:
 
 
 def answers_of(client: MlflowClient, records: list[GateRecord]) -> dict[str, pd.DataFrame]:
-    """Each version's answers (``id``, ``label``, ``answer``) from the gates' ledgers: a candidate's
-    from the gate that judged it (its latest), a repair's from its own run, a baseline's from a gate
-    that compared against it when it was never a candidate here.
+    """Each version's answers (``id``, ``label``, ``answer``): the union of every ledger that holds them,
+    so a version gated on 500 samples and later compared against on 620 answers all 620. An id answered
+    in several ledgers takes its answer from the latest gate that judged the version itself (its own gate as
+    a candidate, or a repair's own run), then from the latest gate that compared against it.
 
     Example::
 
         answers_of(client, gate_records(client, "fraud-clf"))["3"].head(2)
     """
-    found: dict[str, pd.DataFrame] = {}
-    for record in records:  # baselines first, so a candidate's own gate wins below
-        if record.baseline and record.baseline not in found:
-            ledger = _ledger(client, record.run_id)
-            if ledger is not None:
-                found[record.baseline] = _column(ledger, "previous")
-    for record in records:
-        ledger = _ledger(client, record.run_id)
-        if ledger is not None:
-            found[record.candidate] = _column(ledger, "candidate")
+    ledgers = {r.run_id: _ledger(client, r.run_id) for r in records}  # each read once
+    held: dict[str, list[pd.DataFrame]] = {}
+    for record in reversed(records):  # the version's own answers first, the latest first
+        if ledgers[record.run_id] is not None:
+            held.setdefault(record.candidate, []).append(_column(ledgers[record.run_id], "candidate"))
         if record.registered and record.repair_run:
             repair = _ledger(client, record.repair_run)
             if repair is not None:
-                found[record.registered] = _column(repair, "candidate")
-    return found
+                held.setdefault(record.registered, []).append(_column(repair, "candidate"))
+    for record in reversed(records):  # then the answers gates compared against
+        if record.baseline and ledgers[record.run_id] is not None:
+            held.setdefault(record.baseline, []).append(_column(ledgers[record.run_id], "previous"))
+    return {
+        version: pd.concat(frames, ignore_index=True).drop_duplicates("id", keep="first").reset_index(drop=True)
+        for version, frames in held.items()
+    }
 
 
 def _column(ledger: pd.DataFrame, which: str) -> pd.DataFrame:
