@@ -61,9 +61,11 @@ def test_no_private_name_is_imported_across_modules():
 
 
 def test_report_is_a_leaf():
+    """The renderers read reports, not the package; the schema reads the metric names (a list of strings)."""
     for module, edges in _imports().items():
         if module.startswith("consistency_gate.report"):
-            outside = [t for t, _ in edges if not t.startswith("consistency_gate.report")]
+            allowed = ("consistency_gate.report", "consistency_gate.core.names")
+            outside = [t for t, _ in edges if not t.startswith(allowed)]
             assert not outside, f"{module} imports {outside}"
 
 

@@ -1,6 +1,6 @@
 """The metrics' names, as ``compare --format json`` keys them: one list that the counts
-(:meth:`~consistency_gate.core.counts.ConsistencyCounts.compute`, held to it by a test), the gate's rules
-and its config read.
+(:meth:`~consistency_gate.core.counts.ConsistencyCounts.compute`, held to it by a test), the gate's rules,
+its config and the report schema (report/schema.py) read.
 
 >>> PAIR_METRICS[:6]
 ('con', 'acc_con', 'ctoc', 'ctoi', 'itoc', 'itoi')
@@ -27,3 +27,5 @@ COST_METRICS = ("latency_ratio", "size_ratio")
 HISTORY_METRICS = ("forgotten", "cumulative_nfr")
 # measured against a seed replica of the baseline (`floor:` / --floor)
 FLOOR_METRICS = ("ctoi_excess", "floor_ctoi", "floor_con")
+# every metric a report's ``metrics`` may hold (report/schema.py), besides the top-k metrics of PER_K
+REPORTED = (*LEARNER_METRICS, *PAIR_METRICS, *COST_METRICS, *HISTORY_METRICS, *FLOOR_METRICS)
