@@ -142,3 +142,28 @@ def test_without_training_data_the_training_methods_are_skipped_not_refused(stor
         "bayesian-update", "focal-distillation", "ensemble-distillation", "dynsnap-cyc"
     ]  # fmt: skip
     assert "calibration:" in skipped[0]["note"] and all("names no training data" in a["note"] for a in skipped[1:])
+
+
+def test_a_repair_of_a_repaired_champion_counts_every_model_it_carries(tmp_path):
+    """A repair promoted to @champion carries two models; a repair of the next failing candidate against it
+    carries that champion's two and the candidate: three, in the report, the attempt's row and the version's
+    ``consistency_gate.models`` tag (which the next repair reads), not the two of a plain pair."""
+    built = build_store(tmp_path)
+    client = MlflowClient(tracking_uri=built["uri"], registry_uri=built["uri"])
+    gates = [  # v3 (the poor model) against v1, then v2 against the repair that replaced v3 (CON 0.90 there)
+        ("3", LENIENT + "remediation:\n  strategy: [rerank]\n  k: 2\n"),
+        ("2", "rules:\n  - {metric: con, min: 0.91}\nks: [1]\nremediation:\n  strategy: [blend]\n  weight: 0.7\n"),
+    ]
+    members = []
+    for candidate, text in gates:
+        config, report_path = tmp_path / "gate.yaml", tmp_path / "report.json"
+        config.write_text(text)
+        args = check_args(candidate, built["data"], config, built["uri"], "--report", report_path, "--promote")
+        proc = run_cli(*args)
+        report = read_report(report_path)
+        assert proc.returncode == 0 and report["outcome"] == "remediated", proc.stdout + proc.stderr
+        registered = report["registered_version"]
+        assert str(client.get_model_version_by_alias(MODEL, "champion").version) == registered
+        carried = client.get_model_version(MODEL, registered).tags["consistency_gate.models"]
+        members.append((report["ensemble"]["members"], report["attempts"][-1]["members"], carried))
+    assert members == [(2, 2, "2"), (3, 3, "3")]

@@ -265,4 +265,5 @@ def build_bayes(inputs: Inputs, remediation: RemediationConfig) -> Built:
     generations = [carried(m, s) for m, s in zip(models, on_eval, strict=True)]
     model_info = log_bayes(update, generations, inputs.decision.to_dict() if inputs.decision else None)
     setting = {**update.setting, "versions": [*(v for v, _ in past), *inputs.versions]}
-    return Built(model_info, scores, len(models), seconds, inputs.candidate.features, setting=setting)
+    members = sum(inputs.carried(v) for v in setting["versions"])  # a repaired champion carries all of its models
+    return Built(model_info, scores, members, seconds, inputs.candidate.features, setting=setting)

@@ -75,6 +75,8 @@ class Inputs:
     calibration_judge: Callable[..., Judge]
     # past(count) -> [(version, model)]: the last ``count`` champions before the baseline, oldest first
     past: Callable[[int], list[tuple[str, LoadedModel]]]
+    # carried(version) -> the models that version carries (1, or a registered repair's, nested ones included)
+    carried: Callable[[str], int]
 
 
 @dataclass(frozen=True)

@@ -294,7 +294,8 @@ def build_repair(inputs: Inputs, remediation: RemediationConfig) -> Built:
     mlflow.log_params({"method": repair.method, **repair.setting})
     pairs = ((inputs.baseline, inputs.base_scores), (inputs.candidate, inputs.cand_scores))
     model_info = log_repair(repair, *(carried(model, scores) for model, scores in pairs))
-    return Built(model_info, scores, 2, seconds, inputs.candidate.features, setting=repair.setting)
+    members = sum(inputs.carried(v) for v in inputs.versions)  # a repaired champion carries all of its models
+    return Built(model_info, scores, members, seconds, inputs.candidate.features, setting=repair.setting)
 
 
 def setting_for(inputs: Inputs, remediation: RemediationConfig) -> Repair:

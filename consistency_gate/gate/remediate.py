@@ -87,7 +87,7 @@ def _inputs(
         gate.frame, gate.data_path, gate.non_features, cand_model, cand_scores, comparer.baseline,
         comparer.base_scores, (base_version, gate.cand_ref.version),
         _classes_of(cand_scores, gate.frame[gate.label_column]), gate.decision, gate.quiet,
-        partial(_calibration_judge, gate), past,
+        partial(_calibration_judge, gate), past, partial(registry.models_carried, gate.client, gate.cand_ref.name),
     )  # fmt: skip
 
 
@@ -177,7 +177,7 @@ def _judge(gate: GateRun, comparer: Comparer, entry: Method, built: Built, cost:
         version = registry.register_version(model_info.model_uri, cand_ref.name)
         registry.tag_version(
             gate.client, registry.ModelRef(cand_ref.name, version), "passed", report["kind"], gate.run_id,
-            replaces=cand_ref.version,
+            replaces=cand_ref.version, models=built.members,
         )  # fmt: skip
         gate.describe(version, decision, replaces=cand_ref.version)
         report["registered_version"] = version

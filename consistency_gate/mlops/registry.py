@@ -22,6 +22,7 @@ TAG_VERDICT = "consistency_gate.verdict"
 TAG_KIND = "consistency_gate.kind"
 TAG_RUN_ID = "consistency_gate.run_id"
 TAG_REPLACES = "consistency_gate.replaces"
+TAG_MODELS = "consistency_gate.models"  # the models a registered repair carries, its own repairs' included
 DESCRIPTION_PREFIX = "consistency-gate: "  # how the gate's paragraph of a version's description starts
 MAX_VERSION = 2**31 - 1  # the registry stores version numbers as 32-bit integers
 
@@ -223,11 +224,17 @@ def register_version(model_uri: str, name: str) -> str:
 
 
 def tag_version(
-    client: MlflowClient, ref: ModelRef, verdict: str, kind: str, run_id: str, replaces: str | None = None
+    client: MlflowClient,
+    ref: ModelRef,
+    verdict: str,
+    kind: str,
+    run_id: str,
+    replaces: str | None = None,
+    models: int | None = None,
 ) -> None:
     """Tag a gated version with its verdict, its kind (single; ensemble or distilled where remediation
     built it) and the gate run; a version registered in place of a failed candidate also names the
-    version it replaces.
+    version it replaces and the ``models`` it carries (:func:`models_carried` reads them back).
 
     Example::
 
@@ -236,8 +243,24 @@ def tag_version(
     tags = {TAG_VERDICT: verdict, TAG_KIND: kind, TAG_RUN_ID: run_id}
     if replaces is not None:
         tags[TAG_REPLACES] = replaces
+    if models is not None:
+        tags[TAG_MODELS] = str(models)
     for key, value in tags.items():
         client.set_model_version_tag(ref.name, ref.version, key, value)
+
+
+def models_carried(client: MlflowClient, name: str, version: str) -> int:
+    """How many models version ``version`` of ``name`` carries: its ``consistency_gate.models`` tag, which
+    the gate sets on every repair it registers (a repair of a repair counts every model inside); 1 for a
+    version without it (a model a team trained and registered).
+
+    Example::
+
+        models_carried(client, "fraud-clf", "7")
+        # 3: a blend of v5 (itself a blend of v3 and v4) and v6
+    """
+    value = client.get_model_version(name, version).tags.get(TAG_MODELS, "1")
+    return int(value) if value.isdigit() and int(value) > 0 else 1
 
 
 def describe_version(client: MlflowClient, ref: ModelRef, text: str) -> None:
