@@ -117,8 +117,9 @@ def test_a_repair_of_pytorch_generations_with_tensor_inputs(store, tmp_path):
         ("strategy: [rerank]\n  k: 1", 2, "k (rerank) must be an integer >= 2"),
         ("strategy: [blend]\n  weight: 1.5", 2, "weight (blend) must be in [0, 1]"),
         ("strategy: [blend]\n  calibration: {bad}", 3, "label 'tulip' is not a class of any generation"),
+        ("strategy: [blend]\n  max_models: 0", 2, "max_models"),
     ],
-    ids=["k below 2", "weight above 1", "unknown class in calibration"],
+    ids=["k below 2", "weight above 1", "unknown class in calibration", "a budget of no model"],
 )
 def test_bad_repair_settings_are_one_line_errors(store, tmp_path, block, code, message):
     bad = tmp_path / "bad.csv"
@@ -167,3 +168,13 @@ def test_a_repair_of_a_repaired_champion_counts_every_model_it_carries(tmp_path)
         carried = client.get_model_version(MODEL, registered).tags["consistency_gate.models"]
         members.append((report["ensemble"]["members"], report["attempts"][-1]["members"], carried))
     assert members == [(2, 2, "2"), (3, 3, "3")]
+    # with a budget of 2 models, no repair of the 3-model champion and a candidate is built: each is skipped
+    # with the count it would carry, nothing is registered, and @champion stays
+    champion = registered
+    config.write_text(LENIENT + "remediation:\n  strategy: [blend, rerank]\n  max_models: 2\n")
+    proc = run_cli(*check_args("3", built["data"], config, built["uri"], "--report", report_path, "--promote"))
+    report = read_report(report_path)
+    assert proc.returncode == 1 and report["registered_version"] is None, proc.stdout + proc.stderr
+    assert [(a["method"], a["verdict"]) for a in report["attempts"]] == [("blend", "skipped"), ("rerank", "skipped")]
+    assert all("it would carry 4 models, over the budget of 2 (max_models)" in a["note"] for a in report["attempts"])
+    assert str(client.get_model_version_by_alias(MODEL, "champion").version) == champion

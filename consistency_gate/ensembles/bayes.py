@@ -29,7 +29,7 @@ import pandas as pd
 
 from consistency_gate.core.evaluation import canonical_classes
 from consistency_gate.ensembles.config import RemediationConfig
-from consistency_gate.ensembles.methods import Built, Inputs
+from consistency_gate.ensembles.methods import DEFAULT_GENERATIONS, Built, Inputs
 from consistency_gate.ensembles.repair import carried, carried_models, input_frame, log_carrying
 
 if TYPE_CHECKING:
@@ -41,7 +41,6 @@ try:
 except ImportError:  # pragma: no cover - mlflow is a dependency; keeps the core importable without it
     PythonModel = object
 
-DEFAULT_GENERATIONS = 3  # the candidate, the baseline and the champion before it
 DEFAULT_COST_RATIO = 2.0
 COST_RATIOS = (1.0, 1.5, 2.0, 3.0, 5.0, 10.0, 30.0, 100.0)  # 1: the most likely class always (MaxBelief)
 

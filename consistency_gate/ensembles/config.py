@@ -211,6 +211,7 @@ class RemediationBlock(BaseModel):
     k: StrictInt | None = None  # rerank: fixed (else tuned, else 3)
     calibration: Path | None = None  # data to tune blend's weight and rerank's k on (never the gate's own set)
     generations: Annotated[int, Field(strict=True, ge=2)] | None = None  # bayesian-update: K (default 3)
+    max_models: Annotated[int, Field(strict=True, ge=1)] | None = None  # the most models a repair may carry
     cost_ratio: Annotated[float, Field(strict=True, ge=1)] | None = None  # bayesian-update: fixed (else tuned)
 
     @field_validator("combination", mode="before")
@@ -236,6 +237,7 @@ class RemediationConfig:
     calibration: Path | None = None  # where the repairs' settings are tuned (None: ``data``, if any)
     generations: int | None = None  # bayesian-update's K, the candidate and the baseline included
     cost_ratio: float | None = None  # bayesian-update's cost ratio as the config fixes it (None: tuned)
+    max_models: int | None = None  # the most models what remediation registers may carry (None: no bound)
 
     @property
     def can_train(self) -> bool:
@@ -288,7 +290,7 @@ class RemediationConfig:
         options = dict(block.recipe_options)
         return cls(
             block.data, block.recipe, options, block.label_column, block.combination, settings, strategy, overrides,
-            block.weight, block.k, block.calibration, block.generations, block.cost_ratio,
+            block.weight, block.k, block.calibration, block.generations, block.cost_ratio, block.max_models,
         )  # fmt: skip
 
 

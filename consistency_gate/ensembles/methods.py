@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from consistency_gate.core.threshold import BinaryDecision
     from consistency_gate.mlops.scoring import LoadedModel
 
+DEFAULT_GENERATIONS = 3  # bayesian-update's K: the candidate, the baseline and the champion before it
 KS = tuple(range(2, 11))  # rerank's k: 1 is the candidate itself; k = the number of classes, the previous generation
 TRAINED = "consistency_gate.ensembles.remediation:build_trained"  # every method that trains networks
 
@@ -47,6 +48,8 @@ class RemediationConfig(Protocol):
     data: Path | None
     calibration: Path | None
     k: int | None
+    generations: int | None  # bayesian-update's K (None: DEFAULT_GENERATIONS)
+    max_models: int | None  # the most models what remediation registers may carry (None: no bound)
     settings: object  # its TrainSettings (``m``: an ensemble's members)
 
     @property
@@ -98,7 +101,8 @@ class Method:
     """One remediation method: its name (the config's ``method:``), the kind of version it registers
     (the ``consistency_gate.kind`` tag), its ``cost`` (``strategy: cheapest`` tries lower first),
     its builder, ``plan(name, m)``: the line printed before it runs alone (``m``: an ensemble's
-    members), and its needs:
+    members), ``models(inputs, remediation)``: how many models what it builds will carry (its serving
+    cost, known before it builds; the config's ``max_models`` bounds it), and its needs:
     a previous generation (``previous``), class scores from the named generations (``scores``,
     'previous' and/or 'candidate'), labelled data other than the evaluation set (``labelled``), data to
     train on (``trains``), and ``check(remediation, n_classes)``: why it cannot run here, or None.
@@ -117,6 +121,7 @@ class Method:
     labelled: bool = False
     trains: bool = False
     check: Callable[[RemediationConfig, int], str | None] | None = None
+    models: Callable[[Inputs, RemediationConfig], int] = lambda inputs, remediation: 1  # one model
 
     def build(self, inputs: Inputs, remediation: RemediationConfig) -> Built:
         """Run the builder (imported now when named ``"module:function"``)."""
@@ -155,6 +160,16 @@ class Method:
             return "it trains, and the remediation block names no training data (data:, or a recipe of your own)"
         return None
 
+    def over_budget(self, inputs: Inputs, remediation: RemediationConfig) -> str | None:
+        """Why what this method would build is over the config's ``max_models`` (None: within it, or no
+        bound): the models it would carry, counted before anything is built."""
+        if remediation.max_models is None:
+            return None
+        carries = self.models(inputs, remediation)
+        if carries <= remediation.max_models:
+            return None
+        return f"it would carry {carries} models, over the budget of {remediation.max_models} (max_models)"
+
 
 def _rerank_fits(remediation: RemediationConfig, n_classes: int) -> str | None:
     """Re-ranking picks among k < the number of classes (of all of them, the previous generation's pick
@@ -166,6 +181,22 @@ def _rerank_fits(remediation: RemediationConfig, n_classes: int) -> str | None:
             "by the previous generation is the previous generation (a rollback)"
         )
     return None
+
+
+def _pair(inputs: Inputs, remediation: RemediationConfig) -> int:
+    """A repair of both generations carries every model of each (a repaired champion's all of its own)."""
+    return sum(inputs.carried(v) for v in inputs.versions)
+
+
+def _generations(inputs: Inputs, remediation: RemediationConfig) -> int:
+    """The Bayesian update carries every model of its K generations."""
+    past = inputs.past((remediation.generations or DEFAULT_GENERATIONS) - 2)
+    return sum(inputs.carried(v) for v, _ in past) + _pair(inputs, remediation)
+
+
+def _members(inputs: Inputs, remediation: RemediationConfig) -> int:
+    """An ensemble carries its ``m`` members."""
+    return remediation.settings.m
 
 
 def _repair_plan(method: str, m: int) -> str:
@@ -186,17 +217,38 @@ _BOTH = ("previous", "candidate")
 
 
 def _trained(name: str, kind: str, cost: int, **needs: object) -> Method:
+    distilled = kind == "distilled"
     return Method(
-        name, kind, cost, TRAINED, _distil_plan if kind == "distilled" else _ensemble_plan, trains=True, **needs
-    )
+        name, kind, cost, TRAINED, _distil_plan if distilled else _ensemble_plan, trains=True,
+        **({} if distilled else {"models": _members}), **needs,
+    )  # fmt: skip
 
 
 METHODS: dict[str, Method] = {
     m.name: m
     for m in (
-        Method("blend", "blend", 10, _REPAIRS, _repair_plan, previous=True, scores=_BOTH),
-        Method("rerank", "rerank", 20, _REPAIRS, _repair_plan, previous=True, scores=_BOTH, check=_rerank_fits),
-        Method("bayesian-update", "bayesian-update", 30, _BAYES, _repair_plan, previous=True, labelled=True),
+        Method("blend", "blend", 10, _REPAIRS, _repair_plan, previous=True, scores=_BOTH, models=_pair),
+        Method(
+            "rerank",
+            "rerank",
+            20,
+            _REPAIRS,
+            _repair_plan,
+            previous=True,
+            scores=_BOTH,
+            check=_rerank_fits,
+            models=_pair,
+        ),
+        Method(
+            "bayesian-update",
+            "bayesian-update",
+            30,
+            _BAYES,
+            _repair_plan,
+            previous=True,
+            labelled=True,
+            models=_generations,
+        ),
         _trained("focal-distillation", "distilled", 40, previous=True, scores=("previous",)),
         _trained("ensemble-distillation", "distilled", 50),
         _trained("dynsnap-cyc", "ensemble", 100),

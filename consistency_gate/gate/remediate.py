@@ -12,7 +12,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable
 from dataclasses import replace
-from functools import partial
+from functools import cache, partial
 from pathlib import Path
 
 import numpy as np
@@ -56,14 +56,15 @@ def remediate(
     roles = {"previous": comparer.baseline, "candidate": cand_model}
     scoreless = {role: m.ref.uri for role, m in roles.items() if m is not None and m.ref.uri in comparer.label_only}
     for name in methods:
-        entry = METHODS[name]
+        entry, config = METHODS[name], remediation.for_method(name)
         skipped = entry.missing(remediation, len(inputs.classes), comparer.baseline is not None, scoreless)
+        skipped = skipped or entry.over_budget(inputs, config)
         if skipped:
             attempts.append({"method": name, "verdict": "skipped", "note": skipped})
             if not gate.quiet:
                 print(f"{name}: skipped ({skipped})", file=sys.stderr, flush=True)
             continue
-        report = _attempt(gate, comparer, entry, inputs, remediation.for_method(name))
+        report = _attempt(gate, comparer, entry, inputs, config)
         attempts.append(_attempt_summary(report))
         if len(methods) > 1 and not gate.quiet:
             print(f"{name}: {attempt_line(attempts[-1])}", file=sys.stderr, flush=True)
@@ -83,11 +84,12 @@ def _inputs(
         return [(ref.version, scoring.load_model(ref, gate.cfg.classes)) for ref in refs]
 
     base_version = gate.base_ref.version if gate.base_ref else ""
+    carried = partial(registry.models_carried, gate.client, gate.cand_ref.name)
     return Inputs(
         gate.frame, gate.data_path, gate.non_features, cand_model, cand_scores, comparer.baseline,
         comparer.base_scores, (base_version, gate.cand_ref.version),
         _classes_of(cand_scores, gate.frame[gate.label_column]), gate.decision, gate.quiet,
-        partial(_calibration_judge, gate), past, partial(registry.models_carried, gate.client, gate.cand_ref.name),
+        partial(_calibration_judge, gate), cache(past), carried,
     )  # fmt: skip
 
 
