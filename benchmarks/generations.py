@@ -15,8 +15,12 @@ of the training split. Four policies decide what is deployed (the answers users 
   another class is more than ``--cost-ratio`` times the belief in it.
 
 These run in memory through the library's own functions (the gate's decision, the repairs' tuning and
-``BayesUpdate``), not through a registry: 10 generations x 5 seeds x 2 data sets would be 100 registered
-versions. Data: scikit-learn's digits (a small MLP, scikit-learn) and MNIST-1D (``pip install mnist1d``;
+``BayesUpdate``). ``--registry`` runs what a team gets instead, on digits: every generation registered in a
+SQLite store and ``consistency-gate check --promote`` run in a process of its own as CI would (the default
+config, or ``--config FILE``); the flips are counted over what ``@champion`` held after each gate (its
+answers through the gate's own loading and scoring), checked equal to ``consistency-gate history``'s figures,
+and, with the default config, to the in-memory ``gate`` policy on the same seed.
+Data: scikit-learn's digits (a small MLP, scikit-learn) and MNIST-1D (``pip install mnist1d``;
 ``make_dataset``, generated offline; the Conv1d team model and loop of ``repairs.py``, 8 epochs).
 
 Prints per data set and policy the cumulative negative flips after each generation and the deployed
@@ -24,6 +28,7 @@ accuracy, means with 95% t intervals over the seeds, the ratio of cumulative fli
 final accuracy change; ``--markdown FILE`` writes the tables, ``--plot FILE`` the curves.
 
     python benchmarks/generations.py [--seeds 5] [--generations 10] [--data digits mnist1d] [--quick]
+    python benchmarks/generations.py --registry [--seeds 3] [--config gate.yaml]
 """
 
 from __future__ import annotations
@@ -151,6 +156,97 @@ def one_seed(data: str, seed: int, generations: int, cost_ratio: float) -> dict[
     return out
 
 
+def through_the_registry(seed: int, generations: int, config: Path | None) -> dict:
+    """One seed of digits as CI runs it: each generation registered, then gated with ``check --promote``
+    in a process of its own. Returns per gate the version @champion holds after it, the cumulative negative
+    flips and the accuracy of what it holds (``None`` before a first champion), the models it carries,
+    and ``history``'s cumulative negative flips."""
+    import json
+    import subprocess
+    import sys
+    import tempfile
+
+    import mlflow
+    from mlflow import MlflowClient
+    from mlflow.models import infer_signature
+
+    from consistency_gate.mlops.registry import ModelRef, models_carried
+    from consistency_gate.mlops.scoring import load_model, predict
+
+    splits = digits_splits(seed)
+    (x_fit, y_fit), (x_test, y_test) = splits["fit"], splits["test"]
+    columns = [f"p{i}" for i in range(x_fit.shape[1])]
+    folder = Path(tempfile.mkdtemp(prefix=f"generations-{seed}-"))
+    uri, name, data = f"sqlite:///{folder / 'mlflow.db'}", "digits-mlp", folder / "eval.csv"
+    mlflow.set_tracking_uri(uri)
+    mlflow.set_registry_uri(uri)
+    mlflow.set_experiment("training")
+    client = MlflowClient(tracking_uri=uri, registry_uri=uri)
+    features = pd.DataFrame(x_test, columns=columns)
+    features.assign(label=y_test, id=[f"t{i}" for i in range(len(y_test))]).to_csv(data, index=False)
+    frame = pd.read_csv(data)
+    held, answers, out = None, None, {"champion": [], "cumulative": [], "accuracy": [], "models": []}
+    flips = 0
+    for t in range(generations):
+        size = int(len(x_fit) * (0.3 + 0.7 * t / max(1, generations - 1)))
+        model = train("digits", pd.DataFrame(x_fit[:size], columns=columns), y_fit[:size], 1000 * seed + t).__self__
+        with mlflow.start_run():
+            info = mlflow.sklearn.log_model(
+                model, name="model", registered_model_name=name, pip_requirements=["scikit-learn"],
+                signature=infer_signature(features.head(), model.predict_proba(features.head())),
+                serialization_format="cloudpickle",
+            )  # fmt: skip
+        check = ["check", "--model", name, "--candidate", str(info.registered_model_version), "--data", str(data)]
+        check += ["--id-column", "id", "--tracking-uri", uri, "--promote", "--quiet"]
+        check += ["--config", str(config)] if config else []
+        proc = subprocess.run([sys.executable, "-m", "consistency_gate", *check], capture_output=True, text=True)
+        if proc.returncode not in (0, 1):
+            raise RuntimeError(f"generation {t}: exit {proc.returncode}: {proc.stderr.strip().splitlines()[-1:]}")
+        try:
+            champion = str(client.get_model_version_by_alias(name, "champion").version)
+        except mlflow.exceptions.MlflowException:  # no first generation has passed yet
+            champion = None
+        if champion != held and champion is not None:
+            scores = predict(load_model(ModelRef(name, champion)), frame, ("label", "id"))
+            now = scores.idxmax(axis=1).astype(int).to_numpy()
+            if answers is not None:
+                flips += int(((answers == y_test) & (now != y_test)).sum())
+            held, answers = champion, now
+        out["champion"].append(held)
+        out["cumulative"].append(flips if answers is not None else None)
+        out["accuracy"].append(float((answers == y_test).mean()) if answers is not None else None)
+        out["models"].append(models_carried(client, name, held) if held else None)
+    history = ["history", "--model", name, "--tracking-uri", uri, "--format", "json"]
+    history = subprocess.run([sys.executable, "-m", "consistency_gate", *history], capture_output=True, text=True)
+    out["history"] = json.loads(history.stdout)["cumulative_negative_flips"]
+    return out
+
+
+def registry_table(seeds: int, generations: int, config: Path | None, cost_ratio: float) -> list[str]:
+    """``--registry``: per seed what ``check --promote`` deployed, beside replacing at every retrain (and the
+    in-memory ``gate`` policy, which the default config must equal)."""
+    lines = [
+        f"\n### digits through the registry: {generations} generations, `check --promote` with "
+        f"{config or 'the default config'}\n",
+        "| seed | champions | cumulative negative flips | history says | in memory (gate) | replace | "
+        "final accuracy | replace's | models carried |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for seed in range(seeds):
+        start = time.perf_counter()
+        run = through_the_registry(seed, generations, config)
+        memory = one_seed("digits", seed, generations, cost_ratio)
+        gate, replaced = memory["gate"], memory["replace"]
+        same = config is None and gate["cumulative"][-1] == run["cumulative"][-1]
+        lines.append(
+            f"| {seed} | {' '.join(f'v{c}' for c in dict.fromkeys(run['champion']) if c)} | {run['cumulative'][-1]} | "
+            f"{run['history']} | {gate['cumulative'][-1]}{' (equal)' if same else ''} | {replaced['cumulative'][-1]} | "
+            f"{run['accuracy'][-1]:.4f} | {replaced['accuracy'][-1]:.4f} | {run['models'][-1]} |"
+        )
+        print(lines[-1], f"({time.perf_counter() - start:.0f} s)", flush=True)
+    return lines
+
+
 def _fewer(total: list[float], replace_total: list[float]) -> str:
     """How many times fewer cumulative negative flips than ``replace`` (mean over seeds, and the seeds' range).
 
@@ -168,14 +264,22 @@ def _fewer(total: list[float], replace_total: list[float]) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seeds", type=int, default=5)
+    parser.add_argument("--seeds", type=int, default=None, help="5 (--registry: 3)")
     parser.add_argument("--generations", type=int, default=10)
     parser.add_argument("--data", nargs="+", default=["digits", "mnist1d"], choices=["digits", "mnist1d"])
     parser.add_argument("--cost-ratio", type=float, default=3.0, help="the bayes policy's cost ratio")
     parser.add_argument("--quick", action="store_true", help="2 seeds, 5 generations")
     parser.add_argument("--markdown", type=Path, default=None)
     parser.add_argument("--plot", type=Path, default=None)
+    parser.add_argument("--registry", action="store_true", help="digits through check --promote in a SQLite store")
+    parser.add_argument("--config", type=Path, default=None, help="--registry: the gate's config (default: packaged)")
     args = parser.parse_args()
+    if args.registry:
+        lines = registry_table(args.seeds or 3, args.generations, args.config, args.cost_ratio)
+        if args.markdown:
+            args.markdown.write_text("\n".join(lines) + "\n")
+        return
+    args.seeds = args.seeds or 5
     if args.quick:
         args.seeds, args.generations = 2, 5
     lines, curves = [], {}
