@@ -115,6 +115,7 @@ def test_history_equals_a_recomputation_from_the_versions_predictions(gated, tmp
     )
     assert markdown.stdout.startswith(f"## consistency-gate history: {MODEL}: 5 champions")
     assert "| v1->v2 | 150 |" in markdown.stdout and plot.read_bytes()[:4] == b"\x89PNG"
+    assert f"wrote the history plot to {plot}" in markdown.stderr
 
 
 def test_a_growing_evaluation_set_counts_every_id_both_versions_answered(tmp_path):

@@ -274,6 +274,7 @@ def history(
         from consistency_gate.report.plots import history_curve, png_bytes
 
         plot_path.write_bytes(png_bytes(history_curve(report)))
+        click.echo(f"wrote the history plot to {plot_path}", err=True)
     if fmt == "json":
         echo_json(report)
     else:

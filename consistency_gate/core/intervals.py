@@ -52,10 +52,13 @@ def z_value(level: float) -> float:
 
 
 def wilson(k: int, n: int, level: float) -> tuple[float, float] | None:
-    """Wilson score interval of the proportion ``k / n``; None when ``n`` is 0.
+    """Wilson score interval of the proportion ``k / n``; None when ``n`` is 0. Its ends are exactly 0 at
+    ``k = 0`` and 1 at ``k = n`` (in floating point ``centre - half`` left 1.7e-18 there).
 
     >>> wilson(0, 10, 0.95)[0], round(wilson(0, 10, 0.95)[1], 4)
     (0.0, 0.2775)
+    >>> wilson(0, 150, 0.95)[0], wilson(150, 150, 0.95)[1]
+    (0.0, 1.0)
     """
     if n <= 0:
         return None
@@ -63,7 +66,7 @@ def wilson(k: int, n: int, level: float) -> tuple[float, float] | None:
     p = k / n
     centre = (p + z * z / (2 * n)) / (1 + z * z / n)
     half = z / (1 + z * z / n) * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n))
-    return max(0.0, centre - half), min(1.0, centre + half)
+    return (0.0 if k == 0 else max(0.0, centre - half)), (1.0 if k == n else min(1.0, centre + half))
 
 
 def clopper_pearson(k: int, n: int, level: float) -> tuple[float, float] | None:
