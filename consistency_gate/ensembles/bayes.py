@@ -29,7 +29,7 @@ import pandas as pd
 
 from consistency_gate.core.evaluation import canonical_classes
 from consistency_gate.ensembles.config import RemediationConfig
-from consistency_gate.ensembles.methods import DEFAULT_GENERATIONS, Built, Inputs
+from consistency_gate.ensembles.methods import DEFAULT_GENERATIONS, Built, Inputs, models_of
 from consistency_gate.ensembles.repair import carried, carried_models, input_frame, log_carrying
 
 if TYPE_CHECKING:
@@ -264,5 +264,5 @@ def build_bayes(inputs: Inputs, remediation: RemediationConfig) -> Built:
     generations = [carried(m, s) for m, s in zip(models, on_eval, strict=True)]
     model_info = log_bayes(update, generations, inputs.decision.to_dict() if inputs.decision else None)
     setting = {**update.setting, "versions": [*(v for v, _ in past), *inputs.versions]}
-    members = sum(inputs.carried(v) for v in setting["versions"])  # a repaired champion carries all of its models
+    members = models_of(inputs, setting["versions"])
     return Built(model_info, scores, members, seconds, inputs.candidate.features, setting=setting)

@@ -21,7 +21,7 @@ training recipes are) and imported when a method runs, so that reading a config 
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
@@ -121,7 +121,7 @@ class Method:
     labelled: bool = False
     trains: bool = False
     check: Callable[[RemediationConfig, int], str | None] | None = None
-    models: Callable[[Inputs, RemediationConfig], int] = lambda inputs, remediation: 1  # one model
+    models: Callable[[Inputs, RemediationConfig], int] = lambda inputs, remediation: 1  # one model: a distilled one
 
     def build(self, inputs: Inputs, remediation: RemediationConfig) -> Built:
         """Run the builder (imported now when named ``"module:function"``)."""
@@ -183,15 +183,21 @@ def _rerank_fits(remediation: RemediationConfig, n_classes: int) -> str | None:
     return None
 
 
+def models_of(inputs: Inputs, versions: Sequence[str]) -> int:
+    """The models a repair combining ``versions`` carries: every model of each (a repaired champion's all
+    of its own, from its ``consistency_gate.models`` tag)."""
+    return sum(inputs.carried(v) for v in versions)
+
+
 def _pair(inputs: Inputs, remediation: RemediationConfig) -> int:
-    """A repair of both generations carries every model of each (a repaired champion's all of its own)."""
-    return sum(inputs.carried(v) for v in inputs.versions)
+    """A repair of both generations (blend, rerank)."""
+    return models_of(inputs, inputs.versions)
 
 
 def _generations(inputs: Inputs, remediation: RemediationConfig) -> int:
-    """The Bayesian update carries every model of its K generations."""
+    """The Bayesian update of its K generations."""
     past = inputs.past((remediation.generations or DEFAULT_GENERATIONS) - 2)
-    return sum(inputs.carried(v) for v, _ in past) + _pair(inputs, remediation)
+    return models_of(inputs, [*(v for v, _ in past), *inputs.versions])
 
 
 def _members(inputs: Inputs, remediation: RemediationConfig) -> int:
@@ -216,39 +222,25 @@ _BAYES = "consistency_gate.ensembles.bayes:build_bayes"
 _BOTH = ("previous", "candidate")
 
 
+def _repair(
+    name: str, cost: int, builder: str, models: Callable[[Inputs, RemediationConfig], int], **needs: object
+) -> Method:
+    """A repair of the generations' answers, no training: its kind is its name, it needs a previous generation."""
+    return Method(name, name, cost, builder, _repair_plan, previous=True, models=models, **needs)
+
+
 def _trained(name: str, kind: str, cost: int, **needs: object) -> Method:
-    distilled = kind == "distilled"
-    return Method(
-        name, kind, cost, TRAINED, _distil_plan if distilled else _ensemble_plan, trains=True,
-        **({} if distilled else {"models": _members}), **needs,
-    )  # fmt: skip
+    if kind == "distilled":
+        return Method(name, kind, cost, TRAINED, _distil_plan, trains=True, **needs)
+    return Method(name, kind, cost, TRAINED, _ensemble_plan, trains=True, models=_members, **needs)
 
 
 METHODS: dict[str, Method] = {
     m.name: m
     for m in (
-        Method("blend", "blend", 10, _REPAIRS, _repair_plan, previous=True, scores=_BOTH, models=_pair),
-        Method(
-            "rerank",
-            "rerank",
-            20,
-            _REPAIRS,
-            _repair_plan,
-            previous=True,
-            scores=_BOTH,
-            check=_rerank_fits,
-            models=_pair,
-        ),
-        Method(
-            "bayesian-update",
-            "bayesian-update",
-            30,
-            _BAYES,
-            _repair_plan,
-            previous=True,
-            labelled=True,
-            models=_generations,
-        ),
+        _repair("blend", 10, _REPAIRS, _pair, scores=_BOTH),
+        _repair("rerank", 20, _REPAIRS, _pair, scores=_BOTH, check=_rerank_fits),
+        _repair("bayesian-update", 30, _BAYES, _generations, labelled=True),
         _trained("focal-distillation", "distilled", 40, previous=True, scores=("previous",)),
         _trained("ensemble-distillation", "distilled", 50),
         _trained("dynsnap-cyc", "ensemble", 100),

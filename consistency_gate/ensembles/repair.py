@@ -35,7 +35,7 @@ import pandas as pd
 
 from consistency_gate.core.evaluation import canonical_classes
 from consistency_gate.ensembles.config import RemediationConfig, check_k, check_weight
-from consistency_gate.ensembles.methods import KS, Built, Inputs
+from consistency_gate.ensembles.methods import KS, Built, Inputs, models_of
 
 if TYPE_CHECKING:
     from mlflow.models.model import ModelInfo
@@ -294,7 +294,7 @@ def build_repair(inputs: Inputs, remediation: RemediationConfig) -> Built:
     mlflow.log_params({"method": repair.method, **repair.setting})
     pairs = ((inputs.baseline, inputs.base_scores), (inputs.candidate, inputs.cand_scores))
     model_info = log_repair(repair, *(carried(model, scores) for model, scores in pairs))
-    members = sum(inputs.carried(v) for v in inputs.versions)  # a repaired champion carries all of its models
+    members = models_of(inputs, inputs.versions)
     return Built(model_info, scores, members, seconds, inputs.candidate.features, setting=repair.setting)
 
 
