@@ -5,6 +5,7 @@ version that loads and predicts the gated answers in a fresh process; bad settin
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import mlflow
 import numpy as np
@@ -178,3 +179,44 @@ def test_a_repair_of_a_repaired_champion_counts_every_model_it_carries(tmp_path)
     assert [(a["method"], a["verdict"]) for a in report["attempts"]] == [("blend", "skipped"), ("rerank", "skipped")]
     assert all("it would carry 4 models, over the budget of 2 (max_models)" in a["note"] for a in report["attempts"])
     assert str(client.get_model_version_by_alias(MODEL, "champion").version) == champion
+
+
+def test_a_share_of_the_evaluation_set_held_out_tunes_the_repair_and_is_never_judged_on(store, tmp_path):
+    """``tuning_share`` without a calibration file: the Bayesian update's confusion matrices and cost ratio
+    are tuned on the held-out share, and the candidate and the repair are both judged on the rest only; the
+    report and the run say which samples were used for what."""
+    cfg = parse_config(LENIENT + "remediation:\n  strategy: [bayesian-update]\n  tuning_share: 0.4\n")
+    result = run_gate(MODEL, store["data"], candidate="3", config=cfg, tracking_uri=store["uri"], id_column="id")
+    everything = pd.read_csv(store["data"])
+    samples = result.to_dict()["samples"]
+    client = MlflowClient(tracking_uri=store["uri"])
+    held = json.loads(Path(client.download_artifacts(result.run_id, "gate/tuning_ids.json", str(tmp_path))).read_text())
+    held_ids = set(held["ids"])
+    assert held["held_out_by"] == samples["held_out_by"] == "id" and samples["tuning_ids"] == "gate/tuning_ids.json"
+    assert samples["tuning"] == len(held_ids) >= 30 and samples["judged"] + samples["tuning"] == len(everything)
+    assert result.n == samples["judged"] and result.candidate_verdict == "failed"
+    (attempt,) = result.attempts
+    assert attempt["method"] == "bayesian-update" and attempt["verdict"] in ("passed", "failed", "rollback"), attempt
+    tuned_on = f"the evaluation set's held-out share ({len(held_ids)} samples, tuning_share 0.4)"
+    assert result.ensemble["setting"]["tuned_on"] == tuned_on
+    for run_id in (result.run_id, attempt["run_id"]):  # the candidate's decision and the repair's
+        judged = pd.read_csv(client.download_artifacts(run_id, "gate/flips.csv", str(tmp_path / run_id)))["id"]
+        assert held_ids.isdisjoint(judged.astype(str)) and len(judged) == samples["judged"]
+
+
+def test_a_share_too_small_to_tune_on_skips_the_repair_that_needs_it(store, tmp_path):
+    """0.1 of 90 samples is too few to tune on: nothing is held out, the candidate is judged on every
+    sample, the Bayesian update is skipped with the reason (one line), nothing is registered: exit 1."""
+    config = tmp_path / "gate.yaml"
+    config.write_text(LENIENT + "remediation:\n  strategy: [bayesian-update]\n  tuning_share: 0.1\n")
+    report_path = tmp_path / "report.json"
+    proc = run_cli(*check_args("3", store["data"], config, store["uri"], "--id-column", "id", "--report", report_path))
+    report = read_report(report_path)
+    assert proc.returncode == 1 and report["registered_version"] is None and "Traceback" not in proc.stderr
+    every = len(pd.read_csv(store["data"]))
+    assert report["n"] == every == report["samples"]["judged"] and report["samples"]["tuning"] == 0
+    (attempt,) = report["attempts"]
+    assert attempt["verdict"] == "skipped" and "each needs at least 30" in attempt["note"]
+    skip_lines = [line for line in proc.stderr.splitlines() if line.startswith("bayesian-update: skipped")]
+    assert len(skip_lines) == 1 and "tuning_share 0.1" in skip_lines[0]
+    assert any(w.startswith("nothing held out to tune repairs on") for w in report["warnings"])

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -29,7 +28,7 @@ import pandas as pd
 
 from consistency_gate.core.evaluation import canonical_classes
 from consistency_gate.ensembles.config import RemediationConfig
-from consistency_gate.ensembles.methods import DEFAULT_GENERATIONS, Built, Inputs, models_of
+from consistency_gate.ensembles.methods import DEFAULT_GENERATIONS, Built, Inputs, models_of, tuning_data
 from consistency_gate.ensembles.repair import carried, carried_models, input_frame, log_carrying
 
 if TYPE_CHECKING:
@@ -225,14 +224,14 @@ def log_bayes(update: BayesUpdate, generations: list[dict], decision: dict | Non
 def build_bayes(inputs: Inputs, remediation: RemediationConfig) -> Built:
     """``bayesian-update`` (the builder of :data:`~consistency_gate.ensembles.methods.METHODS`): the
     champions before the baseline (as the model's gates promoted them), the baseline and the candidate,
-    their confusion matrices estimated on the calibration data, the cost ratio fixed by the config or
+    their confusion matrices estimated on the tuning data (:func:`~consistency_gate.ensembles.methods.tuning_data`:
+    never the samples it is judged on), the cost ratio fixed by the config or
     tuned there with the gate's rules; logged as one pyfunc carrying the K models."""
     import time
 
     import mlflow
 
-    from consistency_gate.io.predictions import read_evaluation_data
-    from consistency_gate.mlops.scoring import non_features, predict
+    from consistency_gate.mlops.scoring import predict
 
     start = time.perf_counter()
     count = remediation.generations or DEFAULT_GENERATIONS
@@ -240,10 +239,9 @@ def build_bayes(inputs: Inputs, remediation: RemediationConfig) -> Built:
     models = [*(m for _, m in past), inputs.baseline, inputs.candidate]
     on_eval = [*(predict(m, inputs.frame, inputs.non_features) for _, m in past), inputs.base_scores]
     on_eval.append(inputs.cand_scores)
-    source = Path(remediation.calibration or remediation.data)
-    label = remediation.label_column
-    tuning = read_evaluation_data(source, label, None)
-    on_tuning = [predict(m, tuning, non_features(label, None)) for m in models]
+    held = tuning_data(inputs, remediation)  # the method's entry needs one (labelled=True)
+    tuning, label, source = held.frame, held.label_column, held.source
+    on_tuning = [predict(m, tuning, held.non_features) for m in models]
     said_eval = [answer_labels(s, inputs.decision) for s in on_eval]
     said_tuning = [answer_labels(s, inputs.decision) for s in on_tuning]
     seen = {str(c) for s in on_eval if isinstance(s, pd.DataFrame) for c in s.columns}

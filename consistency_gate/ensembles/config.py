@@ -210,6 +210,7 @@ class RemediationBlock(BaseModel):
     weight: Annotated[float, Field(strict=True)] | None = None  # blend: fixed (else tuned, else 0.5)
     k: StrictInt | None = None  # rerank: fixed (else tuned, else 3)
     calibration: Path | None = None  # data to tune blend's weight and rerank's k on (never the gate's own set)
+    tuning_share: Annotated[float, Field(strict=True, gt=0, lt=1)] | None = None  # held out of the evaluation set
     generations: Annotated[int, Field(strict=True, ge=2)] | None = None  # bayesian-update: K (default 3)
     max_models: Annotated[int, Field(strict=True, ge=1)] | None = None  # the most models a repair may carry
     cost_ratio: Annotated[float, Field(strict=True, ge=1)] | None = None  # bayesian-update: fixed (else tuned)
@@ -234,7 +235,8 @@ class RemediationConfig:
     distillation_overrides: dict = field(default_factory=dict)  # the block's distillation: keys
     weight: float | None = None  # blend's weight as the config fixes it (None: tuned, or the default)
     k: int | None = None  # rerank's k as the config fixes it (None: tuned, or the default)
-    calibration: Path | None = None  # where the repairs' settings are tuned (None: ``data``, if any)
+    calibration: Path | None = None  # where the repairs' settings are tuned (None: the held-out share, or ``data``)
+    tuning_share: float | None = None  # the share of the evaluation set held out to tune on (None: none held out)
     generations: int | None = None  # bayesian-update's K, the candidate and the baseline included
     cost_ratio: float | None = None  # bayesian-update's cost ratio as the config fixes it (None: tuned)
     max_models: int | None = None  # the most models what remediation registers may carry (None: no bound)
@@ -273,6 +275,11 @@ class RemediationConfig:
             check_weight(block.weight)
         if block.k is not None:
             check_k(block.k)
+        if block.calibration is not None and block.tuning_share is not None:
+            raise UsageError(
+                f"{source}: remediation: calibration: and tuning_share: both name the data to tune on; keep one "
+                "(a calibration file, or the share of the evaluation set held out)"
+            )
         trains = block.strategy is None and block.method not in no_training()  # one method, which trains
         if trains and block.data is None and ":" not in block.recipe:
             raise UsageError(
@@ -290,7 +297,8 @@ class RemediationConfig:
         options = dict(block.recipe_options)
         return cls(
             block.data, block.recipe, options, block.label_column, block.combination, settings, strategy, overrides,
-            block.weight, block.k, block.calibration, block.generations, block.cost_ratio, block.max_models,
+            block.weight, block.k, block.calibration, block.tuning_share, block.generations, block.cost_ratio,
+            block.max_models,
         )  # fmt: skip
 
 

@@ -47,6 +47,8 @@ class RemediationConfig(Protocol):
 
     data: Path | None
     calibration: Path | None
+    tuning_share: float | None  # the share of the evaluation set held out to tune on
+    label_column: str
     k: int | None
     generations: int | None  # bayesian-update's K (None: DEFAULT_GENERATIONS)
     max_models: int | None  # the most models what remediation registers may carry (None: no bound)
@@ -55,6 +57,17 @@ class RemediationConfig(Protocol):
     @property
     def can_train(self) -> bool:
         """Whether there is data to train on."""
+
+
+@dataclass(frozen=True)
+class TuningData:
+    """Labelled samples a repair's setting is tuned on, never those it is judged on: a ``calibration:``
+    file, the share of the evaluation set the gate held out (``tuning_share:``), or the training data."""
+
+    frame: pd.DataFrame
+    label_column: str
+    non_features: tuple[str, ...]  # the columns no model reads
+    source: str  # how the report names them (a file, or the held-out share)
 
 
 @dataclass(frozen=True)
@@ -80,6 +93,25 @@ class Inputs:
     past: Callable[[int], list[tuple[str, LoadedModel]]]
     # carried(version) -> the models that version carries (1, or a registered repair's, nested ones included)
     carried: Callable[[str], int]
+    held_out: TuningData | None = None  # the share of the evaluation set held out to tune on (tuning_share:)
+    no_held_out: str | None = None  # why the share the config asks for was not held out
+
+
+def tuning_data(inputs: Inputs, remediation: RemediationConfig) -> TuningData | None:
+    """What a repair's setting is tuned on: the ``calibration:`` file, else the evaluation set's held-out
+    share, else the remediation's training ``data:`` (None: nothing, so the setting is the config's or the
+    default). A file is read and checked as evaluation data is."""
+    if inputs.held_out is not None and remediation.calibration is None:
+        return inputs.held_out
+    source = remediation.calibration or remediation.data
+    if source is None:
+        return None
+    from consistency_gate.io.predictions import read_evaluation_data
+    from consistency_gate.mlops.scoring import non_features
+
+    label = remediation.label_column
+    frame = read_evaluation_data(Path(source), label, None)
+    return TuningData(frame, label, non_features(label, None), str(source))
 
 
 @dataclass(frozen=True)
@@ -136,10 +168,16 @@ class Method:
         return self.plan(self.name, remediation.settings.m)
 
     def missing(
-        self, remediation: RemediationConfig, n_classes: int, has_previous: bool, scoreless: dict[str, str]
+        self,
+        remediation: RemediationConfig,
+        n_classes: int,
+        has_previous: bool,
+        scoreless: dict[str, str],
+        no_held_out: str | None = None,
     ) -> str | None:
         """Why this method cannot run (None: it can): ``scoreless`` maps a generation's role
-        ('previous', 'candidate') to the URI of its model when that model gives class labels only.
+        ('previous', 'candidate') to the URI of its model when that model gives class labels only;
+        ``no_held_out``: why the evaluation set's share the config asks for was not held out to tune on.
 
         >>> METHODS["blend"].missing(None, 10, False, {})
         'no previous generation to learn from'
@@ -149,9 +187,12 @@ class Method:
         if self.previous and not has_previous:
             return "no previous generation to learn from"
         if self.labelled and remediation.calibration is None and remediation.data is None:
+            if remediation.tuning_share is not None:
+                return no_held_out
             return (
                 "it estimates each generation's confusion matrix on labelled data other than the evaluation set: "
-                "name it with calibration: in the remediation block"
+                "name it with calibration: in the remediation block, or hold out a share of the evaluation set "
+                "with tuning_share:"
             )
         needed = [scoreless[role] for role in ("previous", "candidate") if role in self.scores and role in scoreless]
         if needed:

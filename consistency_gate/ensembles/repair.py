@@ -35,7 +35,7 @@ import pandas as pd
 
 from consistency_gate.core.evaluation import canonical_classes
 from consistency_gate.ensembles.config import RemediationConfig, check_k, check_weight
-from consistency_gate.ensembles.methods import KS, Built, Inputs, models_of
+from consistency_gate.ensembles.methods import KS, Built, Inputs, models_of, tuning_data
 
 if TYPE_CHECKING:
     from mlflow.models.model import ModelInfo
@@ -300,23 +300,22 @@ def build_repair(inputs: Inputs, remediation: RemediationConfig) -> Built:
 
 def setting_for(inputs: Inputs, remediation: RemediationConfig) -> Repair:
     """The repair's setting: as the config fixes it; else tuned with the gate's rules, each judged on its
-    strict one-sided bound (``inputs.calibration_judge``), on the ``calibration:`` file (or the
-    remediation's ``data:``), never on the evaluation set; else the default."""
-    from consistency_gate.io.predictions import read_evaluation_data
-    from consistency_gate.mlops.scoring import non_features, predict
+    strict one-sided bound (``inputs.calibration_judge``), on the ``calibration:`` file, the evaluation
+    set's held-out share or the remediation's ``data:`` (:func:`~consistency_gate.ensembles.methods.tuning_data`),
+    never on the samples it is judged on; else the default."""
+    from consistency_gate.mlops.scoring import predict
 
     method = remediation.settings.method
     if method == "blend" and remediation.weight is not None:
         return Repair("blend", weight=remediation.weight, tuned_on="config")
     if method == "rerank" and remediation.k is not None:
         return Repair("rerank", k=remediation.k, tuned_on="config")
-    source = remediation.calibration or remediation.data
-    if source is None:
+    tuning = tuning_data(inputs, remediation)
+    if tuning is None:
         return Repair(method)
-    tuning = read_evaluation_data(Path(source), remediation.label_column, None)
-    exclude = non_features(remediation.label_column, None)
-    prev_scores, cand_scores = (predict(m, tuning, exclude) for m in (inputs.baseline, inputs.candidate))
+    generations = (inputs.baseline, inputs.candidate)
+    prev_scores, cand_scores = (predict(m, tuning.frame, tuning.non_features) for m in generations)
     previous, candidate, classes = aligned(prev_scores, cand_scores)
     base = pd.DataFrame(previous, columns=classes)
-    judge = inputs.calibration_judge(tuning[remediation.label_column], base, classes, source)
-    return tune(method, previous, candidate, judge, str(source))
+    judge = inputs.calibration_judge(tuning.frame[tuning.label_column], base, classes, tuning.source)
+    return tune(method, previous, candidate, judge, tuning.source)

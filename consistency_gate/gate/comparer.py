@@ -32,6 +32,8 @@ if TYPE_CHECKING:
     from mlflow import MlflowClient
     from mlflow.data.dataset import Dataset
 
+    from consistency_gate.gate.tuning import Split
+
 
 @contextlib.contextmanager
 def add_time(timings: dict[str, float], phase: str) -> Iterator[None]:
@@ -65,6 +67,7 @@ class GateRun:
     cost: ServingCost | None = None  # the candidate's serving cost, once measured
     decision: BinaryDecision | None = None  # a binary model's answer at its threshold, once the classes are known
     floor_scores: pd.DataFrame | pd.Series | None = None  # the seed replica's scores on ``frame`` (floor:)
+    split: Split | None = None  # the evaluation set held out to tune on and judged on (tuning_share:)
 
     @property
     def run_id(self) -> str:

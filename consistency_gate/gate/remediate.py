@@ -13,7 +13,6 @@ import sys
 from collections.abc import Callable
 from dataclasses import replace
 from functools import cache, partial
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -57,7 +56,8 @@ def remediate(
     scoreless = {role: m.ref.uri for role, m in roles.items() if m is not None and m.ref.uri in comparer.label_only}
     for name in methods:
         entry, config = METHODS[name], remediation.for_method(name)
-        skipped = entry.missing(remediation, len(inputs.classes), comparer.baseline is not None, scoreless)
+        has_previous = comparer.baseline is not None
+        skipped = entry.missing(remediation, len(inputs.classes), has_previous, scoreless, inputs.no_held_out)
         skipped = skipped or entry.over_budget(inputs, config)
         if skipped:
             attempts.append({"method": name, "verdict": "skipped", "note": skipped})
@@ -85,11 +85,13 @@ def _inputs(
 
     base_version = gate.base_ref.version if gate.base_ref else ""
     carried = partial(registry.models_carried, gate.client, gate.cand_ref.name)
+    split = gate.split
     return Inputs(
         gate.frame, gate.data_path, gate.non_features, cand_model, cand_scores, comparer.baseline,
         comparer.base_scores, (base_version, gate.cand_ref.version),
         _classes_of(cand_scores, gate.frame[gate.label_column]), gate.decision, gate.quiet,
         partial(_calibration_judge, gate), cache(past), carried,
+        split.held_out if split else None, split.why_not if split else None,
     )  # fmt: skip
 
 
@@ -200,7 +202,7 @@ def _itoc_kept(single: Decision | None, attempt: Decision) -> float | None:
 
 
 def _calibration_judge(
-    gate: GateRun, labels: pd.Series, base: pd.DataFrame | pd.Series, classes: list[str], source: Path
+    gate: GateRun, labels: pd.Series, base: pd.DataFrame | pd.Series, classes: list[str], source: str
 ) -> Callable[[np.ndarray], tuple[bool, float]]:
     """``judge(scores)`` for tuning a repair on calibration data (``labels``; the baseline's scores
     ``base`` there; the repair's over ``classes``): (whether the gate's rules pass, CtoI), each rule on

@@ -52,6 +52,7 @@ class GateResult:
     links: dict[str, str] = field(default_factory=dict)  # MLflow UI links (http(s) tracking URIs only)
     warnings: list[str] = field(default_factory=list)  # e.g. a candidate identical to its baseline
     decision: dict | None = None  # a binary model's positive class and threshold (BinaryDecision.to_dict)
+    samples: dict | None = None  # which samples were judged on and which tuned on (tuning.Split.to_dict)
     html: str | None = field(default=None, repr=False)  # the HTML report (gate/report.html), once made
     unwritten: list[str] = field(default_factory=list, repr=False)  # outputs that could not be written, and why
 
@@ -150,4 +151,5 @@ class GateResult:
             "links": self.links,
             "warnings": self.warnings,
             "decision": self.decision,
+            **({"samples": self.samples} if self.samples is not None else {}),
         }

@@ -38,6 +38,7 @@ from consistency_gate.gate.floor import replica_scores
 from consistency_gate.gate.history import Generation, gate_history
 from consistency_gate.gate.result import NOTHING_TO_DECIDE, GateResult
 from consistency_gate.gate.session import GateSession
+from consistency_gate.gate.tuning import TUNING_IDS, hold_out
 from consistency_gate.gate.validate import takes_shaped_tensors, validate_inputs
 from consistency_gate.io import predictions as io
 from consistency_gate.mlops import promotion, registry, scoring, tracking
@@ -96,6 +97,11 @@ def run_gate(
             raise UsageError(f"engine must be 'local' or 'spark', got {engine!r}")
         timings: dict[str, float] = {}
         cfg = config if isinstance(config, gate_config.GateConfig) else gate_config.load_config(config)
+        if engine == "spark" and cfg.remediation is not None and cfg.remediation.tuning_share is not None:
+            raise UsageError(
+                f"{cfg.source}: remediation: tuning_share holds samples out of the evaluation set in memory, and "
+                "--engine spark reads the file in the Spark job: name a calibration: file instead"
+            )
         if floor is not None:
             cfg = replace(cfg, floor=str(floor))
         _, client = session.connect(tracking_uri)
@@ -181,6 +187,7 @@ def _gate_in_run(gate: GateRun) -> GateResult:
             gate.dataset = tracking.log_spark_evaluation_data(table, gate.data_path, gate.label_column)
         else:
             gate.dataset = tracking.log_evaluation_data(frame, gate.data_path, gate.label_column)
+        frame = _hold_out(gate)
     with gate.timed("predict"):  # on Spark: the sample only (classes, diagnosis); the job predicts the rest
         frames = [scoring.predict(m, frame, gate.non_features) for m in models]
     label_only = {m.ref.uri: why for m, f in zip(models, frames, strict=True) if (why := scoring.label_only(f))}
@@ -204,6 +211,10 @@ def _gate_in_run(gate: GateRun) -> GateResult:
     baseline = base_ref.to_dict() if base_ref else None
     result = GateResult.of(single, cand_ref.to_dict(), baseline, gate.run_id)
     result.decision = gate.decision.to_dict() if gate.decision else None
+    if gate.split is not None:
+        result.samples = gate.split.to_dict()
+        if gate.split.why_not:
+            result.warnings.append(f"nothing held out to tune repairs on: {gate.split.why_not}")
     if label_only:  # said once, for every generation that gives labels only
         which = " and ".join(f"{uri} ({why})" for uri, why in label_only.items())
         result.warnings.append(
@@ -279,6 +290,19 @@ def _promote(gate: GateRun, result: GateResult, version: str, record: Callable[[
             f"@{alias} holds {holds} (read back from the registry), but the run could not record the promotion "
             f"({type(exc).__name__}: {redact_credentials(str(exc))[:300]}): its tags and report.json predate it"
         )
+
+
+def _hold_out(gate: GateRun) -> pd.DataFrame:
+    """With ``tuning_share:`` (and no calibration file), hold that share of the evaluation set out to tune
+    repairs on (:mod:`~consistency_gate.gate.tuning`) and log its ids; returns the samples judged on."""
+    remediation = gate.cfg.remediation
+    if remediation is None or remediation.tuning_share is None:
+        return gate.frame
+    split = hold_out(gate.frame, remediation.tuning_share, gate.id_column, gate.label_column, gate.non_features)
+    gate.split, gate.frame = split, split.judged
+    if split.held_out is not None:
+        tracking.log_json({"held_out_by": split.by, "ids": list(split.held_ids)}, TUNING_IDS)
+    return gate.frame
 
 
 def _log_params(gate: GateRun) -> None:

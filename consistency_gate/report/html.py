@@ -11,7 +11,7 @@ import base64
 from consistency_gate.report.diagnose import diagnose_sections
 from consistency_gate.report.slices import CLASS_FLIP_HEADER, SLICE_HEADER
 from consistency_gate.report.text import fmt
-from consistency_gate.report.verdict import ATTEMPT_HEADER, RULE_HEADER, Verdict
+from consistency_gate.report.verdict import ATTEMPT_HEADER, RULE_HEADER, Verdict, beside_lines
 
 
 def gate_html(
@@ -43,6 +43,7 @@ def gate_html(
         rule_header=RULE_HEADER,
         attempt_header=ATTEMPT_HEADER,
         metrics=metrics,
+        beside=beside_lines(report),
         class_header=CLASS_FLIP_HEADER,
         classes=classes or [],
         slice_header=SLICE_HEADER,

@@ -210,7 +210,7 @@ def verdict_table(report: dict) -> str:
 
 def beside_lines(report: dict) -> list[str]:
     """The figures measured beside the comparison, in words: the seed-noise floor and the
-    history metrics, each with its interval (none without them).
+    history metrics, each with its interval, and the samples held out to tune on (none without them).
 
     >>> report = {"metrics": {"floor_ctoi": 0.035, "floor_con": 0.95, "ctoi_excess": 0.031, "forgotten": 0.02},
     ...     "intervals": {"floor_ctoi": [0.025, 0.048], "floor_con": [0.93, 0.96], "ctoi_excess": [0.01, 0.05],
@@ -221,6 +221,9 @@ def beside_lines(report: dict) -> list[str]:
     the candidate's CtoI exceeds the replica's by 0.0310 [0.0100, 0.0500] (ctoi_excess).
     >>> history
     'Over the champions: forgotten 0.0200 [0.0120, 0.0330].'
+    >>> samples = {"judged": 420, "tuning": 180, "tuning_share": 0.3, "held_out_by": "id", "tuning_ids": "ids.json"}
+    >>> print(beside_lines({"samples": samples})[0])
+    Samples: judged on 420; 180 held out to tune repairs on, never judged on (tuning_share 0.3, each sample by ...
     """
     metrics, intervals = report.get("metrics") or {}, report.get("intervals") or {}
 
@@ -238,6 +241,14 @@ def beside_lines(report: dict) -> list[str]:
     history = [f"{key} {shown(key)}" for key in ("forgotten", "cumulative_nfr") if key in metrics]
     if history:
         lines.append(f"Over the champions: {'; '.join(history)}.")
+    samples = report.get("samples")
+    if samples and samples["tuning"]:
+        by = "its id" if samples["held_out_by"] == "id" else "its row number"
+        lines.append(
+            f"Samples: judged on {samples['judged']:,}; {samples['tuning']:,} held out to tune repairs on, never "
+            f"judged on (tuning_share {samples['tuning_share']:g}, each sample by a hash of {by}; "
+            f"{samples['tuning_ids']} lists them)."
+        )
     return lines
 
 
