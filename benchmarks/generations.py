@@ -1,7 +1,7 @@
-"""Ten generations of one model: how many negative flips reach the users under four update policies.
+"""Ten generations of one model: how many negative flips reach the users under five update policies.
 
 A team retrains on growing data with a new seed each time: generation t trains on the first 30% + 70% t/9
-of the training split. Four policies decide what is deployed (the answers users see on the evaluation set):
+of the training split. Five policies decide what is deployed (the answers users see on the evaluation set):
 
 - ``replace``: every new generation is deployed;
 - ``gate``: the gate's default rules (``consistency-gate config --default``) against the deployed model; a
@@ -12,7 +12,10 @@ of the training split. Four policies decide what is deployed (the answers users 
   passes is deployed;
 - ``bayes``: Traeuble et al.'s update (NeurIPS 2021): every generation's answers combined per sample through
   their confusion matrices on the calibration split; the deployed answer changes only when the belief in
-  another class is more than ``--cost-ratio`` times the belief in it.
+  another class is more than ``--cost-ratio`` times the belief in it. The answer it keeps is what was
+  deployed, itself an update of every generation before: the model served carries every generation.
+- ``bayes K=3``: the same update over the last 3 generations only, keeping the answer of the generation
+  before the newest: what a budget of 3 models can serve (it carries those 3, at every retrain).
 
 These run in memory through the library's own functions (the gate's decision, the repairs' tuning and
 ``BayesUpdate``). ``--registry`` runs what a team gets instead, on digits: every generation registered in a
@@ -20,14 +23,16 @@ SQLite store and ``consistency-gate check --promote`` run in a process of its ow
 config, or ``--config FILE``); the flips are counted over what ``@champion`` held after each gate (its
 answers through the gate's own loading and scoring), checked equal to ``consistency-gate history``'s figures,
 and, with the default config, to the in-memory ``gate`` policy on the same seed.
-Data: scikit-learn's digits (a small MLP, scikit-learn) and MNIST-1D (``pip install mnist1d``;
-``make_dataset``, generated offline; the Conv1d team model and loop of ``repairs.py``, 8 epochs).
+Data: scikit-learn's digits (a small MLP, scikit-learn), MNIST-1D (``pip install mnist1d``;
+``make_dataset``, generated offline; the Conv1d team model and loop of ``repairs.py``, 8 epochs) and a
+tabular recipe (LightGBM on generated data with missing values and a category column).
 
 Prints per data set and policy the cumulative negative flips after each generation and the deployed
-accuracy, means with 95% t intervals over the seeds, the ratio of cumulative flips to ``replace``'s, and the
-final accuracy change; ``--markdown FILE`` writes the tables, ``--plot FILE`` the curves.
+accuracy, means with 95% t intervals over the seeds, the ratio of cumulative flips to ``replace``'s, the
+final accuracy change and the models the deployed model carries after the last generation;
+``--markdown FILE`` writes the tables, ``--plot FILE`` the curves.
 
-    python benchmarks/generations.py [--seeds 5] [--generations 10] [--data digits mnist1d] [--quick]
+    python benchmarks/generations.py [--seeds 5] [--generations 10] [--data digits mnist1d tabular] [--quick]
     python benchmarks/generations.py --registry [--seeds 3] [--config gate.yaml]
 """
 
@@ -51,7 +56,8 @@ from consistency_gate.gate import config as gate_config
 from consistency_gate.gate import rules
 from consistency_gate.gate.decision import Decision
 
-POLICIES = ("replace", "gate", "gate+repairs", "bayes")
+POLICIES = ("replace", "gate", "gate+repairs", "bayes", "bayes K=3")
+WINDOW = 3  # the bounded Bayesian update combines the last WINDOW plain generations (and serves as many models)
 GATE = gate_config.load_config(None)  # the packaged default rules
 TUNING = replace(
     GATE,
@@ -71,8 +77,46 @@ def digits_splits(seed: int) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     return {k: (x[i], y[i]) for k, i in (("fit", order[:a]), ("calibration", order[a:b]), ("test", order[b:]))}
 
 
+def tabular_splits(seed: int, samples: int = 12_000) -> dict[str, tuple[pd.DataFrame, np.ndarray]]:
+    """A tabular recipe's data, generated: 20 numeric features (scikit-learn's ``make_classification``, 5
+    classes, 3% label noise) with 5% of the values missing (NaN), and a category column of 8 levels that
+    moves the class; 60% training pool, 20% calibration, 20% evaluation (the same data for every seed,
+    split by the seed)."""
+    from sklearn.datasets import make_classification
+
+    x, y = make_classification(
+        n_samples=samples, n_features=20, n_informative=10, n_classes=5, flip_y=0.03, class_sep=0.8, random_state=7
+    )
+    rng = np.random.default_rng(7)
+    frame = pd.DataFrame(x, columns=[f"f{i}" for i in range(20)])
+    frame = frame.mask(rng.random(frame.shape) < 0.05)
+    region = (y + rng.integers(0, 4, len(y))) % 8  # a category that tells part of the class
+    frame["region"] = pd.Categorical([f"r{r}" for r in region], categories=[f"r{r}" for r in range(8)])
+    order = np.random.default_rng(seed).permutation(len(frame))
+    a, b = int(0.6 * len(frame)), int(0.8 * len(frame))
+    parts = (("fit", order[:a]), ("calibration", order[a:b]), ("test", order[b:]))
+    return {k: (frame.iloc[i].reset_index(drop=True), y[i]) for k, i in parts}
+
+
+def splits_of(data: str, seed: int) -> dict:
+    """The fit / calibration / test splits of a recipe's data."""
+    if data == "digits":
+        return digits_splits(seed)
+    if data == "tabular":
+        return tabular_splits(seed)
+    return mnist1d_splits(seed, samples=8_000)
+
+
 def train(data: str, x: np.ndarray, y: np.ndarray, seed: int):  # noqa: ANN201 - a function x -> probabilities
     """One generation on (x, y) with ``seed``; returns its predict-probabilities function."""
+    if data == "tabular":  # LightGBM with row and column subsampling: the seed changes the trees
+        import lightgbm
+
+        model = lightgbm.LGBMClassifier(
+            n_estimators=150, learning_rate=0.1, num_leaves=31, subsample=0.8, subsample_freq=1,
+            colsample_bytree=0.8, random_state=seed, verbose=-1,
+        ).fit(x, y)  # fmt: skip
+        return model.predict_proba
     if data == "digits":
         from sklearn.neural_network import MLPClassifier
 
@@ -106,26 +150,28 @@ def repaired(champions: list[dict], candidate: dict, y_cal: np.ndarray, y_test: 
         repair = tune(method, base["cal"], candidate["cal"], judge, "calibration")
         built = {k: repair.apply(base[k], candidate[k]) for k in ("cal", "test")}
         if passes(base["test"], built["test"], y_test, GATE)[0]:
-            return built
+            return {**built, "models": base["models"] + candidate["models"]}
     generations = [*champions[-2:], candidate]  # K = 3: the champion before, the champion, the candidate
     classes = [str(c) for c in range(base["cal"].shape[1])]
     said = {k: [g[k].argmax(axis=1) for g in generations] for k in ("cal", "test")}
     update = BayesUpdate(classes, [confusion(y_cal, s, [int(c) for c in classes]) for s in said["cal"]])
     update = tune_cost_ratio(update, said["cal"], judge, "calibration")
     built = {k: update.scores(said[k]) for k in ("cal", "test")}
+    built["models"] = sum(g["models"] for g in generations)
     return built if passes(base["test"], built["test"], y_test, GATE)[0] else None
 
 
 def one_seed(data: str, seed: int, generations: int, cost_ratio: float) -> dict[str, dict[str, list[float]]]:
     """Per policy: the cumulative negative flips and the deployed accuracy after each generation."""
-    splits = digits_splits(seed) if data == "digits" else mnist1d_splits(seed, samples=8_000)
+    splits = splits_of(data, seed)
     (x_fit, y_fit), (x_cal, y_cal), (x_test, y_test) = splits["fit"], splits["calibration"], splits["test"]
     scored = []
     for t in range(generations):
         size = int(len(x_fit) * (0.3 + 0.7 * t / max(1, generations - 1)))
         predict = train(data, x_fit[:size], y_fit[:size], 1000 * seed + t)
-        scored.append({"cal": predict(x_cal), "test": predict(x_test)})
+        scored.append({"cal": predict(x_cal), "test": predict(x_test), "models": 1})
     deployed = {p: [scored[0]["test"].argmax(axis=1)] for p in POLICIES}
+    models = {p: 1 for p in POLICIES}  # what the deployed model carries after the last generation
     champions = {"gate": [scored[0]], "gate+repairs": [scored[0]]}
     for t in range(1, generations):
         candidate = scored[t]
@@ -139,19 +185,23 @@ def one_seed(data: str, seed: int, generations: int, cost_ratio: float) -> dict[
                 if fixed is not None:
                     chain.append(fixed)
             deployed[policy].append(chain[-1]["test"].argmax(axis=1))
+            models[policy] = chain[-1]["models"]
         classes = list(range(candidate["test"].shape[1]))
-        update = BayesUpdate(
-            [str(c) for c in classes],
-            [confusion(y_cal, g["cal"].argmax(axis=1), classes) for g in scored[: t + 1]],
-            cost_ratio,
-        )
+        confusions = [confusion(y_cal, g["cal"].argmax(axis=1), classes) for g in scored[: t + 1]]
         said = [g["test"].argmax(axis=1) for g in scored[: t + 1]]
-        deployed["bayes"].append(update.answers(said, kept=deployed["bayes"][-1]))
+        update = BayesUpdate([str(c) for c in classes], confusions, cost_ratio)
+        deployed["bayes"].append(update.answers(said, kept=deployed["bayes"][-1]))  # what was deployed: all of it
+        window = slice(max(0, t + 1 - WINDOW), t + 1)  # the last plain generations, the one before the newest kept
+        bounded = BayesUpdate([str(c) for c in classes], confusions[window], cost_ratio)
+        deployed["bayes K=3"].append(bounded.answers(said[window], kept=said[-2]))
+        models["bayes"], models["bayes K=3"] = t + 1, len(said[window])
     out = {}
     for policy, answers in deployed.items():
         right = [a == y_test for a in answers]
         flips = [0] + [int((r0 & ~r1).sum()) for r0, r1 in zip(right, right[1:], strict=False)]
-        out[policy] = {"cumulative": list(np.cumsum(flips)), "accuracy": [float(r.mean()) for r in right]}
+        out[policy] = {
+            "cumulative": list(np.cumsum(flips)), "accuracy": [float(r.mean()) for r in right], "models": models[policy]
+        }  # fmt: skip
     out["n"] = len(y_test)
     return out
 
@@ -186,7 +236,8 @@ def through_the_registry(seed: int, generations: int, config: Path | None) -> di
     features.assign(label=y_test, id=[f"t{i}" for i in range(len(y_test))]).to_csv(data, index=False)
     frame = pd.read_csv(data)
     held, answers, out = None, None, {"champion": [], "cumulative": [], "accuracy": [], "models": []}
-    flips = 0
+    flips, judged_flips = 0, 0
+    judged = _judged(frame["id"], config)  # history counts over the samples gates judged on
     for t in range(generations):
         size = int(len(x_fit) * (0.3 + 0.7 * t / max(1, generations - 1)))
         model = train("digits", pd.DataFrame(x_fit[:size], columns=columns), y_fit[:size], 1000 * seed + t).__self__
@@ -210,7 +261,8 @@ def through_the_registry(seed: int, generations: int, config: Path | None) -> di
             scores = predict(load_model(ModelRef(name, champion)), frame, ("label", "id"))
             now = scores.idxmax(axis=1).astype(int).to_numpy()
             if answers is not None:
-                flips += int(((answers == y_test) & (now != y_test)).sum())
+                negative = (answers == y_test) & (now != y_test)
+                flips, judged_flips = flips + int(negative.sum()), judged_flips + int(negative[judged].sum())
             held, answers = champion, now
         out["champion"].append(held)
         out["cumulative"].append(flips if answers is not None else None)
@@ -219,7 +271,18 @@ def through_the_registry(seed: int, generations: int, config: Path | None) -> di
     history = ["history", "--model", name, "--tracking-uri", uri, "--format", "json"]
     history = subprocess.run([sys.executable, "-m", "consistency_gate", *history], capture_output=True, text=True)
     out["history"] = json.loads(history.stdout)["cumulative_negative_flips"]
+    out["judged"] = judged_flips
     return out
+
+
+def _judged(ids: pd.Series, config: Path | None) -> np.ndarray:
+    """Which evaluation samples the gates judge on: all of them, or those the config's ``tuning_share``
+    does not hold out to tune repairs on (the ledgers, and so ``history``, hold those only)."""
+    from consistency_gate.gate.tuning import held_out_mask
+
+    remediation = gate_config.load_config(config).remediation if config else None
+    share = remediation.tuning_share if remediation else None
+    return np.ones(len(ids), dtype=bool) if share is None else ~held_out_mask(ids, share)
 
 
 def registry_table(seeds: int, generations: int, config: Path | None, cost_ratio: float) -> list[str]:
@@ -238,13 +301,24 @@ def registry_table(seeds: int, generations: int, config: Path | None, cost_ratio
         memory = one_seed("digits", seed, generations, cost_ratio)
         gate, replaced = memory["gate"], memory["replace"]
         same = config is None and gate["cumulative"][-1] == run["cumulative"][-1]
+        judged = run["judged"]
+        history = f"{run['history']} ({'equal' if run['history'] == judged else f'judged samples: {judged}'})"
         lines.append(
             f"| {seed} | {' '.join(f'v{c}' for c in dict.fromkeys(run['champion']) if c)} | {run['cumulative'][-1]} | "
-            f"{run['history']} | {gate['cumulative'][-1]}{' (equal)' if same else ''} | {replaced['cumulative'][-1]} | "
+            f"{history} | {gate['cumulative'][-1]}{' (equal)' if same else ''} | {replaced['cumulative'][-1]} | "
             f"{run['accuracy'][-1]:.4f} | {replaced['accuracy'][-1]:.4f} | {run['models'][-1]} |"
         )
         print(lines[-1], f"({time.perf_counter() - start:.0f} s)", flush=True)
     return lines
+
+
+def _served(models: list[int]) -> str:
+    """The models the deployed model carries after the last generation, over the seeds.
+
+    >>> _served([1, 1]), _served([2, 5])
+    ('1', '2-5')
+    """
+    return str(min(models)) if min(models) == max(models) else f"{min(models)}-{max(models)}"
 
 
 def _fewer(total: list[float], replace_total: list[float]) -> str:
@@ -266,7 +340,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, default=None, help="5 (--registry: 3)")
     parser.add_argument("--generations", type=int, default=10)
-    parser.add_argument("--data", nargs="+", default=["digits", "mnist1d"], choices=["digits", "mnist1d"])
+    parser.add_argument(
+        "--data", nargs="+", default=["digits", "mnist1d", "tabular"], choices=["digits", "mnist1d", "tabular"]
+    )
     parser.add_argument("--cost-ratio", type=float, default=3.0, help="the bayes policy's cost ratio")
     parser.add_argument("--quick", action="store_true", help="2 seeds, 5 generations")
     parser.add_argument("--markdown", type=Path, default=None)
@@ -290,8 +366,9 @@ def main() -> None:
         lines += [
             f"\n### {data}: {args.generations} generations, {args.seeds} seeds, {n:,} evaluation samples "
             f"({time.perf_counter() - start:.0f} s)\n",
-            "| policy | cumulative negative flips | per update | vs replace | final accuracy | change vs replace |",
-            "| --- | --- | --- | --- | --- | --- |",
+            "| policy | cumulative negative flips | per update | vs replace | final accuracy | change vs replace | "
+            "models served |",
+            "| --- | --- | --- | --- | --- | --- | --- |",
         ]
         replace_total = [r["replace"]["cumulative"][-1] for r in runs]
         replace_acc = [r["replace"]["accuracy"][-1] for r in runs]
@@ -303,7 +380,7 @@ def main() -> None:
             lines.append(
                 f"| {policy} | {format_interval(total, 1)} | {format_interval(share, 4)} | "
                 f"{_fewer(total, replace_total)} | {format_interval(acc, 4)} | "
-                f"{format_interval(change, 4, signed=True)} |"
+                f"{format_interval(change, 4, signed=True)} | {_served([r[policy]['models'] for r in runs])} |"
             )
             curves[(data, policy)] = np.mean([r[policy]["cumulative"] for r in runs], axis=0)
         print("\n".join(lines[-(len(POLICIES) + 3) :]), flush=True)

@@ -5,6 +5,7 @@ test_repair_gate.py."""
 import numpy as np
 import pandas as pd
 import pytest
+from conftest import run_cli
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -75,6 +76,12 @@ def test_bad_tuning_shares_are_usage_errors(block, text):
         parse_config(RULES + "remediation:\n  strategy: [blend]\n  " + block + "\n")
 
 
-def test_a_tuning_share_is_read():
-    config = parse_config(RULES + "remediation:\n  strategy: cheapest\n  tuning_share: 0.25\n")
+def test_a_tuning_share_is_read_and_config_check_says_what_it_does(tmp_path):
+    text = RULES + "remediation:\n  strategy: cheapest\n  tuning_share: 0.25\n  max_models: 2\n"
+    config = parse_config(text)
     assert config.remediation.tuning_share == 0.25 and config.remediation.calibration is None
+    (tmp_path / "gate.yaml").write_text(text)
+    proc = run_cli("config", "--check", tmp_path / "gate.yaml")
+    assert proc.returncode == 0, proc.stderr
+    assert "repairs tuned on 25% of the evaluation set held out by id (tuning_share), never judged on" in proc.stdout
+    assert "at most 2 models in what remediation registers (max_models)" in proc.stdout

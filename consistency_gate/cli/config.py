@@ -54,6 +54,15 @@ def config(show_default: bool, check_path: Path | None) -> None:
             f"  remediation: {' then '.join(remediation.methods)} "
             f"(m={settings.m}, N={settings.n_snapshots}, epochs={settings.epochs}), {data}"
         )
+        if remediation.calibration is not None:
+            click.echo(f"  repairs tuned on {remediation.calibration}")
+        elif remediation.tuning_share is not None:
+            click.echo(
+                f"  repairs tuned on {remediation.tuning_share:.0%} of the evaluation set held out by id "
+                "(tuning_share), never judged on"
+            )
+        if remediation.max_models is not None:
+            click.echo(f"  at most {remediation.max_models} models in what remediation registers (max_models)")
 
 
 @click.command()
