@@ -149,6 +149,7 @@ class Comparer:
     label_only: dict[str, str] = field(default_factory=dict)  # model URI -> why it answers with labels only
     single: Decision | None = None  # the candidate's own decision, once made (a repair's ItoC kept is against it)
     past: list[Generation] | None = None  # the champions before the baseline, read once (history rules)
+    unread: dict[str, str] = field(default_factory=dict)  # why a champion of ``past`` has no answers
     replica: pd.DataFrame | None = None  # the seed replica's answers (floor:), once computed
 
     def decide(self, cand_scores: pd.DataFrame, cand_model: SparkModel, cost: dict | None = None) -> Decision:
@@ -197,8 +198,9 @@ class Comparer:
         figures = Figures()
         if cfg.needs_history:
             if self.past is None:
-                self.past = champions_before(gate.client, gate.cand_ref.name, gate.base_ref.version)
-            figures.update(history_figures(cfg.rules, self.past, samples, cfg.confidence, cfg.interval_method))
+                self.past, self.unread = champions_before(gate.client, gate.cand_ref.name, gate.base_ref.version)
+            level, method = cfg.confidence, cfg.interval_method
+            figures.update(history_figures(cfg.rules, self.past, samples, level, method, self.unread))
         if gate.floor_scores is not None:
             if samples.empty:
                 for key in names.FLOOR_METRICS:

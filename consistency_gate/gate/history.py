@@ -57,7 +57,8 @@ def model_history(client: MlflowClient, name: str, last: int = DEFAULT_LAST, lev
         # (41, 0.012)
     """
     records = gate_records(client, name)
-    answers = answers_of(client, records)
+    found = answers_of(client, records)
+    answers = found.by_version
     chain = champions(records)
     h = history([(v, answers.get(v)) for v in chain], level)
     newest = records[-1]
@@ -84,7 +85,8 @@ def model_history(client: MlflowClient, name: str, last: int = DEFAULT_LAST, lev
         "model": name,
         "confidence": level,
         "champions": chain,
-        "missing": [v for v in dict.fromkeys([*chain, newest.candidate]) if v not in answers],
+        "missing": (missing := [v for v in dict.fromkeys([*chain, newest.candidate]) if v not in answers]),
+        "missing_reasons": {v: found.why_missing(v) for v in missing},
         "steps": [s.to_dict() for s in h.steps],
         "cumulative_negative_flips": h.cumulative_negative_flips,
         "ever_regressed": h.ever_regressed,
@@ -106,24 +108,26 @@ def pair_answers(samples: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     return tuple(answers(samples["id"], samples["label"], s) for s in said)
 
 
-def champions_before(client: MlflowClient, name: str, baseline: str) -> list[Generation]:
+def champions_before(client: MlflowClient, name: str, baseline: str) -> tuple[list[Generation], dict[str, str]]:
     """The champions promoted before ``baseline`` (the gate's baseline, today's champion), oldest
-    first, each with its answers from the gates' ledgers; none when the model has no gate yet.
+    first, each with its answers from the gates' ledgers (none when the model has no gate yet), and
+    for each champion without answers, why (:meth:`~consistency_gate.mlops.ledger.Answers.why_missing`).
 
     Example::
 
-        [v for v, _ in champions_before(client, "fraud-clf", "5")]
+        past, unread = champions_before(client, "fraud-clf", "5")
+        [v for v, _ in past]
         # ['1', '2', '3']
     """
     try:
         records = gate_records(client, name)
     except ModelError:  # no gate has run: the baseline is the only champion known
-        return []
+        return [], {}
     chain = champions(records)
     if baseline in chain:
         chain = chain[: len(chain) - chain[::-1].index(baseline) - 1]
     found = answers_of(client, records)
-    return [(v, found.get(v)) for v in chain]
+    return [(v, found.get(v)) for v in chain], {v: found.why_missing(v) for v in chain if found.get(v) is None}
 
 
 def last(generations: Sequence[Generation], count: int) -> list[Generation]:
@@ -136,12 +140,19 @@ def last(generations: Sequence[Generation], count: int) -> list[Generation]:
 
 
 def history_figures(
-    rules: Sequence[Rule], past: Sequence[Generation], samples: pd.DataFrame, level: float, method: str = "wilson"
+    rules: Sequence[Rule],
+    past: Sequence[Generation],
+    samples: pd.DataFrame,
+    level: float,
+    method: str = "wilson",
+    unread: dict[str, str] | None = None,
 ) -> Figures:
     """The history metrics the ``rules`` name, for the candidate of a gate whose flip table is
     ``samples`` (id, label, both answers): ``forgotten`` against the baseline and the champions of
     ``past`` before it, ``cumulative_nfr`` over their updates and the candidate's, each over the
-    last K champions its rule names (``history: K``, the baseline included).
+    last K champions its rule names (``history: K``, the baseline included). A champion its rule names
+    without answers (``unread``: why) makes the metric null with the reason, so its rule fails: a
+    figure over fewer champions than the rule names would pass a candidate that was never judged on them.
 
     >>> samples = pd.DataFrame({"id": ["a", "b"], "label": ["x", "x"], "previous_prediction": ["x", "x"],
     ...     "candidate_prediction": ["y", "x"]})
@@ -149,6 +160,9 @@ def history_figures(
     >>> rules = [Rule("forgotten", "max", 0.1, history=2), Rule("cumulative_nfr", "max", 0.1, history=2)]
     >>> history_figures(rules, past, samples, 0.95).metrics
     {'forgotten': 0.5, 'cumulative_nfr': 0.5}
+    >>> figures = history_figures(rules, [("1", None)], samples, 0.95, unread={"1": "run r: bad ledger"})
+    >>> figures.metrics["forgotten"], figures.null_reasons["forgotten"][:43]
+    (None, "v1's answers are in no usable ledger (run r")
     """
     figures = Figures()
     if samples.empty:
@@ -158,7 +172,16 @@ def history_figures(
     base, cand = pair_answers(samples)
     for rule in rules:
         before = last(past, (rule.history or 1) - 1)
-        if rule.metric == "forgotten":
+        absent = [v for v, a in before if a is None]
+        if rule.metric in HISTORY_METRICS and absent:
+            why = (unread or {}).get(absent[0], "no gate run of the model logged its answers")
+            figures.null(
+                rule.metric,
+                f"v{absent[0]}'s answers are in no usable ledger ({why}): {rule.metric} cannot be measured over the "
+                f"{rule.history} champions its rule names, so the rule fails; gate v{absent[0]} again to log its "
+                "answers, or name fewer champions (history:)",
+            )
+        elif rule.metric == "forgotten":
             held = [a for _, a in before if a is not None]
             figures.update(forgotten_figures(cand, [*held, base], level, method))
         elif rule.metric == "cumulative_nfr":

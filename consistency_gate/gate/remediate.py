@@ -79,7 +79,7 @@ def _inputs(
     """What the gate hands every method's builder."""
 
     def past(count: int) -> list[tuple[str, scoring.LoadedModel]]:
-        earlier = last(champions_before(gate.client, gate.cand_ref.name, gate.base_ref.version), count)
+        earlier = last(champions_before(gate.client, gate.cand_ref.name, gate.base_ref.version)[0], count)
         refs = [registry.resolve_version(gate.client, gate.cand_ref.name, v) for v, _ in earlier]
         return [(ref.version, scoring.load_model(ref, gate.cfg.classes)) for ref in refs]
 

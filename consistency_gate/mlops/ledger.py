@@ -35,6 +35,7 @@ class GateRecord:
     promoted: bool | None
     registered: str | None  # a repair registered in the candidate's place
     repair_run: str | None  # the run whose ledger holds the repair's answers
+    n: int | None = None  # the samples the gate judged on: the rows its ledger must hold
 
     @property
     def promoted_version(self) -> str | None:
@@ -86,54 +87,115 @@ def _record(client: MlflowClient, run_id: str) -> GateRecord | None:
         report.get("promoted"),
         report.get("registered_version"),
         repair.get("run_id") if report.get("registered_version") else None,
+        report.get("n"),
     )
 
 
-def answers_of(client: MlflowClient, records: list[GateRecord]) -> dict[str, pd.DataFrame]:
-    """Each version's answers (``id``, ``label``, ``answer``): the union of every ledger that holds them,
-    so a version gated on 500 samples and later compared against on 620 answers all 620. An id answered
-    in several ledgers takes its answer from the latest gate that judged the version itself (its own gate as
-    a candidate, or a repair's own run), then from the latest gate that compared against it.
+@dataclass(frozen=True)
+class Answers:
+    """Each version's answers (``id``, ``label``, ``answer``) from the gates' ledgers, and for a version a
+    ledger should have answered but could not (unreadable, wrong columns, repeated ids, not the rows its
+    gate judged), why."""
+
+    by_version: dict[str, pd.DataFrame]
+    unread: dict[str, str]  # version -> why a ledger that would hold its answers was not used
+
+    def get(self, version: str) -> pd.DataFrame | None:
+        """The version's answers, or None."""
+        return self.by_version.get(version)
+
+    def why_missing(self, version: str) -> str:
+        """Why ``version`` has no answers, in words.
+
+        >>> Answers({}, {"3": "run abc: gate/answers.parquet has 0 rows, its gate judged 500"}).why_missing("3")
+        'run abc: gate/answers.parquet has 0 rows, its gate judged 500'
+        >>> Answers({}, {}).why_missing("2")
+        'no gate run of the model logged its answers'
+        """
+        return self.unread.get(version, "no gate run of the model logged its answers")
+
+
+def answers_of(client: MlflowClient, records: list[GateRecord]) -> Answers:
+    """Each version's answers: the union of every ledger that holds them, so a version gated on 500 samples
+    and later compared against on 620 answers all 620. An id answered in several ledgers takes its answer
+    from the latest gate that judged the version itself (its own gate as a candidate, or a repair's own run),
+    then from the latest gate that compared against it. Each ledger is checked first (:func:`checked_ledger`);
+    one that fails is not used, and the versions it would have answered say why.
 
     Example::
 
-        answers_of(client, gate_records(client, "fraud-clf"))["3"].head(2)
+        answers_of(client, gate_records(client, "fraud-clf")).get("3").head(2)
     """
-    ledgers = {r.run_id: _ledger(client, r.run_id) for r in records}  # each read once
     held: dict[str, list[pd.DataFrame]] = {}
+    unread: dict[str, str] = {}
+    ledgers: dict[str, tuple[pd.DataFrame | None, str | None]] = {}  # each run's read once
+
+    def read(run_id: str, n: int | None, versions: dict[str, str]) -> None:
+        if run_id not in ledgers:
+            ledgers[run_id] = checked_ledger(client, run_id, n)
+        ledger, why = ledgers[run_id]
+        for version, column in versions.items():
+            if ledger is not None:
+                held.setdefault(version, []).append(_column(ledger, column))
+            elif why:
+                unread.setdefault(version, why)
+
     for record in reversed(records):  # the version's own answers first, the latest first
-        if ledgers[record.run_id] is not None:
-            held.setdefault(record.candidate, []).append(_column(ledgers[record.run_id], "candidate"))
+        read(record.run_id, record.n, {record.candidate: "candidate"})
         if record.registered and record.repair_run:
-            repair = _ledger(client, record.repair_run)
-            if repair is not None:
-                held.setdefault(record.registered, []).append(_column(repair, "candidate"))
+            read(record.repair_run, record.n, {record.registered: "candidate"})
     for record in reversed(records):  # then the answers gates compared against
-        if record.baseline and ledgers[record.run_id] is not None:
-            held.setdefault(record.baseline, []).append(_column(ledgers[record.run_id], "previous"))
-    return {
+        if record.baseline:
+            read(record.run_id, record.n, {record.baseline: "previous"})
+    answers = {
         version: pd.concat(frames, ignore_index=True).drop_duplicates("id", keep="first").reset_index(drop=True)
         for version, frames in held.items()
     }
+    return Answers(answers, {v: why for v, why in unread.items() if v not in answers})
 
 
 def _column(ledger: pd.DataFrame, which: str) -> pd.DataFrame:
     return pd.DataFrame({"id": ledger["id"], "label": ledger["label"], "answer": ledger[which]}).astype(str)
 
 
-def _ledger(client: MlflowClient, run_id: str) -> pd.DataFrame | None:
-    """A gate run's ledger (``id``, ``label``, ``previous``, ``candidate``), or None if it logged none."""
+LEDGER_COLUMNS = ("id", "label", "previous", "candidate")
+
+
+def checked_ledger(client: MlflowClient, run_id: str, n: int | None) -> tuple[pd.DataFrame | None, str | None]:
+    """A gate run's ledger (``id``, ``label``, ``previous``, ``candidate``, as text) and None, or None and
+    why it cannot be used: not Parquet, other columns, an id twice, or not the ``n`` rows its gate judged.
+    A run that logged no ledger (older than it) is read from its flip table (None, None when it has
+    neither)."""
+    where = f"run {run_id}: {LEDGER}"
     with tempfile.TemporaryDirectory() as tmp:
         try:
             path = client.download_artifacts(run_id, LEDGER, tmp)
-            return pd.read_parquet(path).astype(str)
-        except Exception:  # noqa: BLE001 - a run before the ledger: its flip table holds the same answers
-            flips = _artifact_json(client, run_id, "gate/flips.json")
+        except Exception:  # noqa: BLE001 - no ledger (MLflow raises several kinds): a run before it, or on Spark
+            return _flip_table(client, run_id), None
+        try:
+            ledger = pd.read_parquet(path)
+        except Exception as exc:  # noqa: BLE001 - pyarrow raises several kinds for a file that is not Parquet
+            return None, f"{where} is not a readable Parquet file ({type(exc).__name__}: {str(exc)[:120]})"
+    absent = [c for c in LEDGER_COLUMNS if c not in ledger.columns]
+    if absent:
+        return None, f"{where} has columns {list(map(str, ledger.columns))}, not {', '.join(LEDGER_COLUMNS)}"
+    ledger = ledger[list(LEDGER_COLUMNS)].astype(str)
+    repeated = ledger["id"][ledger["id"].duplicated()]
+    if len(repeated):
+        return None, f"{where} holds id '{repeated.iloc[0]}' more than once"
+    if n is not None and len(ledger) != n:
+        return None, f"{where} holds {len(ledger)} rows where its gate judged {n} samples"
+    return ledger, None
+
+
+def _flip_table(client: MlflowClient, run_id: str) -> pd.DataFrame | None:
+    """A run's answers from its flip table (``gate/flips.json``), for runs older than the ledger."""
+    flips = _artifact_json(client, run_id, "gate/flips.json")
     if not flips:
         return None
     table = pd.DataFrame(flips["data"], columns=flips["columns"])
     names = {"previous_prediction": "previous", "candidate_prediction": "candidate"}
-    return table.rename(columns=names)[["id", "label", "previous", "candidate"]].astype(str)
+    return table.rename(columns=names)[list(LEDGER_COLUMNS)].astype(str)
 
 
 def _artifact_json(client: MlflowClient, run_id: str, path: str) -> dict | None:

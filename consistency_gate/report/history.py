@@ -79,10 +79,9 @@ def _history_parts(report: dict) -> tuple[str, list[list], list[str]]:
             f"(right under one of {against}, wrong now)."
         )
     if report["missing"]:
-        lines.append(
-            "No logged answers for " + ", ".join(f"v{v}" for v in report["missing"]) + ": the updates they take part "
-            "in are left out (their gates ran before the ledger, or on Spark)."
-        )
+        reasons = report.get("missing_reasons") or {}
+        said = [f"v{v}" + (f" ({reasons[v]})" if v in reasons else "") for v in report["missing"]]
+        lines.append(f"No usable answers for {'; '.join(said)}: the updates they take part in are left out.")
     return title, rows, lines
 
 
