@@ -105,8 +105,9 @@ def test_a_history_rule_naming_a_champion_without_a_usable_ledger_fails_safe(sto
     assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
     assert report["verdict"] == "failed" and report["promoted"] is False and report["passed_version"] is None
     (rule,) = [r for r in report["rules"] if r["metric"] == "forgotten"]
-    assert rule["held"] is False and rule["value"] is None
+    assert rule["held"] is False and rule["value"] is None and report["null_reasons"]["forgotten"] in rule["note"]
     note = report["null_reasons"]["forgotten"]
+    assert f"metric is null: rule fails ({note})" in proc.stdout  # the rule table says why, on its row
     assert note.startswith("v1's answers are in no usable ledger (run ") and REASONS[broken] in note
     assert "gate v1 again to log its answers, or name fewer champions (history:)" in note
     client = MlflowClient(tracking_uri=store["uri"])

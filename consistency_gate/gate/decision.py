@@ -77,6 +77,7 @@ class Decision:
             level=cfg.confidence,
             n=comparison.n,
             slices=comparison.slices,
+            null_reasons=comparison.null_reasons,
         )
         reported = reported_metrics(comparison.metrics, cfg.ks, first_generation)
         warnings = []

@@ -227,11 +227,13 @@ def evaluate_rules(
     level: float = 0.95,
     n: int = 0,
     slices: Sequence[SliceResult] = (),
+    null_reasons: dict[str, str] | None = None,
 ) -> list[RuleResult]:
     """Check each rule against the measured metrics; a ``decide: upper/lower`` rule against the
     one-sided ``bounds`` at ``level`` (``{key: [lower, upper]}``, see
     :meth:`~consistency_gate.core.counts.ConsistencyCounts.bounds`), reported beside the two-sided
-    ``intervals``. A null metric, or a missing bound a rule needs, fails its rule. A rule on a share
+    ``intervals``. A null metric, or a missing bound a rule needs, fails its rule (its note says why, from
+    ``null_reasons``). A rule on a share
     of the ``n`` samples that fails on its bound although its estimate meets the threshold says how
     many samples would pass it with 80% power. A ``per_slice`` rule is checked on each of the
     ``slices`` with at least ``min_slice_size`` samples, and holds when it holds on all of them.
@@ -248,7 +250,11 @@ def evaluate_rules(
         elif rule.per_slice:
             results.append(_check_slices(rule, slices, level))
         else:
-            results.append(_check(rule, metrics, intervals or {}, bounds or {}, level, n))
+            result = _check(rule, metrics, intervals or {}, bounds or {}, level, n)
+            why = (null_reasons or {}).get(rule.metric)
+            if result.value is None and result.held is False and why:
+                result = replace(result, note=f"{result.note} ({why})")
+            results.append(result)
     return results
 
 
