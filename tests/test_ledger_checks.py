@@ -120,3 +120,23 @@ def test_with_the_ledger_whole_the_same_rule_is_measured(store, tmp_path):
     result = run_gate(MODEL, store["data"], candidate="4", config=parse_config(config.read_text()),
                       tracking_uri=store["uri"], id_column="id")  # fmt: skip
     assert result.metrics["forgotten"] is not None and "forgotten" not in result.null_reasons
+
+
+def test_a_promotion_no_gate_recorded_stays_in_the_chain(store):
+    """v2 passes a gate that does not promote, and @champion is moved to it by hand (as after a gate killed
+    at the alias move); v3's gate, against @champion, promotes. The chain is what held the alias, v1 v2 v3,
+    not v2 v3 (from the promotions alone), and history counts both updates."""
+    name = "iris-chain"
+    x, y = iris_frames()
+    for model in _recipe_models(x, y)[:3]:
+        _register(model, name)
+    client = MlflowClient(tracking_uri=store["uri"], registry_uri=store["uri"])
+    client.set_registered_model_alias(name, "champion", "1")
+    gate = dict(config=PASS, tracking_uri=store["uri"], id_column="id")
+    assert run_gate(name, store["data"], candidate="2", **gate).verdict == "passed"
+    client.set_registered_model_alias(name, "champion", "2")
+    assert run_gate(name, store["data"], candidate="3", promote=True, **gate).promoted is True
+    proc = run_cli("history", "--model", name, "--tracking-uri", store["uri"], "--format", "json")
+    report = json.loads(proc.stdout)
+    assert proc.returncode == 0 and report["champions"] == ["1", "2", "3"], proc.stdout + proc.stderr
+    assert [(s["previous"], s["version"]) for s in report["steps"]] == [("1", "2"), ("2", "3")]

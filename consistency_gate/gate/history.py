@@ -31,19 +31,24 @@ DEFAULT_LAST = 5  # champions a candidate is compared with for `forgotten`
 
 
 def champions(records: list[GateRecord]) -> list[str]:
-    """The versions that held the baseline alias, in the order they were promoted: the first
-    promoting gate's baseline, then each version a gate promoted (a repair where one was registered).
+    """The versions that held the baseline alias, in the order they held it, from what the gates saw and
+    did: each gate against the alias (or promoting) names the version that held it then, its baseline, and
+    each promoting gate the version it moved the alias to (a repair where one was registered). A promotion
+    that a gate did not record (killed at the alias move, or recorded as unknown) still enters the chain
+    through the next gate's baseline.
 
-    >>> r = lambda c, b, p: GateRecord("run", c, b, "passed", "passed", p, None, None)
+    >>> r = lambda c, b, p: GateRecord("run", c, b, "passed", "passed", p, None, None, held_alias=True)
     >>> champions([r("2", "1", True), r("3", "2", False), r("4", "2", True)])
     ['1', '2', '4']
+    >>> champions([r("6", "5", None), r("7", "6", True)])  # v6's promotion unrecorded: v7's gate saw it
+    ['5', '6', '7']
     """
-    promoted = [r for r in records if r.promoted_version is not None]
-    first = (promoted[0] if promoted else records[-1]).baseline
-    chain = [first] if first else []
-    for record in promoted:
-        if not chain or chain[-1] != record.promoted_version:
-            chain.append(record.promoted_version)
+    chain: list[str] = []
+    for record in records:
+        held = record.baseline if record.held_alias else None
+        for version in (held, record.promoted_version):
+            if version is not None and (not chain or chain[-1] != version):
+                chain.append(version)
     return chain
 
 

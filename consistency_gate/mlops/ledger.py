@@ -36,6 +36,7 @@ class GateRecord:
     registered: str | None  # a repair registered in the candidate's place
     repair_run: str | None  # the run whose ledger holds the repair's answers
     n: int | None = None  # the samples the gate judged on: the rows its ledger must hold
+    held_alias: bool = False  # its baseline held the baseline alias when it ran (gated against it, or promoting)
 
     @property
     def promoted_version(self) -> str | None:
@@ -88,6 +89,7 @@ def _record(client: MlflowClient, run_id: str) -> GateRecord | None:
         report.get("registered_version"),
         repair.get("run_id") if report.get("registered_version") else None,
         report.get("n"),
+        bool(base.get("alias")) or report.get("promotion") is not None,
     )
 
 
