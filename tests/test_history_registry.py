@@ -275,3 +275,31 @@ def test_the_bayesian_update_repairs_a_candidate_over_three_generations(gated, t
         assert proc.returncode == 0 and report["registered_version"] is not None
         version = MlflowClient(tracking_uri=gated["uri"]).get_model_version(MODEL, report["registered_version"])
         assert version.tags["consistency_gate.kind"] == "bayesian-update"
+
+
+@pytest.mark.parametrize(
+    ("damage", "message"),
+    [
+        (lambda scores: scores.head(0), "replica.csv: no rows of floor predictions (a header only)"),
+        (
+            lambda scores: scores.rename(columns={"setosa": "Setosa"}),
+            "replica.csv: the floor's class columns Setosa, versicolor, virginica are not the baseline's classes",
+        ),
+    ],
+    ids=["header only", "a class column renamed"],
+)
+def test_a_bad_floor_file_is_one_line_naming_it(gated, tmp_path, damage, message):
+    """A floor prediction file that cannot be the replica's answers is exit 3 naming that file (not the
+    evaluation data, not exit 6)."""
+    x = gated["x"]
+    model = gated["models"][5]
+    scores = pd.DataFrame(model.predict_proba(x), columns=model.classes_).assign(id=[f"s{i}" for i in range(len(x))])
+    damage(scores).to_csv(tmp_path / "replica.csv", index=False)
+    config = tmp_path / "gate.yaml"
+    config.write_text(f"floor: {tmp_path / 'replica.csv'}\nrules:\n  - {{metric: ctoi_excess, max: 0.5}}\n")
+    proc = run_cli(
+        "check", "--model", MODEL, "--candidate", "4", "--data", gated["data"], "--id-column", "id",
+        "--config", config, "--tracking-uri", gated["uri"],
+    )  # fmt: skip
+    last = proc.stderr.strip().splitlines()[-1]
+    assert proc.returncode == 3 and message in last and "Traceback" not in proc.stderr, proc.stderr

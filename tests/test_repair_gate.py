@@ -118,9 +118,10 @@ def test_a_repair_of_pytorch_generations_with_tensor_inputs(store, tmp_path):
         ("strategy: [rerank]\n  k: 1", 2, "k (rerank) must be an integer >= 2"),
         ("strategy: [blend]\n  weight: 1.5", 2, "weight (blend) must be in [0, 1]"),
         ("strategy: [blend]\n  calibration: {bad}", 3, "label 'tulip' is not a class of any generation"),
+        ("strategy: [bayesian-update]\n  calibration: {bad}", 3, "row 1: label 'tulip' is not a class of any"),
         ("strategy: [blend]\n  max_models: 0", 2, "max_models"),
     ],
-    ids=["k below 2", "weight above 1", "unknown class in calibration", "a budget of no model"],
+    ids=["k below 2", "weight above 1", "unknown class in calibration", "unknown class, bayes", "a budget of no model"],
 )
 def test_bad_repair_settings_are_one_line_errors(store, tmp_path, block, code, message):
     bad = tmp_path / "bad.csv"

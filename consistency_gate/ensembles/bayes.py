@@ -245,7 +245,8 @@ def build_bayes(inputs: Inputs, remediation: RemediationConfig) -> Built:
     said_eval = [answer_labels(s, inputs.decision) for s in on_eval]
     said_tuning = [answer_labels(s, inputs.decision) for s in on_tuning]
     seen = {str(c) for s in on_eval if isinstance(s, pd.DataFrame) for c in s.columns}
-    seen |= {str(v) for v in tuning[label]} | {a for said in said_eval + said_tuning for a in said}
+    seen |= {a for said in said_eval + said_tuning for a in said} | {str(v) for v in inputs.frame[inputs.label_column]}
+    held.check_labels(seen)
     classes = canonical_classes([sorted(seen)])
     update = BayesUpdate(classes, [confusion(tuning[label], s, classes) for s in said_tuning])
     tuning_idx = [class_indices(s, classes) for s in said_tuning]

@@ -26,6 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
+from consistency_gate.errors import DataError
+
 if TYPE_CHECKING:
     import pandas as pd
     from mlflow.models.model import ModelInfo
@@ -69,6 +71,27 @@ class TuningData:
     non_features: tuple[str, ...]  # the columns no model reads
     source: str  # how the report names them (a file, or the held-out share)
 
+    def check_labels(self, known: set[str]) -> None:
+        """DataError (exit 3) naming the first row whose label is not one of the ``known`` classes (what
+        the generations answer): tuned on labels no model knows, a repair would fit noise.
+
+        >>> import pandas as pd
+        >>> frame = pd.DataFrame({"label": ["cat", "tulip"]})
+        >>> TuningData(frame, "label", ("label",), "calib.csv").check_labels({"cat", "dog"})
+        Traceback (most recent call last):
+        ...
+        consistency_gate.errors.DataError: calib.csv: row 2: label 'tulip' is not a class of any generation ...
+        """
+        labels = self.frame[self.label_column].astype(str)
+        unknown = ~labels.isin(known)
+        if unknown.any():
+            row = int(unknown.to_numpy().argmax())
+            raise DataError(
+                f"{self.source}: row {row + 1}: label {labels.iloc[row]!r} is not a class of any generation "
+                f"(known classes: {', '.join(sorted(known)[:10])}{' ...' if len(known) > 10 else ''}); "
+                f"{int(unknown.sum())} of {len(labels)} rows are: label the tuning data with the models' classes"
+            )
+
 
 @dataclass(frozen=True)
 class Inputs:
@@ -95,6 +118,7 @@ class Inputs:
     carried: Callable[[str], int]
     held_out: TuningData | None = None  # the share of the evaluation set held out to tune on (tuning_share:)
     no_held_out: str | None = None  # why the share the config asks for was not held out
+    label_column: str = "label"  # the evaluation set's true class
 
 
 def tuning_data(inputs: Inputs, remediation: RemediationConfig) -> TuningData | None:

@@ -200,7 +200,8 @@ def _gate_in_run(gate: GateRun) -> GateResult:
         gate.measure_candidate_cost(models[-1])
     if cfg.floor is not None and base_ref is not None:
         with gate.timed("predict"):
-            gate.floor_scores = replica_scores(gate)
+            scored = frames[0] if isinstance(frames[0], pd.DataFrame) else None
+            gate.floor_scores = replica_scores(gate, None if scored is None else [str(c) for c in scored.columns])
     gate.decision = binary_decision(cfg.decision, frames)
     base_scores = frames[0] if base_ref else None
     comparer = Comparer(gate, models[0] if base_ref else None, base_scores, label_only)

@@ -38,6 +38,12 @@ class Split:
     by: str  # "id" (a hash of each sample's id) or "row" (of its row number, from 0)
     held_ids: tuple[str, ...] = ()  # the held-out samples' ids (or row numbers), as text
     why_not: str | None = None
+    judged_rows: np.ndarray | None = None  # the judged samples' row numbers in the evaluation set (None: all)
+
+    @property
+    def rows(self) -> int:
+        """The evaluation set's samples, judged and held out."""
+        return len(self.judged) + (0 if self.held_out is None else len(self.held_out.frame))
 
     def to_dict(self) -> dict:
         """What the report says about it (``samples``)."""
@@ -84,4 +90,4 @@ def hold_out(
     source = f"the evaluation set's held-out share ({tuned} samples, tuning_share {share})"
     held = TuningData(frame[mask].reset_index(drop=True), label_column, non_features, source)
     held_ids = tuple(ids[mask].astype(str))
-    return Split(frame[~mask].reset_index(drop=True), held, share, by, held_ids)
+    return Split(frame[~mask].reset_index(drop=True), held, share, by, held_ids, judged_rows=np.flatnonzero(~mask))
