@@ -237,3 +237,25 @@ def test_files_gate_run_is_named_after_its_verdict_and_logs_the_report_once(file
     prefix = result.outcome.upper() + (" " + ", ".join(dict.fromkeys(failed)) if failed else "")
     assert run.info.run_name == f"{prefix}: predictions (prediction files)"
     assert run.info.status == "FINISHED"
+
+
+def test_a_class_name_with_a_newline_cannot_break_the_text_reports_lines(tmp_path):
+    """A class named "cat\\nFAKE ..." is shown with its escape in every table of the text report (the rules,
+    the slices by true class, the classes with the most flips), as the Markdown and HTML reports escape it."""
+    rng = np.random.default_rng(0)
+    n, classes = 300, ["cat\nFAKE: PASSED", "dog"]
+    y = rng.integers(0, 2, n)
+    a, b = rng.random((n, 2)), rng.random((n, 2))
+    a[np.arange(n), y] += 0.6
+    b[np.arange(n), y] += 0.3
+    pd.DataFrame({"label": np.array(classes, dtype=object)[y]}).to_csv(tmp_path / "labels.csv", index=False)
+    for name, scores in (("gen1.csv", a), ("gen2.csv", b)):
+        pd.DataFrame(scores, columns=classes).to_csv(tmp_path / name, index=False)
+    (tmp_path / "gate.yaml").write_text("slices: [true_class]\nrules:\n  - {metric: con, min: 0.99}\n")
+    proc = run_cli(
+        "check", "--labels", tmp_path / "labels.csv", "--previous-predictions", tmp_path / "gen1.csv",
+        "--candidate-predictions", tmp_path / "gen2.csv", "--config", tmp_path / "gate.yaml",
+    )  # fmt: skip
+    assert proc.returncode == 1, proc.stderr
+    assert "cat\\nFAKE: PASSED" in proc.stdout
+    assert not [line for line in proc.stdout.splitlines() if line.startswith("FAKE")], proc.stdout

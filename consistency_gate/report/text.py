@@ -56,14 +56,16 @@ def fmt_share(value: float | None) -> str:
 
 
 def table(rows: Sequence[Sequence[object]], header: Sequence[str]) -> str:
-    """A left-aligned text table with a rule under the header.
+    r"""A left-aligned text table with a rule under the header; a cell's control characters are escaped
+    (:func:`printable`), so that a class named ``"a\nb"`` cannot break the table's lines.
 
-    >>> print(table([["con", 0.5]], ["metric", "value"]))
+    >>> print(table([["con", 0.5], ["a\nb", 1]], ["metric", "value"]))
     metric  value
     ------  ------
     con     0.5000
+    a\nb    1
     """
-    cells = [[str(h) for h in header]] + [[fmt(c) for c in row] for row in rows]
+    cells = [[str(h) for h in header]] + [[printable(fmt(c)) for c in row] for row in rows]
     widths = [max(len(row[i]) for row in cells) for i in range(len(header))]
     lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in cells]
     lines.insert(1, "  ".join("-" * w for w in widths))
@@ -86,6 +88,15 @@ _MARKDOWN_SPECIAL = re.compile(r"([\\`\[\]|])")  # escapes, code, links, table c
 
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]+")
+
+
+def printable(text: str) -> str:
+    r"""``text`` with each control character as its Python escape.
+
+    >>> print(printable("cat\ndog\x00"))
+    cat\ndog\x00
+    """
+    return _CONTROL.sub(lambda run: repr(run.group())[1:-1], text)
 
 
 _TAG_OPEN = re.compile(r"<(?=[A-Za-z/!?])")

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from consistency_gate.report.slices import SLICE_HEADER, slice_rows, slices_markdown
-from consistency_gate.report.text import fmt, fmt_share, markdown_safe, milliseconds, table
+from consistency_gate.report.text import fmt, fmt_share, markdown_safe, milliseconds, printable, table
 
 
 def generation_name(ref: dict) -> str:
@@ -192,7 +192,7 @@ def verdict_table(report: dict) -> str:
         lines += [*([""] if lines else []), f"{title}: {section.verdict}", "", table(section.rules, RULE_HEADER)]
         if number == 0:
             lines += [f"\n{line}" for line in [decision_line(report.get("decision")), *beside_lines(report)] if line]
-            lines += [f"\nWarning: {warning}." for warning in view.warnings]
+            lines += [f"\nWarning: {printable(warning)}." for warning in view.warnings]
     lines += [f"\n{line}" for line in (view.cost, view.registered) if line]
     if view.attempts:
         lines += ["", "Remediation attempts, in the order tried:", table(view.attempts, ATTEMPT_HEADER)]
