@@ -1,7 +1,7 @@
-"""Ten generations of one model: how many negative flips reach the users under five update policies.
+"""Ten generations of one model: how many negative flips reach the users under six update policies.
 
 A team retrains on growing data with a new seed each time: generation t trains on the first 30% + 70% t/9
-of the training split. Five policies decide what is deployed (the answers users see on the evaluation set):
+of the training split. Six policies decide what is deployed (the answers users see on the evaluation set):
 
 - ``replace``: every new generation is deployed;
 - ``gate``: the gate's default rules (``consistency-gate config --default``) against the deployed model; a
@@ -10,6 +10,9 @@ of the training split. Five policies decide what is deployed (the answers users 
   without training data (blend, rerank, then bayesian-update over the last 3 generations, each tuned on the
   calibration split with the rules on their strict bounds, and judged on the evaluation set); a repair that
   passes is deployed;
+- ``gate+repairs, 2 models``: the same with ``max_models: 2``: a repair of a repaired champion combines the
+  candidate with the generation the champion stands in for (flattened, as the gate does), so at most two
+  models are served; the Bayesian update over three generations is over that budget and skipped.
 - ``bayes``: Traeuble et al.'s update (NeurIPS 2021): every generation's answers combined per sample through
   their confusion matrices on the calibration split; the deployed answer changes only when the belief in
   another class is more than ``--cost-ratio`` times the belief in it. The answer it keeps is what was
@@ -56,7 +59,8 @@ from consistency_gate.gate import config as gate_config
 from consistency_gate.gate import rules
 from consistency_gate.gate.decision import Decision
 
-POLICIES = ("replace", "gate", "gate+repairs", "bayes", "bayes K=3")
+POLICIES = ("replace", "gate", "gate+repairs", "gate+repairs, 2 models", "bayes", "bayes K=3")
+BUDGETS = {"gate+repairs": None, "gate+repairs, 2 models": 2}  # max_models of the repair policies
 WINDOW = 3  # the bounded Bayesian update combines the last WINDOW plain generations (and serves as many models)
 GATE = gate_config.load_config(None)  # the packaged default rules
 TUNING = replace(
@@ -138,26 +142,39 @@ def passes(
     return Decision.judge(comparison, config, pd.DataFrame(), [1, 5]).verdict == "passed", comparison.metrics["ctoi"]
 
 
-def repaired(champions: list[dict], candidate: dict, y_cal: np.ndarray, y_test: np.ndarray) -> dict | None:
+def repaired(
+    champions: list[dict], candidate: dict, y_cal: np.ndarray, y_test: np.ndarray, budget: int | None = None
+) -> dict | None:
     """``strategy: cheapest`` without training data: the first of blend, rerank and bayesian-update (each
-    tuned on calibration) that passes the gate on the evaluation set, as {"cal", "test"} scores; None if none."""
+    tuned on calibration) that passes the gate on the evaluation set, as {"cal", "test"} scores, the models
+    it carries and the plain generation it stands in for; None if none. With a ``budget`` (``max_models``),
+    a method over it is skipped, and blend and rerank of a repaired champion are flattened as the gate does:
+    they combine the candidate with the generation the champion stands in for, judged against the champion."""
     base = champions[-1]
 
     def judge(scores: np.ndarray) -> tuple[bool, float]:
         return passes(base["cal"], scores, y_cal, TUNING)
 
+    def within(models: int) -> bool:
+        return budget is None or models <= budget
+
+    partner = base if within(base["models"] + 1) else base.get("plain", base)
     for method in ("blend", "rerank"):
-        repair = tune(method, base["cal"], candidate["cal"], judge, "calibration")
-        built = {k: repair.apply(base[k], candidate[k]) for k in ("cal", "test")}
+        if not within(partner["models"] + 1):
+            break
+        repair = tune(method, partner["cal"], candidate["cal"], judge, "calibration")
+        built = {k: repair.apply(partner[k], candidate[k]) for k in ("cal", "test")}
         if passes(base["test"], built["test"], y_test, GATE)[0]:
-            return {**built, "models": base["models"] + candidate["models"]}
+            return {**built, "models": partner["models"] + 1, "plain": candidate}
     generations = [*champions[-2:], candidate]  # K = 3: the champion before, the champion, the candidate
+    if not within(sum(g["models"] for g in generations)):
+        return None
     classes = [str(c) for c in range(base["cal"].shape[1])]
     said = {k: [g[k].argmax(axis=1) for g in generations] for k in ("cal", "test")}
     update = BayesUpdate(classes, [confusion(y_cal, s, [int(c) for c in classes]) for s in said["cal"]])
     update = tune_cost_ratio(update, said["cal"], judge, "calibration")
     built = {k: update.scores(said[k]) for k in ("cal", "test")}
-    built["models"] = sum(g["models"] for g in generations)
+    built["models"], built["plain"] = sum(g["models"] for g in generations), candidate
     return built if passes(base["test"], built["test"], y_test, GATE)[0] else None
 
 
@@ -172,16 +189,16 @@ def one_seed(data: str, seed: int, generations: int, cost_ratio: float) -> dict[
         scored.append({"cal": predict(x_cal), "test": predict(x_test), "models": 1})
     deployed = {p: [scored[0]["test"].argmax(axis=1)] for p in POLICIES}
     models = {p: 1 for p in POLICIES}  # what the deployed model carries after the last generation
-    champions = {"gate": [scored[0]], "gate+repairs": [scored[0]]}
+    champions = {"gate": [scored[0]], **{policy: [scored[0]] for policy in BUDGETS}}
     for t in range(1, generations):
         candidate = scored[t]
         deployed["replace"].append(candidate["test"].argmax(axis=1))
-        for policy in ("gate", "gate+repairs"):
+        for policy in ("gate", *BUDGETS):
             chain = champions[policy]
             if passes(chain[-1]["test"], candidate["test"], y_test, GATE)[0]:
                 chain.append(candidate)
-            elif policy == "gate+repairs":
-                fixed = repaired(chain, candidate, y_cal, y_test)
+            elif policy in BUDGETS:
+                fixed = repaired(chain, candidate, y_cal, y_test, BUDGETS[policy])
                 if fixed is not None:
                     chain.append(fixed)
             deployed[policy].append(chain[-1]["test"].argmax(axis=1))

@@ -170,16 +170,30 @@ def test_a_repair_of_a_repaired_champion_counts_every_model_it_carries(tmp_path)
         carried = client.get_model_version(MODEL, registered).tags["consistency_gate.models"]
         members.append((report["ensemble"]["members"], report["attempts"][-1]["members"], carried))
     assert members == [(2, 2, "2"), (3, 3, "3")]
-    # with a budget of 2 models, no repair of the 3-model champion and a candidate is built: each is skipped
-    # with the count it would carry, nothing is registered, and @champion stays
+    # with a budget of 1 model, no repair of the 3-model champion and a candidate is built, flattened or not:
+    # each is skipped with the count it would carry, nothing is registered, and @champion stays
     champion = registered
-    config.write_text(LENIENT + "remediation:\n  strategy: [blend, rerank]\n  max_models: 2\n")
+    config.write_text(LENIENT + "remediation:\n  strategy: [blend, rerank]\n  max_models: 1\n")
     proc = run_cli(*check_args("3", built["data"], config, built["uri"], "--report", report_path, "--promote"))
     report = read_report(report_path)
     assert proc.returncode == 1 and report["registered_version"] is None, proc.stdout + proc.stderr
     assert [(a["method"], a["verdict"]) for a in report["attempts"]] == [("blend", "skipped"), ("rerank", "skipped")]
-    assert all("it would carry 4 models, over the budget of 2 (max_models)" in a["note"] for a in report["attempts"])
+    assert all("it would carry 4 models, over the budget of 1 (max_models)" in a["note"] for a in report["attempts"])
     assert str(client.get_model_version_by_alias(MODEL, "champion").version) == champion
+    # with a budget of 2, the pair repair is flattened: it combines the candidate with v2, the generation the
+    # champion stands in for (2 models), and is judged against the champion itself
+    config.write_text(LENIENT + "remediation:\n  strategy: [blend, rerank]\n  max_models: 2\n")
+    proc = run_cli(*check_args("3", built["data"], config, built["uri"], "--report", report_path))
+    report = read_report(report_path)
+    first = report["attempts"][0]
+    assert first["method"] == "blend" and first["verdict"] != "skipped" and first["members"] == 2, report["attempts"]
+    assert f"it combines v2, the generation v{champion} stands in for, with the candidate instead" in first["note"]
+    assert "would carry 4 models, over the budget of 2" in first["note"] and first["note"] in proc.stderr
+    attempt = report["ensemble"]
+    assert attempt["setting"]["combines"] == (
+        ["2", "3"] if attempt["method"] == "blend" else attempt["setting"]["combines"]
+    )
+    assert report["baseline"]["version"] == champion  # judged against the champion, not against v2
 
 
 def test_a_share_of_the_evaluation_set_held_out_tunes_the_repair_and_is_never_judged_on(store, tmp_path):

@@ -162,6 +162,8 @@ class Method:
     a previous generation (``previous``), class scores from the named generations (``scores``,
     'previous' and/or 'candidate'), labelled data other than the evaluation set (``labelled``), data to
     train on (``trains``), and ``check(remediation, n_classes)``: why it cannot run here, or None.
+    ``flattens``: a repair of the pair that, when a repaired champion would put it over the budget, combines
+    the candidate with the generation the champion stands in for instead (its ``consistency_gate.replaces``).
 
     >>> Method("toy", "toy", 0, "pkg.mod:build", lambda name, m: f"trying {name}").plan(name="toy", m=1)
     'trying toy'
@@ -178,6 +180,7 @@ class Method:
     trains: bool = False
     check: Callable[[RemediationConfig, int], str | None] | None = None
     models: Callable[[Inputs, RemediationConfig], int] = lambda inputs, remediation: 1  # one model: a distilled one
+    flattens: bool = False  # over the budget, it may combine the candidate with the champion's plain generation
 
     def build(self, inputs: Inputs, remediation: RemediationConfig) -> Built:
         """Run the builder (imported now when named ``"module:function"``)."""
@@ -303,8 +306,8 @@ def _trained(name: str, kind: str, cost: int, **needs: object) -> Method:
 METHODS: dict[str, Method] = {
     m.name: m
     for m in (
-        _repair("blend", 10, _REPAIRS, _pair, scores=_BOTH),
-        _repair("rerank", 20, _REPAIRS, _pair, scores=_BOTH, check=_rerank_fits),
+        _repair("blend", 10, _REPAIRS, _pair, scores=_BOTH, flattens=True),
+        _repair("rerank", 20, _REPAIRS, _pair, scores=_BOTH, check=_rerank_fits, flattens=True),
         _repair("bayesian-update", 30, _BAYES, _generations, labelled=True),
         _trained("focal-distillation", "distilled", 40, previous=True, scores=("previous",)),
         _trained("ensemble-distillation", "distilled", 50),

@@ -295,7 +295,8 @@ def build_repair(inputs: Inputs, remediation: RemediationConfig) -> Built:
     pairs = ((inputs.baseline, inputs.base_scores), (inputs.candidate, inputs.cand_scores))
     model_info = log_repair(repair, *(carried(model, scores) for model, scores in pairs))
     members = models_of(inputs, inputs.versions)
-    return Built(model_info, scores, members, seconds, inputs.candidate.features, setting=repair.setting)
+    setting = {**repair.setting, "combines": list(inputs.versions)}
+    return Built(model_info, scores, members, seconds, inputs.candidate.features, setting=setting)
 
 
 def setting_for(inputs: Inputs, remediation: RemediationConfig) -> Repair:

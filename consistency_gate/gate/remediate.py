@@ -58,13 +58,16 @@ def remediate(
         entry, config = METHODS[name], remediation.for_method(name)
         has_previous = comparer.baseline is not None
         skipped = entry.missing(remediation, len(inputs.classes), has_previous, scoreless, inputs.no_held_out)
-        skipped = skipped or entry.over_budget(inputs, config)
+        over, attempted, note = entry.over_budget(inputs, config), inputs, None
+        if over and entry.flattens and not skipped:
+            attempted, note = _flattened(gate, inputs, entry, config, over)
+        skipped = skipped or (over if note is None else None)
         if skipped:
             attempts.append({"method": name, "verdict": "skipped", "note": skipped})
             if not gate.quiet:
                 print(f"{name}: skipped ({skipped})", file=sys.stderr, flush=True)
             continue
-        report = _attempt(gate, comparer, entry, inputs, config)
+        report = _attempt(gate, comparer, entry, attempted, config, note)
         attempts.append(_attempt_summary(report))
         if len(methods) > 1 and not gate.quiet:
             print(f"{name}: {attempt_line(attempts[-1])}", file=sys.stderr, flush=True)
@@ -95,9 +98,44 @@ def _inputs(
     )  # fmt: skip
 
 
-def _attempt(gate: GateRun, comparer: Comparer, entry: Method, inputs: Inputs, remediation: RemediationConfig) -> dict:
+def _flattened(
+    gate: GateRun, inputs: Inputs, entry: Method, remediation: RemediationConfig, over: str
+) -> tuple[Inputs, str | None]:
+    """A repair of the pair over the budget because the champion is itself a repair: the same repair of the
+    candidate and the generation the champion stands in for (its ``consistency_gate.replaces``), judged
+    against the champion as every repair is, with the note that says so; ``inputs`` and None when that
+    generation is not known or is over the budget too."""
+    plain = inputs.baseline.ref.tags.get(registry.TAG_REPLACES)
+    if plain is None:
+        return inputs, None
+    ref = registry.resolve_version(gate.client, gate.cand_ref.name, plain)
+    model = scoring.load_model(ref, gate.cfg.classes)
+    scores = scoring.predict(model, gate.frame, gate.non_features)
+    flat = replace(inputs, baseline=model, base_scores=scores, versions=(plain, inputs.versions[1]))
+    if entry.over_budget(flat, remediation):
+        return inputs, None
+    champion = inputs.versions[0]
+    note = (
+        f"{over.replace('it would', f'a {entry.name} of v{champion} and the candidate would')}: it combines "
+        f"v{plain}, the generation v{champion} stands in for, with the candidate instead, and is judged against "
+        f"v{champion} all the same"
+    )
+    if not gate.quiet:
+        print(f"{entry.name}: {note}", file=sys.stderr, flush=True)
+    return flat, note
+
+
+def _attempt(
+    gate: GateRun,
+    comparer: Comparer,
+    entry: Method,
+    inputs: Inputs,
+    remediation: RemediationConfig,
+    note: str | None = None,
+) -> dict:
     """One method in its nested run: built by its entry, then the tail every method shares (reload the
-    logged model, check it predicts what was gated, measure its cost, judge and register it)."""
+    logged model, check it predicts what was gated, measure its cost, judge and register it); ``note``: what
+    the report says about how it was built (a flattened repair)."""
     with gate.session.child_run(f"remediation: {entry.name}") as child_run_id:
         built = entry.build(inputs, remediation)
         uri = built.model_info.model_uri
@@ -108,7 +146,7 @@ def _attempt(gate: GateRun, comparer: Comparer, entry: Method, inputs: Inputs, r
             raise ModelError(f"{uri}: the logged {entry.name} does not predict what was gated")
         features = scoring.feature_frame(served, gate.frame, gate.non_features)
         cost = serving_cost(lambda f: scoring.predict(served, f, ()), features, uri, built.members)
-        return _judge(gate, comparer, entry, built, cost, child_run_id)
+        return _judge(gate, comparer, entry, built, cost, child_run_id, note)
 
 
 def _classes_of(scores: pd.DataFrame | pd.Series, labels: pd.Series) -> list[str]:
@@ -140,10 +178,18 @@ def _attempt_summary(report: dict) -> dict:
     }
 
 
-def _judge(gate: GateRun, comparer: Comparer, entry: Method, built: Built, cost: ServingCost, run_id: str) -> dict:
+def _judge(
+    gate: GateRun,
+    comparer: Comparer,
+    entry: Method,
+    built: Built,
+    cost: ServingCost,
+    run_id: str,
+    note: str | None = None,
+) -> dict:
     """Gate what an attempt built (its scores on the evaluation set, its serving ``cost``) with the
     same rules against the same baseline, log the decision in the attempt's run (``run_id``), and
-    register it if it passes; returns the attempt's report."""
+    register it if it passes; returns the attempt's report (``note`` in it, unless it is a rollback)."""
     model_info, scores = built.model_info, built.scores
     spark_model = SparkModel(model_info.model_uri, "python_function", list(scores.columns), list(built.features or []))
     decision = comparer.decide(scores, spark_model, cost.metrics(gate.cost))
@@ -156,6 +202,8 @@ def _judge(gate: GateRun, comparer: Comparer, entry: Method, built: Built, cost:
                 "a rollback at the cost of both models, not a repair; it is not registered"
             }
             if rollback
+            else {"note": note}
+            if note
             else {}
         ),
         "itoc_kept": _itoc_kept(comparer.single, decision),
