@@ -104,7 +104,8 @@ def test_a_repair_of_pytorch_generations_with_tensor_inputs(store, tmp_path):
         "rules:\n  - {metric: ctoi, max: 0.2}\nks: [1]\nremediation:\n  strategy: [blend]\n  weight: 0.5\n"
     )
     result = run_gate("iris-torch", store["eval"], candidate="2", config=cfg, tracking_uri=store["uri"], id_column="id")
-    assert result.candidate_verdict == "failed" and result.ensemble["setting"] == {"weight": 0.5, "tuned_on": "config"}
+    setting = {"weight": 0.5, "tuned_on": "config", "combines": ["1", "2"]}
+    assert result.candidate_verdict == "failed" and result.ensemble["setting"] == setting
     assert result.verdict == "passed" and result.ensemble["metrics"]["ctoi"] < result.metrics["ctoi"]
     served = mlflow.pyfunc.load_model(f"models:/iris-torch/{result.registered_version}").predict(x)
     expected = mlflow.pytorch.load_model("models:/iris-torch/1")(torch.as_tensor(x)).softmax(1).detach().numpy()
