@@ -375,3 +375,14 @@ def test_compare_per_slice(files, tmp_path):
     assert table.returncode == 0 and "Slices, worst first (8 in all)" in table.stdout
     missing = run_cli(*common[:-2], "--slice", "device")
     assert missing.returncode == 3 and "column 'device' not found" in missing.stderr
+
+
+def test_a_corrupted_parquet_file_says_what_it_is_and_what_to_do(tmp_path):
+    """Bytes that are not Parquet under a .parquet name: one line saying so and what to do, not pyarrow's
+    "magic bytes not found" alone."""
+    (tmp_path / "prev.parquet").write_bytes(b"x" * 100)
+    labels, cand = _write(tmp_path, "l.csv", "label\na\nb\n"), _write(tmp_path, "c.csv", "a,b\n1,0\n0,1\n")
+    proc = run_cli("compare", "--labels", labels, "--previous", tmp_path / "prev.parquet", "--candidate", cand)
+    (line,) = proc.stderr.strip().splitlines()
+    assert proc.returncode == 3 and "prev.parquet: not a Parquet file, or a truncated or corrupted one" in line
+    assert "write it again" in line and "Traceback" not in proc.stderr

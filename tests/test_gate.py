@@ -458,10 +458,21 @@ def test_versions_a_gate_failed_are_no_history(store):
         client.set_registered_model_alias(MODEL, "champion", "1")
 
 
-def test_a_newline_in_an_input_cannot_forge_a_line(tmp_path):
+def test_a_newline_in_an_input_cannot_forge_a_line(store, tmp_path):
     (tmp_path / "eval.csv").write_text("x,label\n1,a\n")
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    uri = store["uri"]
     proc = run_cli("check", "--model", "clf\nFAKE: PASSED", "--data", tmp_path / "eval.csv", "--tracking-uri", uri)
-    lines = proc.stderr.strip().splitlines()  # (a new SQLite store's INFO lines may come first)
+    lines = proc.stderr.strip().splitlines()
     assert proc.returncode == 4 and lines[-1].startswith("error: ") and "clf FAKE: PASSED" in lines[-1], proc.stderr
     assert not any(line.startswith("FAKE") for line in lines + proc.stdout.splitlines())
+
+
+def test_a_typo_in_a_sqlite_path_is_refused_without_creating_a_store(store, tmp_path):
+    """A registry gate (and history) on a SQLite file that does not exist: exit 5 naming the path, and no empty
+    store left behind (MLflow would create one, and the gate then said the model was not found: exit 4)."""
+    typo = tmp_path / "mlfow.db"
+    for args in (("check", "--model", MODEL, "--data", store["data"]), ("history", "--model", MODEL)):
+        proc = run_cli(*args, "--tracking-uri", f"sqlite:///{typo}")
+        (line,) = proc.stderr.strip().splitlines()
+        assert proc.returncode == 5 and f"no such file {typo}" in line and "fix the path" in line, proc.stderr
+        assert not typo.exists()

@@ -268,7 +268,7 @@ def history(
 
     if plot_path is not None:
         check_writable(plot_path, "--plot")
-    _, client = connect(tracking_uri)
+    _, client = connect(tracking_uri, existing=True)
     report = model_history(client, name, last, confidence)
     if plot_path is not None:
         from consistency_gate.report.plots import history_curve, png_bytes

@@ -536,7 +536,7 @@ def _load_registry_members(
     if data is None:
         raise UsageError("registry members (models:/...) need --data with their features and labels")
     frame = io.read_evaluation_data(Path(data), label_column, id_column)
-    _, client = store.connect(tracking_uri)
+    _, client = store.connect(tracking_uri, existing=True)
     frames = {}
     for name, source in members.items():
         if not str(source).startswith("models:/"):

@@ -104,7 +104,7 @@ def run_gate(
             )
         if floor is not None:
             cfg = replace(cfg, floor=str(floor))
-        _, client = session.connect(tracking_uri)
+        _, client = session.connect(tracking_uri, existing=True)
 
         with add_time(timings, "registry"):
             cand_ref, base_ref = _versions(client, model, candidate, baseline)

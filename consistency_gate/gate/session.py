@@ -152,9 +152,10 @@ class GateSession:
         """The gate run's id (None before it started)."""
         return self.started[0] if self.started else None
 
-    def connect(self, tracking_uri: str | None) -> tuple[str, MlflowClient]:
-        """Connect to the tracking store (:func:`consistency_gate.mlops.store.connect`) before any work."""
-        self.uri, self.client = store.connect(tracking_uri)
+    def connect(self, tracking_uri: str | None, existing: bool = False) -> tuple[str, MlflowClient]:
+        """Connect to the tracking store (:func:`consistency_gate.mlops.store.connect`) before any work;
+        ``existing``: a store that must exist already (a registry gate's)."""
+        self.uri, self.client = store.connect(tracking_uri, existing)
         return self.uri, self.client
 
     def start(self, experiment: str, run_name: str, owner: str) -> str:

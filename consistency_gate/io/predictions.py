@@ -107,7 +107,13 @@ def file_columns(path: str | Path) -> list[str]:
     except pd.errors.EmptyDataError:
         raise DataError(f"{path}: the file is empty; expected a header row and one row per sample") from None
     except (OSError, ValueError, csv.Error, pd.errors.ParserError) as exc:
-        raise DataError(f"{path}: cannot be read as {fmt.upper()}: {exc}") from None
+        what = (
+            "not a Parquet file, or a truncated or corrupted one (write it again, e.g. with "
+            "DataFrame.to_parquet, or give a CSV)"
+            if fmt == "parquet"
+            else "not a readable CSV file"
+        )
+        raise DataError(f"{path}: {what}; the reader said: {exc}") from None
     duplicated = sorted({c for c in columns if columns.count(c) > 1})
     if duplicated:
         raise DataError(

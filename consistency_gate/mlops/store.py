@@ -180,6 +180,25 @@ def check_reachable(uri: str, timeout: float = 3.0) -> None:
             )
 
 
+def check_exists(uri: str) -> None:
+    """TrackingError (exit 5) for a SQLite store whose file does not exist (a typo in the path: MLflow would
+    create an empty store there, which holds no model); nothing for other stores.
+
+    >>> check_exists("sqlite:///no/such/mlflow.db")
+    Traceback (most recent call last):
+    ...
+    consistency_gate.errors.TrackingError: tracking store sqlite:///no/such/mlflow.db: no such file ...
+    """
+    if urlparse(uri).scheme != "sqlite":
+        return
+    path = Path(uri.removeprefix("sqlite:///")).expanduser().resolve()
+    if not path.is_file():
+        raise TrackingError(
+            f"tracking store {redact_credentials(uri)}: no such file {path} (MLflow would create an empty store "
+            "there, holding no model); fix the path in --tracking-uri"
+        )
+
+
 def refusal(exc: BaseException, uri: str) -> TrackingError | None:
     """A TrackingError (exit 5) if ``exc`` is the server refusing the request (HTTP 401 or 403),
     with the server's reason and what to change; None for any other error.
@@ -262,14 +281,16 @@ def mlflow_tracking_uri() -> str:
     return mlflow.get_tracking_uri()
 
 
-def connect(tracking_uri: str | None) -> tuple[str, MlflowClient]:
+def connect(tracking_uri: str | None, existing: bool = False) -> tuple[str, MlflowClient]:
     """Check the tracking store (supported, reachable, not refusing us), point MLflow's fluent API
     at it for tracking and the registry (``models:/`` URIs load through both; never a stray
-    ``./mlflow.db``), and return its URI and a client.
+    ``./mlflow.db``), and return its URI and a client. ``existing``: the command reads what the store
+    already holds (registered models, gate runs), so a SQLite file that does not exist is a wrong path,
+    refused before MLflow would create an empty store there.
 
     Example::
 
-        uri, client = connect("sqlite:///mlflow.db")
+        uri, client = connect("sqlite:///mlflow.db", existing=True)
     """
     import mlflow
     from mlflow import MlflowClient
@@ -278,6 +299,8 @@ def connect(tracking_uri: str | None) -> tuple[str, MlflowClient]:
     uri = resolve_tracking_uri(tracking_uri)
     configure_fail_fast()
     check_reachable(uri)
+    if existing:
+        check_exists(uri)
     mlflow.set_tracking_uri(uri)
     mlflow.set_registry_uri(uri)
     client = MlflowClient(tracking_uri=uri, registry_uri=uri)
