@@ -411,7 +411,7 @@ def test_error_reports_before_the_run_starts_and_run_names_with_the_verdict(stor
     assert "ghost" in saved["error"]
     result = run_gate(MODEL, store["data"], candidate="2", config=LENIENT, tracking_uri=store["uri"])
     run = _client(store).get_run(result.run_id)
-    assert run.info.run_name == f"PASSED: v2 vs v1 ({MODEL})"  # the verdict first: the runs list cuts long names
+    assert run.info.run_name == f"PASSED v2 vs v1 ({MODEL})"  # verdict and versions first: the list cuts the rest
 
 
 def test_registry_messages_name_the_store_and_what_it_holds(store, tmp_path):

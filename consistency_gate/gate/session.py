@@ -55,24 +55,26 @@ END_RUN_RETRY_S = float(os.environ.get("CONSISTENCY_GATE_END_RUN_RETRY_S", "30")
 
 
 def run_title(result: GateResult, started_as: str) -> str:
-    """A gate run's name in the runs list: the outcome, the metrics of the rules that failed, the
-    versions, then the model (the MLflow UI cuts a name at its column's width, about 18 characters);
-    a gate of prediction files keeps the name it started with, less its ``gate``.
+    """A gate run's name in the runs list: the outcome and the versions first (the MLflow UI cuts a name
+    at its column's width, about 17 characters at 1400 px: ``REPAIRED v2 vs v1`` fits), then the metrics
+    of the rules that failed and the model; a gate of prediction files keeps the name it started with,
+    less its ``gate``. A repair registered in the candidate's place is REPAIRED (the report's outcome
+    ``remediated``).
 
     >>> from consistency_gate.gate.result import GateResult
     >>> from consistency_gate.gate.rules import Rule, RuleResult
     >>> failed = [RuleResult(Rule("ctoi", "max", 0.02), 0.05, False), RuleResult(Rule("con", "min", 0.9), 0.95, True)]
     >>> result = GateResult("failed", failed, {}, None, {"name": "clf", "version": "2"}, {"version": "1"})
     >>> run_title(result, "gate clf v2")
-    'FAILED ctoi: v2 vs v1 (clf)'
+    'FAILED v2 vs v1: ctoi (clf)'
     """
-    failed = list(dict.fromkeys(r.rule.metric for r in result.rules if r.held is False))
+    word = "REPAIRED" if result.outcome == "remediated" else result.outcome.upper()
+    failed = ", ".join(dict.fromkeys(r.rule.metric for r in result.rules if r.held is False))
     cand, base = result.candidate, result.baseline or {}
-    what = started_as.removeprefix("gate ")
     if cand.get("version"):
         against = f" vs v{base['version']}" if base.get("version") else ""
-        what = f"v{cand['version']}{against} ({cand['name']})"
-    return f"{result.outcome.upper()}{' ' + ', '.join(failed) if failed else ''}: {what}"
+        return f"{word} v{cand['version']}{against}{': ' + failed if failed else ''} ({cand['name']})"
+    return f"{word}{' ' + failed if failed else ''}: {started_as.removeprefix('gate ')}"
 
 
 def version_description(
