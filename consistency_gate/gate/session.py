@@ -7,8 +7,8 @@ share, so that they behave the same:
 - connecting to the tracking store (an unreachable server is exit 5 before any work);
 - the gate run: started in the experiment ``consistency-gate/<name>`` (nested under a
   pipeline's own run), tagged with its owner so that a later gate can close it if this process
-  dies, renamed with its verdict and failed rules first once there is one (``FAILED ctoi: digits v2
-  vs v1``), and ended FINISHED;
+  dies, renamed with its verdict and versions first once there is one (``FAILED v2 vs v1: ctoi
+  (digits)``), and ended FINISHED;
 - the verdict's artifacts: ``gate/report.json`` (once), ``gate/report.html``, the run's tags
   and its Markdown description;
 - on any error: every run it started ended FAILED (retrying while the server comes back),
