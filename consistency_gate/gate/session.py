@@ -96,13 +96,27 @@ def version_description(
     against = "as the first generation (no baseline)"
     if baseline and baseline.get("version"):
         against = f"against v{baseline['version']}" + (f" (@{baseline['alias']})" if baseline.get("alias") else "")
-    failed = [f"{r.rule.describe()} failed" + (f" ({r.value:.4g})" if r.value is not None else "") for r in rules]
-    failed = [line for line, r in zip(failed, rules, strict=True) if r.held is False]
+    failed = [f"{r.rule.describe()} failed{_measured(r)}" for r in rules if r.held is False]
     held = sum(r.held is True for r in rules)
     found = ", ".join(failed) if failed else f"{held} rule{'s' if held != 1 else ''} held"
     text = f"{verdict.upper()} {against} on {data} ({n} samples): {found}."
     instead = f" Registered in place of v{replaces}, which failed." if replaces else ""
     return f"{DESCRIPTION_PREFIX}{markdown_safe(text)}{instead} Gate run {run_id}."
+
+
+def _measured(result: RuleResult) -> str:
+    """What a failed rule measured, as the description says it: the value, and the bound it was judged on
+    when that is what it compared (``decide: upper|lower``).
+
+    >>> from consistency_gate.gate.rules import Rule, RuleResult
+    >>> _measured(RuleResult(Rule("ctoi", "max", 0.02, decide="upper"), 0.0533, False, compared=0.071))
+    ' (0.0533; judged on its upper bound 0.071)'
+    """
+    if result.value is None:
+        return ""
+    if result.rule.decide != "estimate" and result.compared is not None and result.compared != result.value:
+        return f" ({result.value:.4g}; judged on its {result.rule.decide} bound {result.compared:.4g})"
+    return f" ({result.value:.4g})"
 
 
 class GateSession:
