@@ -161,8 +161,9 @@ def history_curve(report: dict) -> Figure:
 
     >>> steps = [{"previous": "1", "version": "2", "negative_flips": 3, "accuracy": 0.9},
     ...     {"previous": "2", "version": "3", "negative_flips": 2, "accuracy": 0.91}]
-    >>> history_curve({"model": "clf", "steps": steps}).axes[0].get_title()
-    'clf: negative flips over its champions'
+    >>> fig = history_curve({"model": "clf", "steps": steps})
+    >>> fig.axes[0].get_title(), [t.get_text() for t in fig.legends[0].get_texts()]
+    ('clf: negative flips over its champions', ['cumulative', 'negative flips of the update', 'accuracy'])
     """
     steps = report["steps"]
     labels = literal([f"v{s['previous']}->v{s['version']}" for s in steps])
@@ -177,8 +178,10 @@ def history_curve(report: dict) -> Figure:
     values = [np.nan if s["accuracy"] is None else s["accuracy"] for s in steps]
     accuracy.plot(x, values, color="#2471a3", marker="s", label="accuracy")
     accuracy.set_ylabel("accuracy of the new champion")
-    ax.legend(loc="upper left", fontsize="small")
-    fig.tight_layout()
+    # one legend for both axes (the accuracy line is on the twin axis), above the plot, never over the bars
+    handles = [*ax.get_legend_handles_labels()[0], *accuracy.get_legend_handles_labels()[0]]
+    fig.legend(handles=handles, loc="upper center", ncols=3, fontsize="small", frameon=False)
+    fig.tight_layout(rect=(0, 0, 1, 0.9))
     return fig
 
 
