@@ -181,6 +181,8 @@ def verdict_table(report: dict) -> str:
     ------------  -----------------------  -------  ----------  ----
     ctoi <= 0.02  0.0250 [0.0150, 0.0410]  FAILED   58.0%
     <BLANKLINE>
+    False pass: the chance that a model exactly at a rule's threshold passes it on this many samples; ...
+    <BLANKLINE>
     MLflow run: abc123
     """
     view = Verdict.of(report)
@@ -210,7 +212,8 @@ def verdict_table(report: dict) -> str:
 
 def beside_lines(report: dict) -> list[str]:
     """The figures measured beside the comparison, in words: the seed-noise floor and the
-    history metrics, each with its interval, and the samples held out to tune on (none without them).
+    history metrics, each with its interval, what a false pass near 50% means, and the samples held out to
+    tune on (none without them).
 
     >>> report = {"metrics": {"floor_ctoi": 0.035, "floor_con": 0.95, "ctoi_excess": 0.031, "forgotten": 0.02},
     ...     "intervals": {"floor_ctoi": [0.025, 0.048], "floor_con": [0.93, 0.96], "ctoi_excess": [0.01, 0.05],
@@ -221,6 +224,8 @@ def beside_lines(report: dict) -> list[str]:
     the candidate's CtoI exceeds the replica's by 0.0310 [0.0100, 0.0500] (ctoi_excess).
     >>> history
     'Over the champions: forgotten 0.0200 [0.0120, 0.0330].'
+    >>> beside_lines({"rules": [{"metric": "ctoi", "decide": "upper", "false_pass": 0.04}]})  # bounded: nothing to say
+    []
     >>> samples = {"judged": 420, "tuning": 180, "tuning_share": 0.3, "held_out_by": "id", "tuning_ids": "ids.json"}
     >>> print(beside_lines({"samples": samples})[0])
     Samples: judged on 420; 180 held out to tune repairs on, never judged on (tuning_share 0.3, each sample by ...
@@ -241,6 +246,14 @@ def beside_lines(report: dict) -> list[str]:
     history = [f"{key} {shown(key)}" for key in ("forgotten", "cumulative_nfr") if key in metrics]
     if history:
         lines.append(f"Over the champions: {'; '.join(history)}.")
+    loose = [r["metric"] for r in report.get("rules") or [] if r.get("decide", "estimate") == "estimate"
+             and (r.get("false_pass") or 0) >= 0.2]  # fmt: skip
+    if loose:
+        lines.append(
+            f"False pass: the chance that a model exactly at a rule's threshold passes it on this many samples; "
+            f"about 50% for a rule judged on its estimate ({', '.join(dict.fromkeys(loose))}): add decide: upper "
+            "(max) or lower (min) to a rule to bound it at 1 - confidence."
+        )
     samples = report.get("samples")
     if samples and samples["tuning"]:
         by = "its id" if samples["held_out_by"] == "id" else "its row number"
@@ -399,6 +412,8 @@ def verdict_markdown(report: dict) -> str:
     ## consistency-gate: clf v2 FAILED
     <BLANKLINE>
     Gate clf v2 against v1 (@champion) on 600 samples. Failed: ctoi <= 0.02 (0.0250 [0.0150, 0.0410]).
+    <BLANKLINE>
+    False pass: the chance that a model exactly at a rule's threshold passes it on this many samples; ...
     <BLANKLINE>
     ### The candidate: FAILED
     <BLANKLINE>
