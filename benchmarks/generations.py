@@ -1,7 +1,7 @@
-"""Ten generations of one model: how many negative flips reach the users under six update policies.
+"""Ten generations of one model: how many negative flips reach the users under seven update policies.
 
 A team retrains on growing data with a new seed each time: generation t trains on the first 30% + 70% t/9
-of the training split. Six policies decide what is deployed (the answers users see on the evaluation set):
+of the training split. Seven policies decide what is deployed (the answers users see on the evaluation set):
 
 - ``replace``: every new generation is deployed;
 - ``gate``: the gate's default rules (``consistency-gate config --default``) against the deployed model; a
@@ -19,6 +19,10 @@ of the training split. Six policies decide what is deployed (the answers users s
   deployed, itself an update of every generation before: the model served carries every generation.
 - ``bayes K=3``: the same update over the last 3 generations only, keeping the answer of the generation
   before the newest: what a budget of 3 models can serve (it carries those 3, at every retrain).
+- ``bayes, distilled`` (MNIST-1D, whose training loop is the team's own): the single-model route. At each
+  retrain the update over every generation, keeping what the served model answered, teaches one network
+  (the served one, trained on from its weights with PCT's focal distillation toward the update's answers
+  on the training data); that one network is served.
 
 These run in memory through the library's own functions (the gate's decision, the repairs' tuning and
 ``BayesUpdate``). ``--registry`` runs what a team gets instead, on digits: every generation registered in a
@@ -61,6 +65,7 @@ from consistency_gate.gate.decision import Decision
 
 POLICIES = ("replace", "gate", "gate+repairs", "gate+repairs, 2 models", "bayes", "bayes K=3")
 BUDGETS = {"gate+repairs": None, "gate+repairs, 2 models": 2}  # max_models of the repair policies
+DISTILLED = "bayes, distilled"  # MNIST-1D only: the team's training loop distils the update into one model
 WINDOW = 3  # the bounded Bayesian update combines the last WINDOW plain generations (and serves as many models)
 GATE = gate_config.load_config(None)  # the packaged default rules
 TUNING = replace(
@@ -178,17 +183,60 @@ def repaired(
     return built if passes(base["test"], built["test"], y_test, GATE)[0] else None
 
 
+def distil(x: np.ndarray, y: np.ndarray, teacher: np.ndarray, seed: int, start=None, epochs: int = 8):  # noqa: ANN001, ANN201
+    """One Conv1d trained by the team's loop (``repairs.by_hand``: Adam, batches of 64) toward ``teacher``'s
+    class probabilities with PCT's focal distillation (FD-KL, alpha 1, beta 5, temperature 4, weight 1),
+    from the weights of ``start`` (the model served now) when given; returns the network."""
+    import torch
+    from mnist1d_model import Conv1dNet
+    from repairs import BATCH, LR
+    from torch.nn import functional
+
+    from consistency_gate.ensembles.config import Distillation
+    from consistency_gate.ensembles.distillation import logits_of, with_distillation
+
+    torch.manual_seed(seed)
+    net, term = Conv1dNet(), Distillation()
+    if start is not None:
+        net.load_state_dict(start.state_dict())
+    optimizer = torch.optim.Adam(net.parameters(), lr=LR)
+    xs, ys, targets = torch.as_tensor(x), torch.as_tensor(y), torch.as_tensor(logits_of(teacher))
+    for _ in range(epochs):
+        net.train()
+        for batch in torch.randperm(len(xs)).split(BATCH):
+            optimizer.zero_grad()
+            out = net(xs[batch])
+            with_distillation(functional.cross_entropy(out, ys[batch]), out, targets[batch], ys[batch], term).backward()
+            optimizer.step()
+    return net.eval()
+
+
+def distilled_update(update: BayesUpdate, said: list[np.ndarray], kept: np.ndarray) -> np.ndarray:
+    """The update's class scores with its answers (``kept`` unless the belief says otherwise) on top: what
+    the one model is taught."""
+    belief, chosen = update.belief(said), update.answers(said, kept=kept)
+    rows, top = np.arange(len(belief)), belief.argmax(axis=1)
+    out = belief.copy()
+    out[rows, top], out[rows, chosen] = belief[rows, chosen], belief[rows, top]
+    return out
+
+
 def one_seed(data: str, seed: int, generations: int, cost_ratio: float) -> dict[str, dict[str, list[float]]]:
     """Per policy: the cumulative negative flips and the deployed accuracy after each generation."""
     splits = splits_of(data, seed)
     (x_fit, y_fit), (x_cal, y_cal), (x_test, y_test) = splits["fit"], splits["calibration"], splits["test"]
-    scored = []
+    scored, sizes = [], []
     for t in range(generations):
-        size = int(len(x_fit) * (0.3 + 0.7 * t / max(1, generations - 1)))
-        predict = train(data, x_fit[:size], y_fit[:size], 1000 * seed + t)
+        sizes.append(int(len(x_fit) * (0.3 + 0.7 * t / max(1, generations - 1))))
+        predict = train(data, x_fit[: sizes[-1]], y_fit[: sizes[-1]], 1000 * seed + t)
         scored.append({"cal": predict(x_cal), "test": predict(x_test), "models": 1})
-    deployed = {p: [scored[0]["test"].argmax(axis=1)] for p in POLICIES}
-    models = {p: 1 for p in POLICIES}  # what the deployed model carries after the last generation
+        if data == "mnist1d":  # the distilled policy's teacher answers the training data too
+            scored[-1]["fit"], scored[-1]["net"] = predict(x_fit), predict.args[0]
+    policies = (*POLICIES, DISTILLED) if data == "mnist1d" else POLICIES
+    deployed = {p: [scored[0]["test"].argmax(axis=1)] for p in policies}
+    models = {p: 1 for p in policies}  # what the deployed model carries after the last generation
+    student_fit = scored[0]["fit"].argmax(axis=1) if data == "mnist1d" else None
+    student = scored[0].get("net")
     champions = {"gate": [scored[0]], **{policy: [scored[0]] for policy in BUDGETS}}
     for t in range(1, generations):
         candidate = scored[t]
@@ -212,6 +260,11 @@ def one_seed(data: str, seed: int, generations: int, cost_ratio: float) -> dict[
         bounded = BayesUpdate([str(c) for c in classes], confusions[window], cost_ratio)
         deployed["bayes K=3"].append(bounded.answers(said[window], kept=said[-2]))
         models["bayes"], models["bayes K=3"] = t + 1, len(said[window])
+        if student_fit is not None:  # the update over every generation, kept what the one model answered
+            teacher = distilled_update(update, [g["fit"].argmax(axis=1) for g in scored[: t + 1]], student_fit)
+            student = distil(x_fit[: sizes[t]], y_fit[: sizes[t]], teacher[: sizes[t]], 1000 * seed + t, student)
+            student_fit = probabilities(student, x_fit).argmax(axis=1)
+            deployed[DISTILLED].append(probabilities(student, x_test).argmax(axis=1))
     out = {}
     for policy, answers in deployed.items():
         right = [a == y_test for a in answers]
@@ -389,7 +442,8 @@ def main() -> None:
         ]
         replace_total = [r["replace"]["cumulative"][-1] for r in runs]
         replace_acc = [r["replace"]["accuracy"][-1] for r in runs]
-        for policy in POLICIES:
+        policies = [p for p in runs[0] if p != "n"]
+        for policy in policies:
             total = [float(r[policy]["cumulative"][-1]) for r in runs]
             share = [t / n / (args.generations - 1) for t in total]
             acc = [r[policy]["accuracy"][-1] for r in runs]
@@ -400,7 +454,7 @@ def main() -> None:
                 f"{format_interval(change, 4, signed=True)} | {_served([r[policy]['models'] for r in runs])} |"
             )
             curves[(data, policy)] = np.mean([r[policy]["cumulative"] for r in runs], axis=0)
-        print("\n".join(lines[-(len(POLICIES) + 3) :]), flush=True)
+        print("\n".join(lines[-(len(policies) + 3) :]), flush=True)
     if args.markdown:
         args.markdown.write_text("\n".join(lines) + "\n")
     if args.plot:
@@ -411,12 +465,14 @@ def main() -> None:
 
         fig, axes = plt.subplots(1, len(args.data), figsize=(5 * len(args.data), 3.5), squeeze=False)
         for ax, data in zip(axes[0], args.data, strict=True):
-            for policy in POLICIES:
-                ax.plot(range(args.generations), curves[(data, policy)], marker="o", label=policy)
+            for (recipe, policy), curve in curves.items():
+                if recipe == data:
+                    ax.plot(range(args.generations), curve, marker="o", label=policy)
             ax.set_title(f"{data}: cumulative negative flips")
             ax.set_xlabel("generation")
         axes[0][0].set_ylabel(f"samples (mean of {args.seeds} seeds)")
-        axes[0][-1].legend()
+        for ax in axes[0]:
+            ax.legend(fontsize="x-small")
         fig.tight_layout()
         fig.savefig(args.plot, dpi=100)
 
