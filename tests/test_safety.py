@@ -238,6 +238,13 @@ def test_faults_after_the_alias_moved_are_warnings_never_an_error(served, tmp_pa
         assert run.info.status == "FINISHED" and not any("could not be ended" in w for w in written["warnings"])
         tags = run.data.tags
         assert tags["consistency_gate.verdict"] == "passed"  # logged before the alias moved
+        # what the run could record of the move: the outcome, or unknown (logged before the move); never "not
+        # promoted" for a version @champion holds
+        logged = client.download_artifacts(written["run_id"], "gate/report.json", str(tmp_path))
+        logged = json.loads(Path(logged).read_text())
+        assert tags["consistency_gate.promoted"] in ("True", "unknown") and logged["promoted"] in (True, None)
+        if logged["promoted"] is None:
+            assert logged["passed_version"] is None and "read @champion" in logged["promotion"]["reason"]
     finally:
         if proxy is not None:
             proxy.stop()

@@ -109,17 +109,23 @@ class GateResult:
         """The registered version that passed, for a deploy step: the candidate, or the ensemble
         registered in its place; None when nothing passed (or files were gated, without versions), and
         when its promotion was refused because the baseline moved (it passed against a baseline that is
-        no longer the one in production: gate it again).
+        no longer the one in production: gate it again), and whenever a promotion was asked for and the alias
+        was not read back holding it (moved by someone else, or unknown).
 
         >>> GateResult("passed", [], {}, None, {"name": "clf", "version": "2"}, None).passed_version
         '2'
         >>> refused = {"alias": "champion", "version": "2", "promoted": False, "holds": "3", "refused": True}
         >>> GateResult("passed", [], {}, None, {"version": "2"}, None, promotion=refused).passed_version is None
         True
+        >>> unknown = {"alias": "champion", "version": "2", "promoted": None, "holds": "unknown", "refused": False}
+        >>> GateResult("passed", [], {}, None, {"version": "2"}, None, promotion=unknown).passed_version is None
+        True
         """
-        if self.verdict != "passed" or (self.promotion or {}).get("refused"):
+        version = self.registered_version if self.registered_version is not None else self.candidate.get("version")
+        promotion = self.promotion or {}
+        if self.verdict != "passed" or promotion.get("refused") or (promotion and promotion.get("holds") != version):
             return None
-        return self.registered_version if self.registered_version is not None else self.candidate.get("version")
+        return version
 
     def to_dict(self) -> dict:
         """The JSON report (``--report``, ``--format json``, ``gate/report.json``)."""

@@ -266,6 +266,8 @@ def _gate_in_run(gate: GateRun) -> GateResult:
             cand_ref.name,
             {**versions, "registered": result.registered_version},
         )
+        if gate.promote and promoted_version is not None:  # unknown until the move is read back and recorded
+            result.promoted, result.promotion = None, _pending(gate, promoted_version).to_dict()
         gate.session.log_verdict(result, single, diagnosis)  # everything is logged before an alias moves
     if gate.promote and promoted_version is not None:
         with gate.timed("promotion"):
@@ -274,12 +276,28 @@ def _gate_in_run(gate: GateRun) -> GateResult:
     return result
 
 
+def _pending(gate: GateRun, version: str) -> promotion.Promotion:
+    """The promotion as the run records it before the alias moves: unknown. The run records the outcome
+    once it is read back; a run that cannot record it then still says unknown, never "not promoted"."""
+    alias = _alias(gate)
+    return promotion.Promotion(
+        alias, version, None, "unknown",
+        f"recorded before @{alias} was moved to v{version}; the gate could not record the move's outcome after "
+        f"it: read @{alias} in the registry",
+    )  # fmt: skip
+
+
+def _alias(gate: GateRun) -> str:
+    """The alias a promotion moves: the baseline's, or the default."""
+    return (gate.base_ref.alias if gate.base_ref else None) or DEFAULT_BASELINE[1:]
+
+
 def _promote(gate: GateRun, result: GateResult, version: str, record: Callable[[], None]) -> None:
     """Move the baseline alias to ``version``, the gate's last act, and ``record`` the outcome in
     the run. The registry is the truth: a fault while recording it is a warning in the report
     (``promoted`` as read back), never an error that hides what the alias holds."""
     base_ref = gate.base_ref
-    alias = (base_ref.alias if base_ref else None) or DEFAULT_BASELINE[1:]
+    alias = _alias(gate)
     expected = base_ref.version if base_ref else None
     moved = promotion.promote(gate.client, gate.cand_ref.name, alias, version, expected, gate.run_id)
     result.promoted, result.promotion = moved.promoted, moved.to_dict()
