@@ -476,3 +476,22 @@ def test_a_typo_in_a_sqlite_path_is_refused_without_creating_a_store(store, tmp_
         (line,) = proc.stderr.strip().splitlines()
         assert proc.returncode == 5 and f"no such file {typo}" in line and "fix the path" in line, proc.stderr
         assert not typo.exists()
+
+
+@pytest.mark.slow  # waits out SQLite's busy timeout in a process of its own
+def test_a_sqlite_store_locked_by_another_process_is_one_line_exit_5(store, tmp_path):
+    """Another process holds the SQLite file (a long write): the gate says so in one line, with what to do,
+    exit 5 (was exit 6 and SQLAlchemy's statement; during a gate, 68 lines of MLflow's logged tracebacks)."""
+    import sqlite3
+
+    path = store["uri"].removeprefix("sqlite:///")
+    holder = sqlite3.connect(path, timeout=60)
+    holder.execute("BEGIN EXCLUSIVE")
+    try:
+        proc = run_cli("check", "--model", MODEL, "--data", store["data"], "--tracking-uri", store["uri"], process=True)
+    finally:
+        holder.rollback()
+        holder.close()
+    (line,) = proc.stderr.strip().splitlines()
+    assert proc.returncode == 5 and "database is locked; another process is writing to the SQLite file" in line
+    assert "[SQL:" not in line, line

@@ -8,6 +8,7 @@ unauthorized, 6 internal error (a bug; never a promotion).
 from __future__ import annotations
 
 import gc
+import logging
 import os
 import sys
 import traceback
@@ -69,6 +70,10 @@ def main(argv: list[str] | None = None) -> None:
     for name, value in QUIET_ENVIRONMENT.items():
         os.environ.setdefault(name, value)
     redact_logs()
+    # MLflow logs every database error its SQL store meets with the traceback (68 lines for a SQLite file
+    # locked for 40 s, though the gate then went on, or said what failed in one line): with --verbose only
+    verbose = "--verbose" in (sys.argv[1:] if argv is None else argv)
+    logging.getLogger("mlflow.store.db.utils").setLevel(logging.NOTSET if verbose else logging.CRITICAL)
     try:
         code = cli.main(args=argv, standalone_mode=False)
     except GateError as exc:

@@ -270,7 +270,9 @@ class GateSession:
             if refused is not None:
                 error = refused
             elif store.looks_unreachable(exc):
-                error = TrackingError(f"tracking server or storage became unreachable during the gate: {exc}")
+                error = TrackingError(
+                    f"tracking server or storage became unreachable during the gate: {store.store_failure(exc)}"
+                )
         if left:
             error = type(error)(
                 f"{error}; runs left RUNNING (the server did not answer within {END_RUN_RETRY_S:.0f} s): "

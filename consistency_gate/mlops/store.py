@@ -4,6 +4,7 @@ and what a refusal or an unreachable server means for the user (exit 2 or 5, one
 from __future__ import annotations
 
 import os
+import re
 import socket
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -268,6 +269,28 @@ def looks_unreachable(exc: BaseException) -> bool:
     return any(s in text for s in ("connection", "max retries", "timed out", "refused", "unreachable"))
 
 
+# SQLAlchemy's additions to a database error: the statement, its parameters, and a link to its docs
+_SQL_DETAIL = re.compile(
+    r"\s*\[(?:SQL|parameters): .*?\](?=\s*(?:\[|\(Background|$))" r"|\s*\(Background on this error at: [^)]*\)", re.S
+)
+
+
+def store_failure(exc: BaseException) -> str:
+    """A store's error in words a gate prints: a database error without the SQL statement SQLAlchemy adds
+    (a page of it), and for a locked SQLite file what to do.
+
+    >>> store_failure(Exception("(sqlite3.OperationalError) database is locked [SQL: SELECT 1] [parameters: (1,)]"))
+    '(sqlite3.OperationalError) database is locked; another process is writing to the SQLite file (a gate, or ...'
+    """
+    text = _SQL_DETAIL.sub("", str(exc)).strip()
+    if "database is locked" in text:
+        text += (
+            "; another process is writing to the SQLite file (a gate, or an MLflow server on it): try again when "
+            "it is done, or serve the store with `mlflow server` for gates that run at once"
+        )
+    return text
+
+
 def mlflow_tracking_uri() -> str:
     """The tracking URI MLflow's client uses now.
 
@@ -303,6 +326,11 @@ def connect(tracking_uri: str | None, existing: bool = False) -> tuple[str, Mlfl
         check_exists(uri)
     mlflow.set_tracking_uri(uri)
     mlflow.set_registry_uri(uri)
-    client = MlflowClient(tracking_uri=uri, registry_uri=uri)
+    try:
+        client = MlflowClient(tracking_uri=uri, registry_uri=uri)  # opens a SQL store's database (and migrates it)
+    except Exception as exc:  # noqa: BLE001 - SQLAlchemy's errors, whose classes are not imported here
+        if type(exc).__name__ != "OperationalError":
+            raise
+        raise TrackingError(f"tracking store {redact_credentials(uri)}: {store_failure(exc)}") from None
     check_access(client, uri)
     return uri, client
