@@ -164,7 +164,8 @@ def test_files_gate_logs_the_same_run_with_a_tracking_uri(files, tmp_path):
     assert run.info.status == "FINISHED"
     assert run.info.experiment_id == client.get_experiment_by_name("consistency-gate/nightly-clf").experiment_id
     assert run.data.params["candidate_predictions"] == str(files / "gen2.parquet")
-    assert run.data.tags["consistency_gate.verdict"] == saved["candidate_verdict"]
+    assert run.data.tags["consistency_gate.verdict"] == saved["verdict"]
+    assert run.data.tags["consistency_gate.candidate_verdict"] == saved["candidate_verdict"]
     assert run.data.tags["mlflow.note.content"].startswith("## ")  # the verdict as the run's description
     assert f"consistency-gate: nightly-clf {files / 'gen2.parquet'}" in run.data.tags["mlflow.note.content"]
     assert run.data.metrics["ctoi"] == pytest.approx(saved["metrics"]["ctoi"])

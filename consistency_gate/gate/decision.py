@@ -170,22 +170,25 @@ def reported_intervals(intervals: dict, metrics: dict, first_generation: bool) -
 
 
 def tag_run(report: dict) -> None:
-    """The gate run's tags, from its report: the candidate's own verdict, and what the gate did about it.
+    """The gate run's tags, from its report: the verdict (the report's: the final word, a repair's where one
+    passed in the candidate's place), the rules the candidate failed, what the gate did (outcome), and the
+    candidate's own verdict apart (``consistency_gate.candidate_verdict``).
 
     Example::
 
         with mlflow.start_run():
-            tag_run(result.to_dict())  # consistency_gate.verdict, .outcome, .promoted
+            tag_run(result.to_dict())  # consistency_gate.verdict, .outcome, .candidate_verdict, .promoted
     """
     import mlflow
 
     tags = {
-        "consistency_gate.verdict": report["candidate_verdict"],
+        "consistency_gate.verdict": report["verdict"],
         "consistency_gate.failed_rules": ", ".join(
             dict.fromkeys(r["metric"] for r in report["rules"] if r["held"] is False)
         )
         or "none",
         "consistency_gate.outcome": report["outcome"],
+        "consistency_gate.candidate_verdict": report["candidate_verdict"],
         "consistency_gate.promoted": {True: "True", False: "False"}.get(report["promoted"], "unknown"),
     }
     if report["promotion"] and report["promoted"] is not True:

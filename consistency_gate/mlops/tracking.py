@@ -373,7 +373,10 @@ ORPHAN_AFTER_S = 24 * 3600
 
 # the tags a reviewer reads first, set "pending" when a gate run starts so the MLflow UI (which
 # lists a run's tags in the order they were first set) shows them before the owner tags
-VERDICT_TAGS = ("consistency_gate.verdict", "consistency_gate.failed_rules", "consistency_gate.outcome")
+VERDICT_TAGS = (
+    "consistency_gate.verdict", "consistency_gate.failed_rules", "consistency_gate.outcome",
+    "consistency_gate.candidate_verdict",
+)  # fmt: skip
 PENDING = "pending"
 
 
