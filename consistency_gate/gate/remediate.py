@@ -58,10 +58,8 @@ def remediate(
         entry, config = METHODS[name], remediation.for_method(name)
         has_previous = comparer.baseline is not None
         skipped = entry.missing(remediation, len(inputs.classes), has_previous, scoreless, inputs.no_held_out)
-        over, attempted, note = entry.over_budget(inputs, config), inputs, None
-        if over and entry.flattens and not skipped:
-            attempted, note = _flattened(gate, inputs, entry, config, over)
-        skipped = skipped or (over if note is None else None)
+        attempted, over, note = (inputs, None, None) if skipped else _within_budget(gate, inputs, entry, config)
+        skipped = skipped or over
         if skipped:
             attempts.append({"method": name, "verdict": "skipped", "note": skipped})
             if not gate.quiet:
@@ -96,6 +94,22 @@ def _inputs(
         partial(_calibration_judge, gate), cache(past), carried,
         split.held_out if split else None, split.why_not if split else None, gate.label_column,
     )  # fmt: skip
+
+
+def _within_budget(
+    gate: GateRun, inputs: Inputs, entry: Method, remediation: RemediationConfig
+) -> tuple[Inputs, str | None, str | None]:
+    """What an attempt builds from within the config's ``max_models``: (inputs, why it is over the budget or
+    None, the note saying how it was built or None). Inputs as they are when they fit; flattened when the
+    method flattens and that fits (:func:`_flattened`); else why not."""
+    over = entry.over_budget(inputs, remediation)
+    if over is None:
+        return inputs, None, None
+    if entry.flattens:
+        flat, note = _flattened(gate, inputs, entry, remediation, over)
+        if note is not None:
+            return flat, None, note
+    return inputs, over, None
 
 
 def _flattened(
