@@ -214,13 +214,14 @@ class Method:
         if self.previous and not has_previous:
             return "no previous generation to learn from"
         if self.labelled and remediation.calibration is None and remediation.data is None:
-            if remediation.tuning_share is not None:
+            if remediation.tuning_share is None:
+                return (
+                    "it estimates each generation's confusion matrix on labelled data other than the evaluation "
+                    "set: name it with calibration: in the remediation block, or hold out a share of the "
+                    "evaluation set with tuning_share:"
+                )
+            if no_held_out is not None:  # the share was too small to hold out
                 return no_held_out
-            return (
-                "it estimates each generation's confusion matrix on labelled data other than the evaluation set: "
-                "name it with calibration: in the remediation block, or hold out a share of the evaluation set "
-                "with tuning_share:"
-            )
         needed = [scoreless[role] for role in ("previous", "candidate") if role in self.scores and role in scoreless]
         if needed:
             return f"it needs class scores and {needed[0]} gives class labels only"
