@@ -190,10 +190,16 @@ def test_a_repair_of_a_repaired_champion_counts_every_model_it_carries(tmp_path)
     assert first["method"] == "blend" and first["verdict"] != "skipped" and first["members"] == 2, report["attempts"]
     assert f"it combines v2, the generation v{champion} stands in for, with the candidate instead" in first["note"]
     assert "would carry 4 models, over the budget of 2" in first["note"] and first["note"] in proc.stderr
-    attempt = report["ensemble"]
-    assert attempt["setting"]["combines"] == (
-        ["2", "3"] if attempt["method"] == "blend" else attempt["setting"]["combines"]
-    )
+    assert report["ensemble"]["setting"]["combines"] == ["2", "3"]  # blend's, or rerank's after it
+    # the Bayesian update is flattened the same way: over v2 and the candidate, tuned on a held-out share
+    block = "remediation:\n  strategy: [bayesian-update]\n  generations: 2\n  max_models: 2\n  tuning_share: 0.4\n"
+    config.write_text(LENIENT + block)
+    proc = run_cli(*check_args("3", built["data"], config, built["uri"], "--id-column", "id", "--report", report_path))
+    report = read_report(report_path)
+    (attempt,) = report["attempts"]
+    assert attempt["method"] == "bayesian-update" and attempt["verdict"] != "skipped", (attempt, proc.stderr)
+    assert attempt["members"] == 2 and f"it combines v2, the generation v{champion} stands in for" in attempt["note"]
+    assert report["ensemble"]["setting"]["versions"] == ["2", "3"] and report["baseline"]["version"] == champion
     assert report["baseline"]["version"] == champion  # judged against the champion, not against v2
 
 

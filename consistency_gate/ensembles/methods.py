@@ -162,8 +162,8 @@ class Method:
     a previous generation (``previous``), class scores from the named generations (``scores``,
     'previous' and/or 'candidate'), labelled data other than the evaluation set (``labelled``), data to
     train on (``trains``), and ``check(remediation, n_classes)``: why it cannot run here, or None.
-    ``flattens``: a repair of the pair that, when a repaired champion would put it over the budget, combines
-    the candidate with the generation the champion stands in for instead (its ``consistency_gate.replaces``).
+    ``flattens``: a repair of generations that, when repaired champions would put it over the budget,
+    combines the generations they stand in for instead (each one's ``consistency_gate.replaces``).
 
     >>> Method("toy", "toy", 0, "pkg.mod:build", lambda name, m: f"trying {name}").plan(name="toy", m=1)
     'trying toy'
@@ -180,7 +180,7 @@ class Method:
     trains: bool = False
     check: Callable[[RemediationConfig, int], str | None] | None = None
     models: Callable[[Inputs, RemediationConfig], int] = lambda inputs, remediation: 1  # one model: a distilled one
-    flattens: bool = False  # over the budget, it may combine the candidate with the champion's plain generation
+    flattens: bool = False  # over the budget, it may combine the generations repaired champions stand in for
 
     def build(self, inputs: Inputs, remediation: RemediationConfig) -> Built:
         """Run the builder (imported now when named ``"module:function"``)."""
@@ -309,7 +309,7 @@ METHODS: dict[str, Method] = {
     for m in (
         _repair("blend", 10, _REPAIRS, _pair, scores=_BOTH, flattens=True),
         _repair("rerank", 20, _REPAIRS, _pair, scores=_BOTH, check=_rerank_fits, flattens=True),
-        _repair("bayesian-update", 30, _BAYES, _generations, labelled=True),
+        _repair("bayesian-update", 30, _BAYES, _generations, labelled=True, flattens=True),
         _trained("focal-distillation", "distilled", 40, previous=True, scores=("previous",)),
         _trained("ensemble-distillation", "distilled", 50),
         _trained("dynsnap-cyc", "ensemble", 100),

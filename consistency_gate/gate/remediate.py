@@ -115,24 +115,36 @@ def _within_budget(
 def _flattened(
     gate: GateRun, inputs: Inputs, entry: Method, remediation: RemediationConfig, over: str
 ) -> tuple[Inputs, str | None]:
-    """A repair of the pair over the budget because the champion is itself a repair: the same repair of the
-    candidate and the generation the champion stands in for (its ``consistency_gate.replaces``), judged
-    against the champion as every repair is, with the note that says so; ``inputs`` and None when that
-    generation is not known or is over the budget too."""
-    plain = inputs.baseline.ref.tags.get(registry.TAG_REPLACES)
-    if plain is None:
-        return inputs, None
-    ref = registry.resolve_version(gate.client, gate.cand_ref.name, plain)
-    model = scoring.load_model(ref, gate.cfg.classes)
-    scores = scoring.predict(model, gate.frame, gate.non_features)
-    flat = replace(inputs, baseline=model, base_scores=scores, versions=(plain, inputs.versions[1]))
-    if entry.over_budget(flat, remediation):
-        return inputs, None
+    """A repair over the budget because champions it combines are themselves repairs: the same repair of
+    the generations they stand in for (each one's ``consistency_gate.replaces``: the baseline's, and for the
+    Bayesian update the earlier champions' too) and the candidate, judged against the champion as every
+    repair is, with the note that says so; ``inputs`` and None when no champion it combines is a repair, or
+    the flattened repair is over the budget too."""
+    replaced: dict[str, str] = {}  # champion -> the generation it stands in for
+
+    def plain(version: str, model: scoring.LoadedModel) -> tuple[str, scoring.LoadedModel]:
+        stands_for = model.ref.tags.get(registry.TAG_REPLACES)
+        if stands_for is None:
+            return version, model
+        replaced[version] = stands_for
+        ref = registry.resolve_version(gate.client, gate.cand_ref.name, stands_for)
+        return stands_for, scoring.load_model(ref, gate.cfg.classes)
+
     champion = inputs.versions[0]
+    version, model = plain(champion, inputs.baseline)
+    scores = inputs.base_scores if version == champion else scoring.predict(model, gate.frame, gate.non_features)
+    past = cache(lambda count: [plain(v, m) for v, m in inputs.past(count)])
+    flat = replace(inputs, baseline=model, base_scores=scores, versions=(version, inputs.versions[1]), past=past)
+    still_over = entry.over_budget(flat, remediation)  # counts its models: the earlier champions are read too
+    if not replaced or still_over:
+        return inputs, None
+    champions = ", ".join(f"v{v}" for v in replaced)
+    plains = ", ".join(f"v{v}" for v in replaced.values())
+    what = "the generation" if len(replaced) == 1 else "the generations"
     note = (
         f"{over.replace('it would', f'a {entry.name} of v{champion} and the candidate would')}: it combines "
-        f"v{plain}, the generation v{champion} stands in for, with the candidate instead, and is judged against "
-        f"v{champion} all the same"
+        f"{plains}, {what} {champions} {'stands' if len(replaced) == 1 else 'stand'} in for, with the candidate "
+        f"instead, and is judged against v{champion} all the same"
     )
     if not gate.quiet:
         print(f"{entry.name}: {note}", file=sys.stderr, flush=True)
