@@ -39,22 +39,31 @@ RECIPES = [
 def gated(tmp_path_factory):
     """v1..v6 registered; gates promote v2, v3, fail v4, promote v5 and v6: champions 1, 2, 3, 5, 6."""
 
-    root = tmp_path_factory.mktemp("history")
+    gates = (("2", PASS), ("3", PASS), ("4", FAIL), ("5", PASS), ("6", PASS))
+    return gated_store(tmp_path_factory.mktemp("history"), MODEL, len(RECIPES), gates)
+
+
+def gated_store(root: Path, name: str, versions: int, gates) -> dict:  # noqa: ANN001 - (version, config) pairs
+    """A SQLite store in ``root`` with the first ``versions`` :data:`RECIPES` models registered as ``name``,
+    v1 @champion, and a promoting gate of each ``(version, config)`` of ``gates`` in turn. Returns the URI,
+    the models, the iris frames, the evaluation file and each gate's run id."""
     uri = sqlite_uri(root)
     mlflow.set_tracking_uri(uri)
     mlflow.set_registry_uri(uri)
     tracking.use_experiment("training", uri)
     x, y = iris_frames()
-    models = _recipe_models(x, y)
+    models = _recipe_models(x, y)[:versions]
     for model in models:
-        _register(model)
+        _register(model, name)
     client = MlflowClient(tracking_uri=uri, registry_uri=uri)
-    client.set_registered_model_alias(MODEL, "champion", "1")
+    client.set_registered_model_alias(name, "champion", "1")
     data = root / "eval.csv"
     x.assign(label=y, id=[f"s{i}" for i in range(len(x))]).to_csv(data, index=False)
-    for version, config in (("2", PASS), ("3", PASS), ("4", FAIL), ("5", PASS), ("6", PASS)):
-        run_gate(MODEL, data, candidate=version, config=config, tracking_uri=uri, promote=True, id_column="id")
-    return {"uri": uri, "models": models, "x": x, "y": y, "data": data}
+    runs = [
+        run_gate(name, data, candidate=v, config=config, tracking_uri=uri, promote=True, id_column="id").run_id
+        for v, config in gates
+    ]
+    return {"uri": uri, "models": models, "x": x, "y": y, "data": data, "runs": runs}
 
 
 def _recipe_models(x: pd.DataFrame, y: pd.Series) -> list:

@@ -9,13 +9,12 @@ import json
 from pathlib import Path
 from urllib.parse import unquote, urlparse
 
-import mlflow
 import pandas as pd
 import pytest
 from conftest import read_report, run_cli
 from mlflow import MlflowClient
-from registry_fixtures import iris_frames, sqlite_uri
-from test_history_registry import _recipe_models, _register
+from registry_fixtures import iris_frames
+from test_history_registry import _recipe_models, _register, gated_store
 
 from consistency_gate.gate.config import parse_config
 from consistency_gate.gate.run import run_gate
@@ -28,24 +27,11 @@ PASS = parse_config("rules:\n  - {metric: acc, min: 0.5}\n")
 @pytest.fixture(scope="module")
 def store(tmp_path_factory):
     """v1..v4 registered; gates promote v2 (run ``first``, the only ledger that holds v1's answers) and v3."""
-    root = tmp_path_factory.mktemp("ledgers")
-    uri = sqlite_uri(root)
-    mlflow.set_tracking_uri(uri)
-    mlflow.set_registry_uri(uri)
-    tracking.use_experiment("training", uri)
-    x, y = iris_frames()
-    for model in _recipe_models(x, y)[:4]:
-        _register(model, MODEL)
+    built = gated_store(tmp_path_factory.mktemp("ledgers"), MODEL, 4, (("2", PASS), ("3", PASS)))
+    uri, runs = built["uri"], built["runs"]
     client = MlflowClient(tracking_uri=uri, registry_uri=uri)
-    client.set_registered_model_alias(MODEL, "champion", "1")
-    data = root / "eval.csv"
-    x.assign(label=y, id=[f"s{i}" for i in range(len(x))]).to_csv(data, index=False)
-    runs = [
-        run_gate(MODEL, data, candidate=v, config=PASS, tracking_uri=uri, promote=True, id_column="id").run_id
-        for v in ("2", "3")
-    ]
     ledger = Path(unquote(urlparse(client.get_run(runs[0]).info.artifact_uri).path)) / tracking.LEDGER
-    return {"uri": uri, "data": data, "first": runs[0], "ledger": ledger, "n": len(x)}
+    return {"uri": uri, "data": built["data"], "first": runs[0], "ledger": ledger, "n": len(built["x"])}
 
 
 def _zero_rows(frame: pd.DataFrame, path: Path) -> None:
