@@ -18,6 +18,7 @@ import click
 from consistency_gate.cli.check import check, demo, history
 from consistency_gate.cli.config import config, plan, report_schema
 from consistency_gate.cli.files import compare, diagnose, generations
+from consistency_gate.cli.live import rollback, shadow
 from consistency_gate.errors import INTERNAL_ERROR, GateError, one_line, redact_credentials, redact_logs
 
 _verbose = False
@@ -45,9 +46,9 @@ def cli() -> None:
     """Gate retrained classifiers on their consistency with the previous generation."""
 
 
-for _command in (compare, generations, check, history, report_schema, config, plan, demo, diagnose):
+for _command in (compare, generations, check, history, report_schema, config, plan, demo, diagnose, shadow, rollback):
     cli.add_command(_command)
-for _command in (cli, *cli.commands.values()):  # `consistency-gate --verbose check` and `check ... --verbose`
+for _command in (cli, *cli.commands.values(), *shadow.commands.values()):  # `--verbose check`, `check ... --verbose`
     _command.params.append(_verbose_option())
 
 

@@ -213,3 +213,25 @@ def png_bytes(fig: Figure, dpi: int = 100) -> bytes:
     fig.savefig(buffer, format="png", dpi=dpi)
     plt.close(fig)
     return buffer.getvalue()
+
+
+def bounds_curve(curves: list[dict], labelled: list[int], decided_at: int | None) -> Figure:
+    """A shadow check's rules over the stream: each rule's anytime-valid lower and upper bound after every
+    look (by the labels so far) against its threshold, and the look where the stream was decided.
+
+    >>> curves = [{"rule": "ctoi <= 0.02", "threshold": 0.02, "lower": [0.0, 0.004], "upper": [0.06, 0.018]}]
+    >>> fig = bounds_curve(curves, [100, 200], 1)
+    >>> [ax.get_title() for ax in fig.axes]
+    ['ctoi <= 0.02']
+    """
+    fig, axes = plt.subplots(1, len(curves), figsize=(4.2 * max(len(curves), 1), 3.2), squeeze=False)
+    for ax, curve in zip(axes[0], curves, strict=False):
+        ax.fill_between(labelled, curve["lower"], curve["upper"], color="#aed6f1", step="post", label="bounds")
+        ax.axhline(curve["threshold"], color="#c0392b", linestyle="--", label="threshold")
+        if decided_at is not None:
+            ax.axvline(labelled[decided_at], color="#7d3c98", linestyle=":", label="decided")
+        ax.set_title(literal([curve["rule"]])[0])
+        ax.set_xlabel("labelled requests")
+    axes[0][0].legend(fontsize="small")
+    fig.tight_layout()
+    return fig

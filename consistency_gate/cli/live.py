@@ -1,0 +1,155 @@
+"""The commands on live traffic: ``shadow check`` (a candidate judged on a capture as labels arrive) and
+``rollback`` (``@champion`` back to the champion before)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from consistency_gate.cli.common import echo_json
+from consistency_gate.gate.shadow import DEFAULT_BATCH
+
+EXIT_BY_DECISION = {"promote": 0, "continue": 0, "reject": 1}
+
+tracking_option = click.option(
+    "--tracking-uri",
+    default=None,
+    help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else sqlite:///mlflow.db).",
+)
+report_option = click.option(
+    "--report", "report_path", default=None, type=click.Path(path_type=Path), help="Write the report as JSON here."
+)
+format_option = click.option(
+    "--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True
+)
+
+
+@click.group()
+def shadow() -> None:
+    """Gate a candidate on live traffic: the answers both models gave to served requests, and labels as they arrive."""
+
+
+@shadow.command("check")
+@click.option("--model", required=True, help="Registered model name.")
+@click.option("--candidate", default=None, help="The version served in shadow: a number or @alias (default: latest).")
+@click.option("--baseline", default=None, help="What it was shadowed against (default @champion).")
+@click.option(
+    "--capture",
+    required=True,
+    type=click.Path(path_type=Path),
+    help="The capture: a CSV/Parquet table or folder (id, time, champion, candidate), or the production "
+    "variant's SageMaker Data Capture (JSON Lines) with --shadow-capture.",
+)
+@click.option(
+    "--shadow-capture",
+    default=None,
+    type=click.Path(path_type=Path),
+    help="SageMaker: the shadow variant's Data Capture (file or folder of JSON Lines).",
+)
+@click.option(
+    "--labels",
+    required=True,
+    type=click.Path(path_type=Path),
+    help="Labels as they arrived: CSV/Parquet file or folder (id, label, optional time).",
+)
+@click.option("--config", "config_path", default=None, type=click.Path(path_type=Path), help="Gate rules (YAML).")
+@click.option("--batch", type=click.IntRange(min=1), default=DEFAULT_BATCH, show_default=True, help="Labels per look.")
+@click.option("--classes", default=None, help="Class names in the order of scores in a capture (a,b,c).")
+@click.option("--promote", is_flag=True, help="On promote, move @champion to the candidate (verified, read back).")
+@click.option(
+    "--watch",
+    is_flag=True,
+    help="The candidate is the champion now and --baseline the one it replaced: roll back on reject.",
+)
+@tracking_option
+@report_option
+@format_option
+def shadow_check(
+    model: str,
+    candidate: str | None,
+    baseline: str | None,
+    capture: Path,
+    shadow_capture: Path | None,
+    labels: Path,
+    config_path: Path | None,
+    batch: int,
+    classes: str | None,
+    promote: bool,
+    watch: bool,
+    tracking_uri: str | None,
+    report_path: Path | None,
+    fmt: str,
+) -> int:
+    """Judge the candidate's flips on live traffic with anytime-valid bounds: promote, reject, or continue.
+
+    Exit 0 on promote (and on continue: nothing decided yet; the report's passed_version stays null),
+    1 on reject.
+    """
+    from consistency_gate.errors import UsageError
+    from consistency_gate.gate.config import load_config
+    from consistency_gate.gate.live import ShadowInputs, shadow_check
+
+    if promote and watch:
+        raise UsageError("--promote and --watch: give one (promote a candidate, or watch a promoted champion)")
+    if watch and baseline is None:
+        raise UsageError("--watch needs --baseline VERSION: the champion the watched model replaced")
+    names = tuple(c.strip() for c in classes.split(",")) if classes else None
+    inputs = ShadowInputs(model, candidate, capture, shadow_capture, labels, baseline, batch, names)
+    report = shadow_check(inputs, load_config(config_path), tracking_uri, promote, watch, report_path)
+    if fmt == "json":
+        echo_json(report)
+    else:
+        click.echo(stream_text(report))
+    move = report.get("rollback") or report["promotion"]
+    if move and move["promoted"] is not True:  # asked for and not read back: refused (4) or unknown (5)
+        return 4 if move["refused"] else 5
+    return EXIT_BY_DECISION[report["decision"]]
+
+
+def stream_text(report: dict) -> str:
+    """The shadow check as a terminal reads it: the decision, the stream's counts, each rule's bounds."""
+    stream = report["stream"]
+    lines = [
+        f"shadow check of {report['candidate']['name']} v{report['candidate']['version']} against "
+        f"v{report['baseline']['version']}: {report['decision'].upper()}",
+        f"  {stream['requests']} requests ({stream['candidate_failures']} the candidate failed), "
+        f"{stream['labelled']} labelled, {stream['looks']} looks",
+    ]
+    for rule in report["rules"]:
+        low, high = rule["interval"]
+        state = {True: "held", False: "broken", None: "open"}[rule["held"]]
+        value = "n/a" if rule["value"] is None else f"{rule['value']:.4f}"
+        lines.append(f"  {rule['quantity']} {rule['condition']}: {value}, bounds [{low:.4f}, {high:.4f}]: {state}")
+    for rule, needed in stream["needed"].items():
+        lines.append(f"  {rule}: about {needed} more samples" if needed is not None else f"  {rule}: no estimate")
+    if report.get("promotion"):
+        lines.append(f"  promotion: {report['promotion']['reason'] or 'moved @champion, read back'}")
+    if report.get("rollback"):
+        lines.append(f"  rollback: {report['rollback']['reason'] or 'moved @champion back, read back'}")
+    return "\n".join(lines)
+
+
+@click.command()
+@click.option("--model", required=True, help="Registered model name.")
+@click.option("--to", default=None, help="The version to restore (default: the champion before, from the gates).")
+@click.option("--reason", default="rolled back by hand", show_default=True, help="Why, for the tags and descriptions.")
+@tracking_option
+@report_option
+@format_option
+def rollback(
+    model: str, to: str | None, reason: str, tracking_uri: str | None, report_path: Path | None, fmt: str
+) -> int:
+    """Move @champion back to the champion before it, verified and read back like a promotion."""
+    from consistency_gate.gate.live import rollback as roll_back
+
+    report = roll_back(model, tracking_uri, to, reason, report_path)
+    if fmt == "json":
+        echo_json(report)
+    else:
+        promotion = report["promotion"]
+        said = "rolled back, read back" if report["promoted"] else promotion["reason"]
+        click.echo(
+            f"@champion of {model}: v{report['baseline']['version']} -> v{report['candidate']['version']}: {said}"
+        )
+    return 0 if report["promoted"] else (4 if report["promotion"]["refused"] else 5)

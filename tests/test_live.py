@@ -1,0 +1,191 @@
+"""Live traffic on a real SQLite store: `shadow check` on a capture and late labels (its figures equal
+`compare` on the same samples), its promotion and its rollback on reject, `rollback` by hand and what
+`history` then shows, and bad input, one line and its exit code each, nothing moved."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+from conftest import read_report, run_cli
+from mlflow import MlflowClient
+from test_history_registry import gated_store
+
+from consistency_gate.gate.rules import Rule
+from consistency_gate.gate.shadow import check_stream
+
+MODEL = "iris-live"
+EASY = "rules:\n  - {metric: ctoi, max: 0.3}\n  - {metric: acc, min: 0.3}\n"
+STRICT = "rules:\n  - {metric: con, min: 0.99}\n"
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    """v1 @champion, v2 and v3 registered; no gate yet."""
+    root = tmp_path_factory.mktemp("live")
+    return {**gated_store(root, MODEL, 3, ()), "root": root}
+
+
+def capture_of(store: dict, champion: int, candidate: int, folder, labelled: int | None = None):
+    """What a shadow server would have captured serving the iris rows (one request a second) with
+    ``champion`` and ``candidate`` (0-based models), and the labels of the first ``labelled`` requests, each
+    arriving a minute after its request."""
+    x, y = store["x"], store["y"]
+    start = pd.Timestamp("2026-11-27T10:00:00Z")
+    times = start + pd.to_timedelta(np.arange(len(x)), unit="s")
+    ids = [f"r{i}" for i in range(len(x))]
+    served = pd.DataFrame(
+        {
+            "id": ids,
+            "time": times,
+            "champion": store["models"][champion].predict(x),
+            "candidate": store["models"][candidate].predict(x),
+        }
+    )
+    folder.mkdir(exist_ok=True)
+    half = len(served) // 2
+    served.iloc[:half].to_parquet(folder / "part-000.parquet")  # rolled files, as the server writes them
+    served.iloc[half:].to_parquet(folder / "part-001.parquet")
+    n = len(x) if labelled is None else labelled
+    labels = pd.DataFrame({"id": ids[:n], "label": y.iloc[:n].to_numpy(), "time": times[:n] + pd.Timedelta(minutes=1)})
+    labels.to_csv(folder.parent / f"{folder.name}-labels.csv", index=False)
+    return served, folder.parent / f"{folder.name}-labels.csv"
+
+
+def shadow(store: dict, *args: str):
+    return run_cli("shadow", "check", "--model", MODEL, "--tracking-uri", store["uri"], *args)
+
+
+def test_a_shadow_check_equals_compare_and_promotes_on_its_anytime_bounds(store, tmp_path):
+    served, labels = capture_of(store, 0, 1, tmp_path / "capture")
+    config = tmp_path / "easy.yaml"
+    config.write_text(EASY)
+    report_path = tmp_path / "report.json"
+    proc = shadow(store, "--candidate", "2", "--capture", tmp_path / "capture", "--labels", labels, "--config", config,
+                  "--batch", "25", "--promote", "--report", report_path)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    report = read_report(report_path)
+    assert report["decision"] == "promote" and report["promoted"] is True, report
+    assert str(MlflowClient(store["uri"]).get_model_version_by_alias(MODEL, "champion").version) == "2"
+    # the same samples as prediction files: compare gives the same figures
+    frame = served.assign(label=store["y"].to_numpy())
+    for column, name in (("champion", "previous"), ("candidate", "candidate"), ("label", "labels")):
+        frame[["id", column]].rename(columns={column: "prediction" if column != "label" else "label"}).to_csv(
+            tmp_path / f"{name}.csv", index=False
+        )
+    proc = run_cli("compare", "--labels", tmp_path / "labels.csv", "--previous", tmp_path / "previous.csv",
+                   "--candidate", tmp_path / "candidate.csv", "--id-column", "id", "--format", "json")  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    compared = json.loads(proc.stdout)["metrics"]
+    for key in ("con", "ctoi", "itoc", "acc_previous", "acc_candidate", "ctoc", "itoi"):
+        assert report["metrics"][key] == pytest.approx(compared[key], abs=1e-12), key
+    assert report["stream"]["labelled"] == report["stream"]["requests"] == len(served)
+    assert report["stream"]["decided_at_look"] is not None and report["stream"]["looks"] == len(served) // 25
+
+
+def test_watching_a_promoted_model_rolls_it_back_when_live_flips_break_the_rules(store, tmp_path):
+    client = MlflowClient(store["uri"])
+    client.set_registered_model_alias(MODEL, "champion", "2")
+    _, labels = capture_of(store, 0, 1, tmp_path / "watched")
+    config = tmp_path / "strict.yaml"
+    config.write_text(STRICT)
+    proc = shadow(store, "--candidate", "2", "--baseline", "1", "--watch", "--capture", tmp_path / "watched",
+                  "--labels", labels, "--config", config, "--format", "json")  # fmt: skip
+    assert proc.returncode == 1, proc.stderr
+    report = json.loads(proc.stdout)
+    assert report["decision"] == "reject" and report["rolled_back"] is True
+    assert str(client.get_model_version_by_alias(MODEL, "champion").version) == "1"
+    assert client.get_model_version(MODEL, "2").tags["consistency_gate.rolled_back_to"] == "1"
+    assert "ROLLED BACK to v1" in client.get_model_version(MODEL, "2").description
+    history = json.loads(
+        run_cli("history", "--model", MODEL, "--tracking-uri", store["uri"], "--format", "json").stdout
+    )
+    assert history["champions"][-2:] == ["2", "1"]
+
+
+def test_rollback_by_hand_restores_the_champion_before_and_history_shows_it(store, tmp_path):
+    client = MlflowClient(store["uri"])
+    client.set_registered_model_alias(MODEL, "champion", "1")
+    served, labels = capture_of(store, 0, 2, tmp_path / "third")
+    config = tmp_path / "easy.yaml"
+    config.write_text(EASY)
+    proc = shadow(store, "--candidate", "3", "--capture", tmp_path / "third", "--labels", labels, "--config", config,
+                  "--batch", "50", "--promote")  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert str(client.get_model_version_by_alias(MODEL, "champion").version) == "3"
+    report_path = tmp_path / "rollback.json"
+    proc = run_cli("rollback", "--model", MODEL, "--tracking-uri", store["uri"], "--reason", "complaints",
+                   "--report", report_path)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert "v3 -> v1" in proc.stdout
+    report = read_report(report_path)
+    assert report["promoted"] is True and report["promotion"]["holds"] == "1"
+    assert str(client.get_model_version_by_alias(MODEL, "champion").version) == "1"
+    history = json.loads(
+        run_cli("history", "--model", MODEL, "--tracking-uri", store["uri"], "--format", "json").stdout
+    )
+    assert history["champions"][-3:] == ["1", "3", "1"]
+    assert history["gates"][-1]["outcome"] == "rolled back"
+
+
+def test_bad_live_input_is_one_line_and_its_exit_code_and_moves_nothing(store, tmp_path):
+    client = MlflowClient(store["uri"])
+    client.set_registered_model_alias(MODEL, "champion", "1")
+    served, labels = capture_of(store, 0, 1, tmp_path / "bad")
+    config = tmp_path / "easy.yaml"
+    config.write_text(EASY)
+    base = ("--candidate", "2", "--config", config, "--promote")
+    cases = []
+    unknown = pd.read_csv(labels).assign(label="zebra")
+    unknown.to_csv(tmp_path / "unknown.csv", index=False)
+    cases.append((("--capture", tmp_path / "bad", "--labels", tmp_path / "unknown.csv"), 3, "not a class"))
+    other = pd.read_csv(labels).assign(id=lambda f: "x" + f["id"])
+    other.to_csv(tmp_path / "other.csv", index=False)
+    cases.append((("--capture", tmp_path / "bad", "--labels", tmp_path / "other.csv"), 3, "no label matches"))
+    truncated = tmp_path / "truncated"
+    truncated.mkdir()
+    (truncated / "part-000.parquet").write_bytes((tmp_path / "bad" / "part-000.parquet").read_bytes()[:300])
+    cases.append((("--capture", truncated, "--labels", labels), 3, "truncated"))
+    pearson = tmp_path / "pearson.yaml"
+    pearson.write_text("rules:\n  - {metric: pearson, min: 0.9}\n")
+    cases.append((("--capture", tmp_path / "bad", "--labels", labels, "--config", pearson), 2, "shadow check judges"))
+    cases.append((("--capture", tmp_path / "bad", "--labels", labels, "--candidate", "9"), 4, "9"))
+    for args, code, said in cases:
+        proc = shadow(store, *base, *args)
+        assert proc.returncode == code, (args, proc.stderr)
+        lines = proc.stderr.strip().splitlines()
+        assert len(lines) == 1 and said in lines[0], (args, proc.stderr)
+    assert str(client.get_model_version_by_alias(MODEL, "champion").version) == "1"
+    proc = run_cli("rollback", "--model", "no-such-model", "--tracking-uri", store["uri"])
+    assert proc.returncode == 4 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+
+
+def stream(champion: list[str], candidate: list[str], label: list[str]) -> tuple[pd.DataFrame, pd.DataFrame]:
+    times = pd.to_datetime(np.arange(len(label)), unit="s", utc=True)
+    ids = [str(i) for i in range(len(label))]
+    capture = pd.DataFrame({"id": ids, "time": times, "champion": champion, "candidate": candidate})
+    return capture.astype({"id": "string", "champion": "string", "candidate": "string"}), pd.DataFrame(
+        {"id": pd.array(ids, dtype="string"), "label": pd.array(label, dtype="string"), "time": times}
+    )
+
+
+def test_a_stream_is_decided_at_the_first_look_its_bounds_cross():
+    rng = np.random.default_rng(0)
+    label = rng.choice(["a", "b"], 3000).tolist()
+    same, labels = stream(label, label, label)  # a candidate that never flips: promoted
+    result = check_stream(same, labels, [Rule("ctoi", "max", 0.02)], 0.95, batch=100)
+    assert result.decision == "promote" and result.decided_at is not None
+    upper = result.rules[0].upper
+    assert upper[result.decided_at] <= 0.02 < upper[result.decided_at - 1]
+    worse = [("b" if y == "a" else "a") if i % 10 == 0 else y for i, y in enumerate(label)]  # 10% negative flips
+    flips, labels = stream(label, worse, label)
+    result = check_stream(flips, labels, [Rule("ctoi", "max", 0.02)], 0.95, batch=100)
+    assert result.decision == "reject" and result.metrics["ctoi"] == pytest.approx(0.1, abs=0.001)
+    few, labels = stream(label[:150], worse[:150], label[:150])  # 15 flips in 150: open at a loose threshold
+    result = check_stream(few, labels, [Rule("ctoi", "max", 0.1)], 0.95, batch=50)
+    assert result.decision == "continue" and result.needed["ctoi <= 0.1"] is None  # at the threshold: never
+    failed = flips.assign(candidate=flips["candidate"].where(flips.index % 7 != 0))  # the candidate failed on some
+    result = check_stream(failed, labels.iloc[:0], [Rule("con", "min", 0.5)], 0.95)
+    assert result.counts["candidate_failures"] == (flips.index % 7 == 0).sum() and result.labelled == 0
