@@ -8,7 +8,6 @@ from pathlib import Path
 import click
 
 from consistency_gate.cli.common import echo_json
-from consistency_gate.gate.shadow import DEFAULT_BATCH
 
 EXIT_BY_DECISION = {"promote": 0, "continue": 0, "reject": 1}
 
@@ -54,7 +53,7 @@ def shadow() -> None:
     help="Labels as they arrived: CSV/Parquet file or folder (id, label, optional time).",
 )
 @click.option("--config", "config_path", default=None, type=click.Path(path_type=Path), help="Gate rules (YAML).")
-@click.option("--batch", type=click.IntRange(min=1), default=DEFAULT_BATCH, show_default=True, help="Labels per look.")
+@click.option("--batch", type=click.IntRange(min=1), default=None, help="Labels per look (default 100).")
 @click.option("--classes", default=None, help="Class names in the order of scores in a capture (a,b,c).")
 @click.option("--promote", is_flag=True, help="On promote, move @champion to the candidate (verified, read back).")
 @click.option(
@@ -73,7 +72,7 @@ def shadow_check(
     shadow_capture: Path | None,
     labels: Path,
     config_path: Path | None,
-    batch: int,
+    batch: int | None,
     classes: str | None,
     promote: bool,
     watch: bool,
@@ -89,13 +88,14 @@ def shadow_check(
     from consistency_gate.errors import UsageError
     from consistency_gate.gate.config import load_config
     from consistency_gate.gate.live import ShadowInputs, shadow_check
+    from consistency_gate.gate.shadow import DEFAULT_BATCH
 
     if promote and watch:
         raise UsageError("--promote and --watch: give one (promote a candidate, or watch a promoted champion)")
     if watch and baseline is None:
         raise UsageError("--watch needs --baseline VERSION: the champion the watched model replaced")
     names = tuple(c.strip() for c in classes.split(",")) if classes else None
-    inputs = ShadowInputs(model, candidate, capture, shadow_capture, labels, baseline, batch, names)
+    inputs = ShadowInputs(model, candidate, capture, shadow_capture, labels, baseline, batch or DEFAULT_BATCH, names)
     report = shadow_check(inputs, load_config(config_path), tracking_uri, promote, watch, report_path)
     if fmt == "json":
         echo_json(report)
@@ -116,6 +116,9 @@ def stream_text(report: dict) -> str:
         f"  {stream['requests']} requests ({stream['candidate_failures']} the candidate failed), "
         f"{stream['labelled']} labelled, {stream['looks']} looks",
     ]
+    if stream["decided_at_look"] is not None:
+        look = stream["decided_at_look"]
+        lines.append(f"  decided at look {look + 1}, after {stream['steps'][look]['labelled']} labels")
     for rule in report["rules"]:
         low, high = rule["interval"]
         state = {True: "held", False: "broken", None: "open"}[rule["held"]]
