@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import json
+import time
 
 import numpy as np
 import pandas as pd
@@ -189,3 +190,67 @@ def test_a_stream_is_decided_at_the_first_look_its_bounds_cross():
     failed = flips.assign(candidate=flips["candidate"].where(flips.index % 7 != 0))  # the candidate failed on some
     result = check_stream(failed, labels.iloc[:0], [Rule("con", "min", 0.5)], 0.95)
     assert result.counts["candidate_failures"] == (flips.index % 7 == 0).sum() and result.labelled == 0
+
+
+def sagemaker_record(event: str, output: str, encoding: str = "CSV", inference: str | None = None) -> str:
+    """One line of SageMaker Data Capture, as an endpoint writes it."""
+    meta = {
+        "eventId": event,
+        "inferenceTime": "2026-11-27T10:00:00Z",
+        **({"inferenceId": inference} if inference else {}),
+    }
+    data = {"endpointInput": {"data": "1,2", "encoding": "CSV", "mode": "INPUT"},
+            "endpointOutput": {"data": output, "encoding": encoding, "mode": "OUTPUT"}}  # fmt: skip
+    return json.dumps({"captureData": data, "eventMetadata": meta, "eventVersion": "0"})
+
+
+def test_sagemaker_captures_of_both_variants_are_joined_by_inference_id(tmp_path):
+    import base64
+
+    from consistency_gate.errors import DataError, UsageError
+    from consistency_gate.io.capture import read_sagemaker
+
+    prod, shadow = tmp_path / "prod", tmp_path / "shadow"
+    prod.mkdir(), shadow.mkdir()
+    (prod / "12-00-00-000-a.jsonl").write_text(
+        "\n".join(
+            [
+                sagemaker_record("e1", "0.9,0.1", inference="r1"),
+                sagemaker_record("e2", "0.3,0.7\n0.6,0.4", inference="r2"),
+            ]
+        )
+    )
+    mlflow_json = base64.b64encode(json.dumps({"predictions": [[0.2, 0.8]]}).encode()).decode()
+    (shadow / "12-00-00-000-b.jsonl").write_text(
+        "\n".join(
+            [
+                sagemaker_record("x1", mlflow_json, "BASE64", inference="r1"),
+                sagemaker_record("x2", "[[0.1, 0.9], [0.2, 0.8]]", "JSON", inference="r2"),
+            ]
+        )
+    )
+    capture = read_sagemaker(prod, shadow, ("cat", "dog"))
+    assert capture[["id", "champion", "candidate"]].values.tolist() == [
+        ["r1", "cat", "dog"], ["r2#0", "dog", "dog"], ["r2#1", "cat", "dog"]
+    ]  # fmt: skip
+    with pytest.raises(UsageError, match="class names"):
+        read_sagemaker(prod, shadow, None)
+    (tmp_path / "bad.jsonl").write_text('{"captureData": 1}\n')
+    with pytest.raises(DataError, match="bad.jsonl, line 1: not a SageMaker Data Capture record"):
+        read_sagemaker(tmp_path / "bad.jsonl", shadow, ("cat", "dog"))
+
+
+def test_the_capture_rolls_on_time_and_a_part_being_written_is_not_read(tmp_path):
+    from consistency_gate.io.capture import CaptureWriter, read_capture
+
+    writer = CaptureWriter(tmp_path, roll_rows=1000, roll_seconds=0.2)
+    at = pd.Timestamp("2026-11-27T10:00:00Z")
+    writer.add([{"id": "a", "time": at, "champion": "x", "candidate": "y", "candidate_error": None}])
+    deadline = time.monotonic() + 10
+    while not list(tmp_path.glob("part-*.parquet")) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    (tmp_path / ".part-00001.parquet.tmp").write_bytes(b"PAR1 half a file")  # the writer's next part, mid-write
+    assert read_capture(tmp_path)["id"].tolist() == ["a"]  # read while the writer goes on
+    writer.add([{"id": "b", "time": at, "champion": "x", "candidate": None, "candidate_error": "TimeoutError"}])
+    writer.close()
+    assert read_capture(tmp_path)["candidate"].isna().tolist() == [False, True]

@@ -29,6 +29,40 @@ def shadow() -> None:
     """Gate a candidate on live traffic: the answers both models gave to served requests, and labels as they arrive."""
 
 
+@shadow.command("serve")
+@click.option("--model", required=True, help="Registered model name.")
+@click.option("--candidate", default=None, help="The version to shadow: a number or @alias (default: latest).")
+@click.option("--champion", default=None, help="The version that answers (default @champion).")
+@click.option(
+    "--capture", required=True, type=click.Path(path_type=Path), help="Folder of the capture's Parquet parts."
+)
+@click.option("--host", default="127.0.0.1", show_default=True)
+@click.option("--port", type=int, default=5001, show_default=True)
+@click.option("--roll-rows", type=click.IntRange(min=1), default=10_000, show_default=True, help="Rows per part.")
+@click.option(
+    "--roll-seconds", type=click.FloatRange(min=0.1), default=60.0, show_default=True, help="Seconds per part."
+)
+@click.option("--candidate-timeout", type=click.FloatRange(min=0.01), default=10.0, show_default=True,
+              help="Seconds the candidate may take on a request before it counts as failed.")  # fmt: skip
+@click.option("--drain-seconds", type=click.FloatRange(min=0), default=60.0, show_default=True,
+              help="On stop, seconds to score the requests still queued for the candidate.")  # fmt: skip
+@click.option("--classes", default=None, help="Class names in the order of the models' scores (a,b,c).")
+@tracking_option
+def shadow_serve(
+    model: str, candidate: str | None, champion: str | None, capture: Path, host: str, port: int, roll_rows: int,
+    roll_seconds: float, candidate_timeout: float, drain_seconds: float, classes: str | None, tracking_uri: str | None,
+) -> int:  # fmt: skip
+    """Answer with the champion on MLflow's scoring protocol (POST /invocations), score the candidate off the
+    request path, and capture both answers (id, time, champion, candidate) until SIGTERM."""
+    from consistency_gate.gate.live import shadow_serve as run_server
+    from consistency_gate.mlops.shadow_server import ServeOptions
+
+    names = tuple(c.strip() for c in classes.split(",")) if classes else None
+    options = ServeOptions(host, port, roll_rows, roll_seconds, candidate_timeout, drain_seconds)
+    run_server(model, candidate, champion, capture, tracking_uri, options, names)
+    return 0
+
+
 @shadow.command("check")
 @click.option("--model", required=True, help="Registered model name.")
 @click.option("--candidate", default=None, help="The version served in shadow: a number or @alias (default: latest).")

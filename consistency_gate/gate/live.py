@@ -27,6 +27,7 @@ from consistency_gate.mlops import tracking
 from consistency_gate.mlops.ledger import gate_records
 from consistency_gate.mlops.promotion import Promotion, promote, read_alias
 from consistency_gate.mlops.registry import ModelRef, describe_version, resolve_version, tag_version
+from consistency_gate.mlops.shadow_server import ServeOptions
 from consistency_gate.report.schema import SCHEMA_VERSION
 
 if TYPE_CHECKING:
@@ -120,6 +121,28 @@ def shadow_check(
 
         mlflow.end_run("FINISHED")
         return report
+
+
+def shadow_serve(
+    model: str, candidate: str | None, champion: str | None, capture: str | Path, tracking_uri: str | None,
+    options: ServeOptions, classes: tuple[str, ...] | None = None,
+) -> dict:  # fmt: skip
+    """``consistency-gate shadow serve``: resolve the champion (default ``@champion``) and the candidate in the
+    registry, then serve (:func:`~consistency_gate.mlops.shadow_server.serve`) until stopped."""
+    import sys
+
+    from consistency_gate.mlops import store
+    from consistency_gate.mlops.shadow_server import serve
+
+    uri, client = store.connect(tracking_uri, existing=True)
+    served = resolve_version(client, model, champion or f"@{ALIAS}")
+    shadowed = resolve_version(client, model, candidate)
+    if served.version == shadowed.version:
+        raise ModelError(
+            f"model '{model}': the candidate v{shadowed.version} is the champion; give the version to shadow"
+        )
+    names = _classes(shadowed, classes) or _classes(served, None)
+    return serve(served.uri, shadowed.uri, uri, capture, names, options, lambda line: print(line, file=sys.stderr))
 
 
 def shadow_report(result: StreamResult, candidate: ModelRef, baseline: ModelRef, run_id: str) -> dict:

@@ -1,0 +1,318 @@
+"""``consistency-gate shadow serve``: the champion answers on MLflow's scoring protocol; the candidate is scored
+off the request path; both answers go to a capture.
+
+The HTTP side is MLflow's own scoring server (``mlflow.pyfunc.scoring_server.init``, what ``mlflow models
+serve`` runs), given the champion: the same routes (``/invocations``, ``/ping``, ``/health``, ``/version``),
+the same payloads (``dataframe_split``, ``dataframe_records``, ``instances``, ``inputs``, CSV, Parquet) and
+the same responses. Each request gets an id (the client's ``X-Request-Id`` header, else a new one, returned
+in the response's header); a request of n rows is n samples, ``ID#0`` .. ``ID#n-1`` (one row: ``ID``).
+
+After the champion has answered, the request is queued (never waited on: a full queue records the candidate
+as not scored) for the candidate, which runs in a process of its own (:class:`CandidateProcess`): a candidate
+that raises, hangs past ``timeout_s`` or kills its process is recorded as failed on that request (the process
+is started again), and the champion's answers never change or wait. On SIGTERM or SIGINT the server stops
+taking requests, finishes those in flight, scores what is queued (for up to ``drain_s``; what is left is
+recorded as not scored) and writes the last part: every request answered is in the capture
+(:class:`~consistency_gate.io.capture.CaptureWriter`).
+"""
+
+from __future__ import annotations
+
+import contextvars
+import multiprocessing
+import queue
+import signal
+import socket
+import threading
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from consistency_gate.errors import ModelError, UsageError
+from consistency_gate.io.capture import CaptureWriter
+
+REQUEST = contextvars.ContextVar("consistency_gate_request", default=None)  # (id, time) of the request served
+QUEUE_LIMIT = 10_000  # requests waiting for the candidate; past it a request is captured as not scored
+
+
+def answers(raw: Any, classes: tuple[str, ...] | None) -> list[str]:  # noqa: ANN401 - any pyfunc output
+    """A model's answers as text, one per row: its labels as they are, or, for a score per class, the class of
+    the highest score (named by ``classes``, else by the output's columns, else by position).
+
+    >>> answers(np.array([1, 0]), None), answers(np.array([[0.2, 0.8]]), ("cat", "dog"))
+    (['1', '0'], ['dog'])
+    >>> answers(pd.DataFrame({"cat": [0.9], "dog": [0.1]}), None)
+    ['cat']
+    """
+    if isinstance(raw, dict) and "predictions" in raw:
+        raw = raw["predictions"]
+    if isinstance(raw, pd.DataFrame) and raw.shape[1] > 1:
+        classes = classes or tuple(map(str, raw.columns))
+    values = np.asarray(raw)
+    if values.ndim == 2 and values.shape[1] > 1:
+        names = classes or tuple(str(i) for i in range(values.shape[1]))
+        return [str(names[i]) for i in values.argmax(axis=1)]
+    return [str(v) for v in values.reshape(len(values), -1)[:, 0]] if values.ndim else [str(values)]
+
+
+def _candidate_loop(model_uri: str, tracking_uri: str, classes: tuple[str, ...] | None, inbox, outbox) -> None:  # noqa: ANN001
+    """The candidate's process: load the model, say ready (or why not), then answer each batch."""
+    try:
+        import mlflow
+
+        mlflow.set_tracking_uri(tracking_uri)
+        mlflow.set_registry_uri(tracking_uri)
+        model = mlflow.pyfunc.load_model(model_uri)
+    except Exception as exc:  # noqa: BLE001 - any load failure is the candidate's: said in one line
+        outbox.put(("error", f"{type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''}"))
+        return
+    outbox.put(("ready", None))
+    while (item := inbox.get()) is not None:
+        number, data = item
+        try:
+            outbox.put((number, answers(model.predict(data), classes)))
+        except Exception as exc:  # noqa: BLE001 - the candidate failed on this request: recorded, not fatal
+            outbox.put((number, f"{type(exc).__name__}: {str(exc)[:200]}"))
+
+
+class CandidateProcess:
+    """The candidate in a process of its own, restarted after it dies or hangs.
+
+    Example::
+
+        candidate = CandidateProcess("models:/fraud-clf/4", "sqlite:///mlflow.db", None, timeout_s=10)
+        candidate.start()  # ModelError (exit 4) if it cannot load
+        candidate.score(frame)  # (['0', '1'], None) or (None, 'TimeoutError: ...')
+    """
+
+    def __init__(self, model_uri: str, tracking_uri: str, classes: tuple[str, ...] | None, timeout_s: float) -> None:
+        self.args = (model_uri, tracking_uri, classes)
+        self.timeout_s = timeout_s
+        self.context = multiprocessing.get_context("spawn")
+        self.process = None
+        self.number = 0
+
+    def start(self, load_s: float = 300.0) -> None:
+        """Start the process and wait until the candidate is loaded (ModelError if it cannot be)."""
+        self.inbox, self.outbox = self.context.Queue(), self.context.Queue()
+        self.process = self.context.Process(
+            target=_candidate_loop, args=(*self.args, self.inbox, self.outbox), daemon=True
+        )
+        self.process.start()
+        try:
+            kind, said = self.outbox.get(timeout=load_s)
+        except queue.Empty:
+            kind, said = "error", f"not loaded within {load_s:.0f} s"
+        if kind != "ready":
+            self.stop()
+            raise ModelError(f"candidate {self.args[0]} cannot be loaded: {said}; serve a candidate that loads")
+
+    def score(self, data: Any) -> tuple[list[str] | None, str | None]:  # noqa: ANN401 - a request's input
+        """The candidate's answers to one request's rows, or why there are none (its error, a timeout, its process
+        ended); a hung or dead process is started again for the next request."""
+        self.number += 1
+        self.inbox.put((self.number, data))
+        deadline = time.monotonic() + self.timeout_s
+        while True:
+            try:
+                number, said = self.outbox.get(timeout=max(0.01, min(0.5, deadline - time.monotonic())))
+            except queue.Empty:
+                if not self.process.is_alive():
+                    self._restart()
+                    return None, "the candidate's process ended while scoring (crashed); restarted"
+                if time.monotonic() >= deadline:
+                    self._restart()
+                    return None, f"TimeoutError: no answer within {self.timeout_s:g} s; restarted"
+                continue
+            if number == self.number:  # an answer to an earlier request that timed out is dropped
+                return (said, None) if isinstance(said, list) else (None, said)
+
+    def _restart(self) -> None:
+        self.stop()
+        self.start()
+
+    def stop(self) -> None:
+        """End the process."""
+        if self.process is not None and self.process.is_alive():
+            self.inbox.put(None)
+            self.process.join(timeout=2)
+            if self.process.is_alive():
+                self.process.kill()
+                self.process.join()
+
+
+@dataclass
+class Shadow:
+    """What the served requests feed: a queue the candidate's thread empties into the capture.
+
+    ``submit`` is the request path's one call: it never waits.
+    """
+
+    candidate: CandidateProcess
+    writer: CaptureWriter
+    classes: tuple[str, ...] | None
+
+    def __post_init__(self) -> None:
+        self.pending: queue.Queue = queue.Queue(maxsize=QUEUE_LIMIT)
+        self.requests = 0
+        self.failures = 0
+        self.worker = threading.Thread(target=self._work, name="candidate", daemon=True)
+        self.worker.start()
+
+    def submit(self, request_id: str, at: pd.Timestamp, data: Any, raw: Any) -> None:  # noqa: ANN401
+        """Queue a served request (its id, time, input and the champion's raw output) for the candidate."""
+        self.requests += 1
+        try:
+            self.pending.put_nowait((request_id, at, data, raw))
+        except queue.Full:
+            self._capture(request_id, at, raw, None, f"not scored: {QUEUE_LIMIT} requests waited for the candidate")
+
+    def _work(self) -> None:
+        while (item := self.pending.get()) is not None:
+            request_id, at, data, raw = item
+            said, error = self.candidate.score(data)
+            self._capture(request_id, at, raw, said, error)
+            self.pending.task_done()
+        self.pending.task_done()
+
+    def _capture(self, request_id: str, at: pd.Timestamp, raw: Any, said: list[str] | None, error: str | None) -> None:  # noqa: ANN401
+        served = answers(raw, self.classes)
+        if said is not None and len(said) != len(served):
+            said, error = None, f"the candidate gave {len(said)} answers to {len(served)} rows"
+        self.failures += error is not None
+        ids = [request_id] if len(served) == 1 else [f"{request_id}#{i}" for i in range(len(served))]
+        self.writer.add(
+            [
+                {
+                    "id": i,
+                    "time": at,
+                    "champion": c,
+                    "candidate": None if said is None else said[n],
+                    "candidate_error": error,
+                }  # fmt: skip
+                for n, (i, c) in enumerate(zip(ids, served, strict=True))
+            ]
+        )
+
+    def drain(self, drain_s: float) -> int:
+        """Score what is queued for up to ``drain_s`` seconds, capture what is left as not scored, and write the
+        last part; returns the requests left unscored."""
+        deadline = time.monotonic() + drain_s
+        while self.pending.unfinished_tasks and time.monotonic() < deadline:
+            time.sleep(0.05)
+        left = 0
+        while True:
+            try:
+                request_id, at, _, raw = self.pending.get_nowait()
+            except queue.Empty:
+                break
+            left += 1
+            self._capture(request_id, at, raw, None, f"not scored: the server stopped ({drain_s:g} s to drain)")
+            self.pending.task_done()
+        self.pending.put(None)  # the worker ends after the request it is scoring, if any
+        self.worker.join(timeout=self.candidate.timeout_s + 5)
+        self.writer.close()
+        return left
+
+
+class _Served:
+    """The champion as MLflow's scoring server sees it: its own predict, then the request handed to the shadow."""
+
+    def __init__(self, model: Any, shadow: Shadow) -> None:  # noqa: ANN401 - a PyFuncModel
+        self._model, self._shadow = model, shadow
+
+    def __getattr__(self, name: str) -> Any:  # noqa: ANN401 - metadata and the rest, as the model has them
+        return getattr(self._model, name)
+
+    def predict(self, data: Any, params: dict | None = None) -> Any:  # noqa: ANN401
+        raw = self._model.predict(data, params=params) if params else self._model.predict(data)
+        request_id, at = REQUEST.get() or (uuid.uuid4().hex, pd.Timestamp.now(tz="UTC"))
+        self._shadow.submit(request_id, at, data, raw)
+        return raw
+
+
+def listening_socket(host: str, port: int) -> socket.socket:
+    """A socket bound to ``host:port`` (UsageError, exit 2, when the port is in use or not ours to take)."""
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise UsageError(
+            f"cannot listen on {host}:{port} ({exc.strerror or exc}): the port is in use or not allowed; "
+            "give another with --port"
+        ) from None
+    return sock
+
+
+@dataclass(frozen=True)
+class ServeOptions:
+    """Where and how the shadow server runs."""
+
+    host: str = "127.0.0.1"
+    port: int = 5001
+    roll_rows: int = 10_000
+    roll_seconds: float = 60.0
+    timeout_s: float = 10.0  # the candidate's time per request
+    drain_s: float = 60.0  # what a stop waits for the queued requests
+
+
+def serve(
+    champion_uri: str, candidate_uri: str, tracking_uri: str, capture: str | Path,
+    classes: tuple[str, ...] | None, options: ServeOptions, said: Any = print,  # noqa: ANN401
+) -> dict:  # fmt: skip
+    """Serve the champion with the candidate in shadow until SIGTERM or SIGINT; returns what was captured.
+
+    Example::
+
+        serve("models:/fraud-clf/3", "models:/fraud-clf/4", "sqlite:///mlflow.db", "capture/", None, ServeOptions())
+        # {'requests': 1200, 'rows': 1200, 'candidate_failures': 0, 'not_scored': 0, 'parts': 1}
+    """
+    import mlflow
+    import uvicorn
+    from mlflow.pyfunc import scoring_server
+
+    sock = listening_socket(options.host, options.port)
+    stops = []
+    previous = {sig: signal.signal(sig, lambda s, f: stops.append(s)) for sig in (signal.SIGTERM, signal.SIGINT)}
+    candidate = CandidateProcess(candidate_uri, tracking_uri, classes, options.timeout_s)
+    try:
+        try:
+            model = mlflow.pyfunc.load_model(champion_uri)
+        except Exception as exc:  # noqa: BLE001 - MLflow raises many kinds for a model it cannot load
+            raise ModelError(f"champion {champion_uri} cannot be loaded: {str(exc).splitlines()[0][:300]}") from None
+        candidate.start()
+        writer = CaptureWriter(capture, options.roll_rows, options.roll_seconds)
+        shadow = Shadow(candidate, writer, classes)
+        app = scoring_server.init(_Served(model, shadow))
+
+        @app.middleware("http")
+        async def request_id(request, call_next):  # noqa: ANN001, ANN202 - Starlette's middleware signature
+            rid = request.headers.get("x-request-id") or uuid.uuid4().hex
+            REQUEST.set((rid, pd.Timestamp.now(tz="UTC")))
+            response = await call_next(request)
+            response.headers["X-Request-Id"] = rid
+            return response
+
+        server = uvicorn.Server(uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=30))
+        said(f"serving {champion_uri} on http://{options.host}:{options.port}/invocations, {candidate_uri} in shadow; "
+             f"capturing to {capture}")  # fmt: skip
+        if not stops:
+            server.run(sockets=[sock])
+        left = shadow.drain(options.drain_s)
+    finally:
+        candidate.stop()
+        sock.close()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    summary = {"requests": shadow.requests, "rows": writer.written, "candidate_failures": shadow.failures,
+               "not_scored": left, "parts": writer.next_part}  # fmt: skip
+    said(f"stopped: {summary['requests']} requests, {summary['rows']} rows captured in {capture} "
+         f"({summary['candidate_failures']} the candidate did not answer)")  # fmt: skip
+    return summary
