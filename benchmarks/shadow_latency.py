@@ -56,7 +56,7 @@ def wait_up(port: int, process: subprocess.Popen) -> None:
     deadline = time.monotonic() + 180
     while time.monotonic() < deadline:
         if process.poll() is not None:
-            raise SystemExit(f"a server ended: {process.stderr.read()}")
+            raise SystemExit(f"a server on port {port} ended with exit {process.returncode}")
         try:
             with urllib.request.urlopen(f"http://127.0.0.1:{port}/ping", timeout=2):
                 return
@@ -104,15 +104,16 @@ def main() -> None:
     uri = register(folder)
     env = {**os.environ, "MLFLOW_TRACKING_URI": uri}
     alone_port, shadow_port = free_port(), free_port()
+    logs = {name: open(folder / f"{name}.log", "w") for name in ("alone", "shadow")}  # noqa: SIM115 - closed below
     alone = subprocess.Popen(
         ["mlflow", "models", "serve", "-m", "models:/digits-shadow/1", "--env-manager", "local", "-p", str(alone_port)],
-        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        env=env, stdout=subprocess.DEVNULL, stderr=logs["alone"],
     )  # fmt: skip
     capture = folder / "capture"
     shadow = subprocess.Popen(
         [sys.executable, "-m", "consistency_gate", "shadow", "serve", "--model", "digits-shadow", "--candidate", "2",
          "--capture", str(capture), "--port", str(shadow_port), "--tracking-uri", uri],
-        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        env=env, stdout=subprocess.DEVNULL, stderr=logs["shadow"],
     )  # fmt: skip
     try:
         wait_up(alone_port, alone)
@@ -139,10 +140,12 @@ def main() -> None:
             process.send_signal(signal.SIGTERM)
         shadow.wait(timeout=180)
         alone.wait(timeout=60)
+        for log in logs.values():
+            log.close()
     import pandas as pd
 
     rows = len(pd.read_parquet(capture)) if capture.exists() else 0
-    sent = 50 + args.requests + sum(1 for _ in [])  # warm-up and latency requests; throughput counted below
+    sent = 50 + args.requests  # warm-up and latency requests; the throughput blocks' below
     p = {name: np.percentile(np.array(v) * 1000, [50, 99]) for name, v in times.items()}
     print(f"{args.requests} requests to each server in turn, one row each (2 cores: `nproc` = {os.cpu_count()}):")
     print("| server | p50 ms | p99 ms | requests/s, 4 clients |")
@@ -155,8 +158,8 @@ def main() -> None:
     )
     served = sent + int(sum(rates["shadow"]) * args.seconds / 2)
     print(f"capture after SIGTERM: {rows} rows (requests answered by the shadow server: about {served})")
-    err = shadow.stderr.read()
-    print(err.strip().splitlines()[-1] if err.strip() else "")
+    said = (folder / "shadow.log").read_text().strip().splitlines()
+    print(said[-1] if said else "")
 
 
 if __name__ == "__main__":

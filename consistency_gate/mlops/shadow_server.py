@@ -164,8 +164,9 @@ class Shadow:
         self.worker = threading.Thread(target=self._work, name="candidate", daemon=True)
         self.worker.start()
 
-    def submit(self, request_id: str, at: pd.Timestamp, data: Any, raw: Any) -> None:  # noqa: ANN401
-        """Queue a served request (its id, time, input and the champion's raw output) for the candidate."""
+    def submit(self, request_id: str, at: float, data: Any, raw: Any) -> None:  # noqa: ANN401
+        """Queue a served request (its id, arrival in seconds since 1970, input and the champion's raw output) for
+        the candidate."""
         self.requests += 1
         try:
             self.pending.put_nowait((request_id, at, data, raw))
@@ -180,8 +181,9 @@ class Shadow:
             self.pending.task_done()
         self.pending.task_done()
 
-    def _capture(self, request_id: str, at: pd.Timestamp, raw: Any, said: list[str] | None, error: str | None) -> None:  # noqa: ANN401
+    def _capture(self, request_id: str, at: float, raw: Any, said: list[str] | None, error: str | None) -> None:  # noqa: ANN401
         served = answers(raw, self.classes)
+        when = pd.Timestamp(at, unit="s", tz="UTC")
         if said is not None and len(said) != len(served):
             said, error = None, f"the candidate gave {len(said)} answers to {len(served)} rows"
         self.failures += error is not None
@@ -190,7 +192,7 @@ class Shadow:
             [
                 {
                     "id": i,
-                    "time": at,
+                    "time": when,
                     "champion": c,
                     "candidate": None if said is None else said[n],
                     "candidate_error": error,
@@ -231,9 +233,32 @@ class _Served:
 
     def predict(self, data: Any, params: dict | None = None) -> Any:  # noqa: ANN401
         raw = self._model.predict(data, params=params) if params else self._model.predict(data)
-        request_id, at = REQUEST.get() or (uuid.uuid4().hex, pd.Timestamp.now(tz="UTC"))
+        request_id, at = REQUEST.get() or (uuid.uuid4().hex, time.time())
         self._shadow.submit(request_id, at, data, raw)
         return raw
+
+
+class RequestIds:
+    """ASGI middleware (plain, not Starlette's slower BaseHTTPMiddleware): each request's id (the client's
+    ``X-Request-Id``, else a new one) and arrival time for the capture, and the id in the response's headers."""
+
+    def __init__(self, app: Any) -> None:  # noqa: ANN401 - an ASGI app
+        self.app = app
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:  # noqa: ANN401
+        """Serve one ASGI connection scope."""
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        given = dict(scope["headers"]).get(b"x-request-id", b"").decode("latin-1")
+        rid = given or uuid.uuid4().hex
+        REQUEST.set((rid, time.time()))
+
+        async def with_id(message: dict) -> None:
+            if message["type"] == "http.response.start":
+                message["headers"] = [*message.get("headers", []), (b"x-request-id", rid.encode("latin-1"))]
+            await send(message)
+
+        return await self.app(scope, receive, with_id)
 
 
 def listening_socket(host: str, port: int) -> socket.socket:
@@ -292,15 +317,7 @@ def serve(
         shadow = Shadow(candidate, writer, classes)
         app = scoring_server.init(_Served(model, shadow))
 
-        @app.middleware("http")
-        async def request_id(request, call_next):  # noqa: ANN001, ANN202 - Starlette's middleware signature
-            rid = request.headers.get("x-request-id") or uuid.uuid4().hex
-            REQUEST.set((rid, pd.Timestamp.now(tz="UTC")))
-            response = await call_next(request)
-            response.headers["X-Request-Id"] = rid
-            return response
-
-        server = uvicorn.Server(uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=30))
+        server = uvicorn.Server(uvicorn.Config(RequestIds(app), log_level="warning", timeout_graceful_shutdown=30))
         said(f"serving {champion_uri} on http://{options.host}:{options.port}/invocations, {candidate_uri} in shadow; "
              f"capturing to {capture}")  # fmt: skip
         if not stops:
