@@ -84,6 +84,31 @@ def test_a_shadow_check_equals_compare_and_promotes_on_its_anytime_bounds(store,
         assert report["metrics"][key] == pytest.approx(compared[key], abs=1e-12), key
     assert report["stream"]["labelled"] == report["stream"]["requests"] == len(served)
     assert report["stream"]["decided_at_look"] is not None and report["stream"]["looks"] == len(served) // 25
+    # the run: every look's figures over steps, each rule's bounds, the plot, the report
+    client = MlflowClient(store["uri"])
+    looks = client.get_metric_history(report["run_id"], "labelled")
+    assert [m.step for m in looks] == list(range(len(served) // 25)) and looks[-1].value == len(served)
+    assert len(client.get_metric_history(report["run_id"], "bound_upper_ctoi")) == len(looks)
+    shown = {a.path for a in client.list_artifacts(report["run_id"], "shadow")}
+    assert {"shadow/bounds.png", "shadow/steps.json"} <= shown
+    assert client.get_run(report["run_id"]).data.tags["consistency_gate.outcome"] == "passed"
+
+
+def test_an_undecided_stream_moves_nothing(store, tmp_path):
+    client = MlflowClient(store["uri"])
+    held = str(client.get_model_version_by_alias(MODEL, "champion").version)
+    _, labels = capture_of(store, 0, 1, tmp_path / "few", labelled=20)
+    config = tmp_path / "strict.yaml"
+    config.write_text("rules:\n  - {metric: ctoi, max: 0.02}\n")
+    report_path = tmp_path / "report.json"
+    proc = shadow(store, "--candidate", "3", "--baseline", held, "--capture", tmp_path / "few", "--labels", labels,
+                  "--config", config, "--promote", "--report", report_path)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    report = read_report(report_path)
+    assert report["decision"] == "continue" and report["passed_version"] is None and report["promotion"] is None
+    assert report["stream"]["needed"]["ctoi <= 0.02"] is None or report["stream"]["needed"]["ctoi <= 0.02"] > 0
+    assert "more samples" in proc.stdout or "no estimate" in proc.stdout
+    assert str(client.get_model_version_by_alias(MODEL, "champion").version) == held
 
 
 def test_watching_a_promoted_model_rolls_it_back_when_live_flips_break_the_rules(store, tmp_path):
