@@ -100,8 +100,9 @@ def shadow_check(
             inputs.model,
             {"candidate": candidate.version, "baseline": baseline.version},
         )
-        tracking.log_json(report, "gate/report.json")  # before any move: a lost run still says what was decided
+        tracking.log_json(report, "gate/report.json")
         if result.decision == "promote" and promote_on_pass and not watch:
+            tracking.log_json(_moving(report, candidate.version), "gate/report.json")
             _record(report, promote(client, inputs.model, ALIAS, candidate.version, baseline.version, run_id))
             if report["promoted"]:
                 describe_version(client, candidate, _promoted_text(result, baseline))
@@ -157,7 +158,7 @@ def shadow_report(result: StreamResult, candidate: ModelRef, baseline: ModelRef,
             "decide": "anytime",
             "condition": s.rule.condition,
             "quantity": s.rule.quantity,
-            "value": _value(s.rule, result),
+            "value": result.value(s.rule),
             "interval": [s.lower[last], s.upper[last]],
             "compared": s.upper[last] if s.rule.kind == "max" else s.lower[last],
             "held": True if s.held_at is not None else (False if s.broken_at is not None else None),
@@ -198,15 +199,6 @@ def shadow_report(result: StreamResult, candidate: ModelRef, baseline: ModelRef,
     }
 
 
-def _value(rule: object, result: StreamResult) -> float | None:
-    from consistency_gate.gate.rules import candidate_key
-
-    metrics = result.metrics
-    if rule.kind == "min_delta":
-        return None if metrics["acc_candidate"] is None else metrics["acc_candidate"] - metrics["acc_previous"]
-    return metrics[candidate_key(rule.metric)]
-
-
 def _log_stream(result: StreamResult, inputs: ShadowInputs, candidate: ModelRef, baseline: ModelRef) -> None:
     """The run's parameters, every look's figures as metrics over steps, and the bounds plot."""
     import mlflow
@@ -239,11 +231,16 @@ def _image(png: bytes):  # noqa: ANN202 - a PIL image
 
 
 def _record(report: dict, promotion: Promotion) -> None:
-    report["promotion"] = promotion.to_dict()
-    report["promoted"] = promotion.promoted
+    """A promotion's outcome in the report: ``passed_version`` only when the alias was read back holding it."""
+    report.update(promotion=promotion.to_dict(), promoted=promotion.promoted)
     if promotion.promoted is not True:
-        report["passed_version"] = None if promotion.refused else report["passed_version"]
-        report["outcome"] = "passed" if promotion.promoted is None else report["outcome"]
+        report["passed_version"] = None
+
+
+def _moving(report: dict, version: str) -> dict:
+    """The report as logged just before the alias move: a check killed during the move says it is unknown."""
+    unknown = Promotion(ALIAS, version, None, "unknown", f"stopped while moving @{ALIAS}: read it in the registry")
+    return {**report, "promoted": None, "promotion": unknown.to_dict(), "passed_version": None}
 
 
 def _promoted_text(result: StreamResult, baseline: ModelRef) -> str:

@@ -100,6 +100,13 @@ class StreamResult:
     needed: dict[str, int | None]  # per open rule: labels (or requests, for con) typically still needed
     level: float
 
+    def value(self, rule: Rule) -> float | None:
+        """What ``rule`` compares with its threshold at the last look: the metric, or acc's change."""
+        if rule.kind == "min_delta":
+            before, after = self.metrics["acc_previous"], self.metrics["acc_candidate"]
+            return None if after is None or before is None else after - before
+        return self.metrics[candidate_key(rule.metric)]
+
     @property
     def labelled(self) -> int:
         """The labelled requests both models answered."""
@@ -113,7 +120,7 @@ def joined(capture: pd.DataFrame, labels: pd.DataFrame, classes: Sequence[str] |
     """
     answered = capture[capture["candidate"].notna()]
     frame = answered.merge(labels.rename(columns={"time": "label_time"}), on="id", how="left")
-    if len(labels) and frame["label"].notna().sum() == 0:
+    if len(labels) and not labels["id"].isin(capture["id"]).any():
         raise DataError(
             f"no label matches a request of the capture (capture ids like '{capture['id'].iloc[0]}', label ids like "
             f"'{labels['id'].iloc[0]}'): give the labels of the captured requests, keyed by the id the capture holds"
