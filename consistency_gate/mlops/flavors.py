@@ -36,6 +36,7 @@ import importlib
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
@@ -45,7 +46,12 @@ from consistency_gate.io.tensors import TensorInput, tensor_batch
 from consistency_gate.io.text import as_text
 from consistency_gate.mlops.registry import CLASSES_TAG, OUTPUTS_TAG, ModelRef
 
+if TYPE_CHECKING:
+    from torch import nn
+
 Output = pd.DataFrame | pd.Series
+# what torch says when a model's weights and its input are on different devices
+MISPLACED = ("same device", "should be the same")
 Scorer = Callable[[pd.DataFrame], Output]
 
 
@@ -276,6 +282,17 @@ def _torch_scorer(ref: ModelRef, classes_hint: list[str] | None, tensor: TensorI
     model = mlflow.pytorch.load_model(ref.uri, map_location=device)
     with contextlib.suppress(NotImplementedError):  # exported (pt2) graphs have no train/eval modes
         model.eval()
+    # an exported (pt2) program, what MLflow 3 logs by default, loads on the CPU whatever map_location says
+    placed = {"device": _moved(model, device)}
+
+    def forward(batch: torch.Tensor) -> torch.Tensor:
+        try:
+            return model(batch.to(placed["device"]))
+        except RuntimeError as exc:  # weights a .to() did not move (a program's constants): score on the CPU
+            if placed["device"] == "cpu" or not any(said in str(exc) for said in MISPLACED):
+                raise
+            placed["device"] = _moved(model, "cpu")
+            return model(batch)
 
     def probabilities(out: torch.Tensor) -> torch.Tensor:
         if not logits:
@@ -287,11 +304,20 @@ def _torch_scorer(ref: ModelRef, classes_hint: list[str] | None, tensor: TensorI
         outs = []
         with torch.no_grad():
             for start in range(0, len(x), 8192):
-                outs.append(probabilities(model(x[start : start + 8192].to(device))).cpu().numpy())
+                outs.append(probabilities(forward(x[start : start + 8192])).cpu().numpy())
         probs = np.concatenate(outs) if outs else np.zeros((0, len(classes)))
         return class_scores(ref, probs, classes, features.index)
 
     return score, ()
+
+
+def _moved(model: nn.Module, device: str) -> str:
+    """Move ``model`` to ``device`` and return where it is then: ``device``, or the CPU for a model that refuses."""
+    try:
+        model.to(device)
+    except (NotImplementedError, RuntimeError):
+        return "cpu"
+    return device
 
 
 def _outputs_logits(ref: ModelRef, default: bool | None) -> bool | None:
