@@ -279,3 +279,26 @@ def test_the_capture_rolls_on_time_and_a_part_being_written_is_not_read(tmp_path
     writer.add([{"id": "b", "time": at, "champion": "x", "candidate": None, "candidate_error": "TimeoutError"}])
     writer.close()
     assert read_capture(tmp_path)["candidate"].isna().tolist() == [False, True]
+
+
+def test_shadow_check_reads_a_sagemaker_shadow_test_capture(store, tmp_path):
+    """The production and shadow variants' Data Capture, scores in the order --classes gives: the same figures
+    as the same answers in a capture table."""
+    client = MlflowClient(store["uri"])
+    client.set_registered_model_alias(MODEL, "champion", "1")
+    served, labels = capture_of(store, 0, 1, tmp_path / "table")
+    classes = ["setosa", "versicolor", "virginica"]
+    for variant, column in (("prod", "champion"), ("shadow", "candidate")):
+        lines = []
+        for row in served.itertuples():
+            scores = ",".join("0.8" if c == getattr(row, column) else "0.1" for c in classes)
+            meta = {"eventId": f"{variant}-{row.Index}", "inferenceId": row.id, "inferenceTime": row.time.isoformat()}
+            data = {"endpointOutput": {"data": scores, "encoding": "CSV", "mode": "OUTPUT"}}
+            lines.append(json.dumps({"captureData": data, "eventMetadata": meta, "eventVersion": "0"}))
+        (tmp_path / f"{variant}.jsonl").write_text("\n".join(lines) + "\n")
+    args = ("--candidate", "2", "--labels", labels, "--format", "json")
+    proc = shadow(store, *args, "--capture", tmp_path / "prod.jsonl", "--shadow-capture", tmp_path / "shadow.jsonl",
+                  "--classes", ",".join(classes))  # fmt: skip
+    table = shadow(store, *args, "--capture", tmp_path / "table")
+    assert proc.returncode == table.returncode and proc.returncode in (0, 1), proc.stderr
+    assert json.loads(proc.stdout)["metrics"] == json.loads(table.stdout)["metrics"]
