@@ -53,11 +53,13 @@ class Broken(mlflow.pyfunc.PythonModel):
 
 set_model(Broken())
 """
+DIES = BROKEN.replace('raise RuntimeError("this model cannot load")', "import os; os._exit(7)")
 
 
 @pytest.fixture(scope="module")
 def store(tmp_path_factory):
-    """v1 a logistic regression (@champion), v2 the unreliable candidate, v3 a model that cannot load."""
+    """v1 a logistic regression (@champion), v2 the unreliable candidate, v3 a model that cannot load, v4 one whose
+    loading ends its process."""
     from sklearn.linear_model import LogisticRegression
 
     root = tmp_path_factory.mktemp("shadow")
@@ -71,7 +73,7 @@ def store(tmp_path_factory):
         mlflow.sklearn.log_model(
             champion, name="model", registered_model_name=MODEL, serialization_format="cloudpickle"
         )
-    for number, code in ((2, UNRELIABLE), (3, BROKEN)):
+    for number, code in ((2, UNRELIABLE), (3, BROKEN), (4, DIES)):
         path = root / f"candidate{number}.py"
         path.write_text(code)
         with mlflow.start_run():
@@ -169,8 +171,13 @@ def test_a_port_in_use_and_a_candidate_that_cannot_load_are_one_line_each(store,
                        "--port", str(port), "--tracking-uri", store["uri"])  # fmt: skip
     assert proc.returncode == 2 and "in use" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
     proc = run_cli("shadow", "serve", "--model", MODEL, "--candidate", "3", "--capture", tmp_path / "c",
-                   "--port", str(free_port()), "--tracking-uri", store["uri"])  # fmt: skip
+                   "--port", str(free_port()), "--tracking-uri", store["uri"], process=True)  # fmt: skip
     assert proc.returncode == 4, proc.stderr
     lines = [line for line in proc.stderr.strip().splitlines() if line.startswith("error:")]
     assert len(lines) == 1 and "cannot be loaded" in lines[0] and "this model cannot load" in lines[0]
     assert not list((tmp_path / "c").glob("*.parquet"))
+    started = time.monotonic()
+    proc = run_cli("shadow", "serve", "--model", MODEL, "--candidate", "4", "--capture", tmp_path / "c",
+                   "--port", str(free_port()), "--tracking-uri", store["uri"], process=True)  # fmt: skip
+    assert proc.returncode == 4 and "process ended while loading (exit 7)" in proc.stderr, proc.stderr
+    assert time.monotonic() - started < 60  # said when it ended, not after the load timeout

@@ -104,10 +104,16 @@ class CandidateProcess:
             target=_candidate_loop, args=(*self.args, self.inbox, self.outbox), daemon=True
         )
         self.process.start()
-        try:
-            kind, said = self.outbox.get(timeout=load_s)
-        except queue.Empty:
-            kind, said = "error", f"not loaded within {load_s:.0f} s"
+        deadline = time.monotonic() + load_s
+        kind, said = "error", f"not loaded within {load_s:.0f} s"
+        while time.monotonic() < deadline:
+            try:
+                kind, said = self.outbox.get(timeout=0.5)
+                break
+            except queue.Empty:
+                if not self.process.is_alive():  # ended before it could say why (an import failed, a crash)
+                    kind, said = "error", f"its process ended while loading (exit {self.process.exitcode})"
+                    break
         if kind != "ready":
             self.stop()
             raise ModelError(f"candidate {self.args[0]} cannot be loaded: {said}; serve a candidate that loads")
