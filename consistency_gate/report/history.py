@@ -17,7 +17,7 @@ def history_table(report: dict) -> str:
     >>> print(history_table({"model": "clf", "champions": ["1", "2"], "steps": [step], "missing": [],
     ...     "cumulative_negative_flips": 3, "ever_regressed": 0.03, "samples": 100, "confidence": 0.95,
     ...     "newest_candidate": {"version": "3", "against": ["1", "2"], "forgotten": 0.05}}))
-    clf: 2 champions in the order they were promoted (intervals at 95%)
+    clf: 2 champions in the order they were promoted, v1 -> v2 (intervals at 95%)
     update  samples  negative flips  NFR                      accuracy
     ------  -------  --------------  -----------------------  -----------------------
     v1->v2  100      3               0.0300 [0.0103, 0.0846]  0.9000 [0.8256, 0.9448]
@@ -35,7 +35,7 @@ def history_markdown(report: dict) -> str:
     >>> print(history_markdown({"model": "a|b", "champions": ["1"], "steps": [], "missing": [],
     ...     "cumulative_negative_flips": 0, "ever_regressed": None, "samples": 0, "confidence": 0.95,
     ...     "newest_candidate": {"version": "1", "against": [], "forgotten": None}}), end="")
-    ## consistency-gate history: a\\|b: 1 champions in the order they were promoted (intervals at 95%)
+    ## consistency-gate history: a\\|b: 1 champions in the order they were promoted, v1 (intervals at 95%)
     <BLANKLINE>
     | update | samples | negative flips | NFR | accuracy |
     | --- | --- | --- | --- | --- |
@@ -62,8 +62,8 @@ def _history_parts(report: dict) -> tuple[str, list[list], list[str]]:
         for s in report["steps"]
     ]
     title = (
-        f"{report['model']}: {len(report['champions'])} champions in the order they were promoted "
-        f"(intervals at {report['confidence']:.0%})"
+        f"{report['model']}: {len(report['champions'])} champions in the order they were promoted, "
+        f"{' -> '.join(f'v{v}' for v in report['champions'])} (intervals at {report['confidence']:.0%})"
     )
     updates = len(report["steps"])
     lines = [
