@@ -134,37 +134,13 @@ def shadow_check(
     if fmt == "json":
         echo_json(report)
     else:
+        from consistency_gate.report.live import stream_text
+
         click.echo(stream_text(report))
     move = report.get("rollback") or report["promotion"]
     if move and move["promoted"] is not True:  # asked for and not read back: refused (4) or unknown (5)
         return 4 if move["refused"] else 5
     return EXIT_BY_DECISION[report["decision"]]
-
-
-def stream_text(report: dict) -> str:
-    """The shadow check as a terminal reads it: the decision, the stream's counts, each rule's bounds."""
-    stream = report["stream"]
-    lines = [
-        f"shadow check of {report['candidate']['name']} v{report['candidate']['version']} against "
-        f"v{report['baseline']['version']}: {report['decision'].upper()}",
-        f"  {stream['requests']} requests ({stream['candidate_failures']} the candidate failed), "
-        f"{stream['labelled']} labelled, {stream['looks']} looks",
-    ]
-    if stream["decided_at_look"] is not None:
-        look = stream["decided_at_look"]
-        lines.append(f"  decided at look {look + 1}, after {stream['steps'][look]['labelled']} labels")
-    for rule in report["rules"]:
-        low, high = rule["interval"]
-        state = {True: "held", False: "broken", None: "open"}[rule["held"]]
-        value = "n/a" if rule["value"] is None else f"{rule['value']:.4f}"
-        lines.append(f"  {rule['quantity']} {rule['condition']}: {value}, bounds [{low:.4f}, {high:.4f}]: {state}")
-    for rule, needed in stream["needed"].items():
-        lines.append(f"  {rule}: about {needed} more samples" if needed is not None else f"  {rule}: no estimate")
-    if report.get("promotion"):
-        lines.append(f"  promotion: {report['promotion']['reason'] or 'moved @champion, read back'}")
-    if report.get("rollback"):
-        lines.append(f"  rollback: {report['rollback']['reason'] or 'moved @champion back, read back'}")
-    return "\n".join(lines)
 
 
 @click.command()
