@@ -31,7 +31,7 @@ pays the compilation.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from functools import partial
 
 import numba
@@ -302,18 +302,29 @@ def pair_indicators(
     return out
 
 
-def precompile(stop: threading.Event | None = None) -> None:
+def precompile(stop: threading.Event | None = None, names: Collection[str] | None = None) -> None:
     """Compile the kernels for float32 and float64 scores into numba's cache (``NUMBA_CACHE_DIR``),
     so that later processes load them instead of compiling; the Dockerfile runs it while building
     the image. Those an evaluation of two generations calls come first. With ``stop``, it ends after
-    the kernel it is compiling once ``stop`` is set.
+    the kernel it is compiling once ``stop`` is set; with ``names``, it compiles those kernels only (two
+    processes that compile different kernels share the cores, and never write the same cache index).
 
     >>> precompile()  # compiles the kernels, or loads them from the cache
     """
     for warm_up in _warm_ups():
         if stop is not None and stop.is_set():
             return
-        warm_up()
+        if names is None or warm_up.func.__name__ in names:
+            warm_up()
+
+
+def kernel_names() -> list[str]:
+    """The kernels :func:`precompile` compiles, in its order.
+
+    >>> kernel_names()[:2]
+    ['pair_top_k_moments', 'pair_indicators']
+    """
+    return list(dict.fromkeys(warm_up.func.__name__ for warm_up in _warm_ups()))
 
 
 def _warm_ups() -> list[Callable[[], object]]:
