@@ -59,6 +59,7 @@ def shadow(store: dict, *args: str):
     return run_cli("shadow", "check", "--model", MODEL, "--tracking-uri", store["uri"], *args)
 
 
+@pytest.mark.slow  # a registry store and its runs
 def test_a_shadow_check_equals_compare_and_promotes_on_its_anytime_bounds(store, tmp_path):
     served, labels = capture_of(store, 0, 1, tmp_path / "capture")
     config = tmp_path / "easy.yaml"
@@ -94,6 +95,7 @@ def test_a_shadow_check_equals_compare_and_promotes_on_its_anytime_bounds(store,
     assert client.get_run(report["run_id"]).data.tags["consistency_gate.outcome"] == "passed"
 
 
+@pytest.mark.slow  # a registry store and its runs
 def test_an_undecided_stream_moves_nothing(store, tmp_path):
     client = MlflowClient(store["uri"])
     held = str(client.get_model_version_by_alias(MODEL, "champion").version)
@@ -111,6 +113,7 @@ def test_an_undecided_stream_moves_nothing(store, tmp_path):
     assert str(client.get_model_version_by_alias(MODEL, "champion").version) == held
 
 
+@pytest.mark.slow  # a registry store and its runs
 def test_watching_a_promoted_model_rolls_it_back_when_live_flips_break_the_rules(store, tmp_path):
     client = MlflowClient(store["uri"])
     client.set_registered_model_alias(MODEL, "champion", "2")
@@ -131,6 +134,7 @@ def test_watching_a_promoted_model_rolls_it_back_when_live_flips_break_the_rules
     assert history["champions"][-2:] == ["2", "1"]
 
 
+@pytest.mark.slow  # a registry store and its runs
 def test_rollback_by_hand_restores_the_champion_before_and_history_shows_it(store, tmp_path):
     client = MlflowClient(store["uri"])
     client.set_registered_model_alias(MODEL, "champion", "1")
@@ -156,6 +160,7 @@ def test_rollback_by_hand_restores_the_champion_before_and_history_shows_it(stor
     assert history["gates"][-1]["outcome"] == "rolled back"
 
 
+@pytest.mark.slow  # a registry store and its runs
 def test_bad_live_input_is_one_line_and_its_exit_code_and_moves_nothing(store, tmp_path):
     client = MlflowClient(store["uri"])
     client.set_registered_model_alias(MODEL, "champion", "1")
@@ -281,6 +286,7 @@ def test_the_capture_rolls_on_time_and_a_part_being_written_is_not_read(tmp_path
     assert read_capture(tmp_path)["candidate"].isna().tolist() == [False, True]
 
 
+@pytest.mark.slow  # a registry store and its runs
 def test_shadow_check_reads_a_sagemaker_shadow_test_capture(store, tmp_path):
     """The production and shadow variants' Data Capture, scores in the order --classes gives: the same figures
     as the same answers in a capture table."""
