@@ -26,7 +26,15 @@ from consistency_gate.io.capture import read_capture, read_labels, read_sagemake
 from consistency_gate.mlops import tracking
 from consistency_gate.mlops.ledger import gate_records
 from consistency_gate.mlops.promotion import Promotion, promote, read_alias
-from consistency_gate.mlops.registry import ModelRef, describe_version, resolve_version, tag_version
+from consistency_gate.mlops.registry import (
+    CLASSES_TAG,
+    TAG_KIND,
+    TAG_ROLLED_BACK,
+    ModelRef,
+    describe_version,
+    resolve_version,
+    tag_version,
+)
 from consistency_gate.mlops.shadow_server import ServeOptions
 from consistency_gate.report.schema import SCHEMA_VERSION
 
@@ -34,7 +42,6 @@ if TYPE_CHECKING:
     from mlflow import MlflowClient
 
 ALIAS = "champion"
-TAG_ROLLED_BACK = "consistency_gate.rolled_back_to"  # on a version rolled back: the version restored
 
 
 @dataclass(frozen=True)
@@ -57,7 +64,7 @@ def _classes(ref: ModelRef, given: tuple[str, ...] | None) -> tuple[str, ...] | 
     """The class names, in output order: as given, else the version's ``consistency_gate.classes`` tag."""
     if given:
         return given
-    tagged = ref.tags.get("consistency_gate.classes")
+    tagged = ref.tags.get(CLASSES_TAG)
     return tuple(map(str, json.loads(tagged))) if tagged else None
 
 
@@ -106,7 +113,7 @@ def shadow_check(
             _record(report, promote(client, inputs.model, ALIAS, candidate.version, baseline.version, run_id))
             if report["promoted"]:
                 describe_version(client, candidate, _promoted_text(result, baseline))
-                tag_version(client, candidate, "passed", candidate.tags.get("consistency_gate.kind", "single"), run_id)
+                tag_version(client, candidate, "passed", candidate.tags.get(TAG_KIND, "single"), run_id)
         elif result.decision == "reject" and watch:
             broken = ", ".join(s.rule.describe() for s in result.rules if s.broken_at is not None)
             with session.child_run(f"ROLLBACK v{candidate.version} to v{baseline.version}") as child:

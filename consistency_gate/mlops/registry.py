@@ -22,6 +22,7 @@ TAG_VERDICT = "consistency_gate.verdict"
 TAG_KIND = "consistency_gate.kind"
 TAG_RUN_ID = "consistency_gate.run_id"
 TAG_REPLACES = "consistency_gate.replaces"
+TAG_ROLLED_BACK = "consistency_gate.rolled_back_to"  # on a version rolled back: the version restored in its place
 TAG_MODELS = "consistency_gate.models"  # the models a registered repair carries, its own repairs' included
 DESCRIPTION_PREFIX = "consistency-gate: "  # how the gate's paragraph of a version's description starts
 MAX_VERSION = 2**31 - 1  # the registry stores version numbers as 32-bit integers
