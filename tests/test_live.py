@@ -55,6 +55,23 @@ def capture_of(store: dict, champion: int, candidate: int, folder, labelled: int
     return served, folder.parent / f"{folder.name}-labels.csv"
 
 
+def rules_file(folder, name: str, text: str):  # noqa: ANN001, ANN201 - a pytest tmp_path and a Path
+    """A config of ``text`` written to ``folder/name.yaml``."""
+    path = folder / f"{name}.yaml"
+    path.write_text(text)
+    return path
+
+
+def champion(store: dict) -> str:
+    """The version @champion holds."""
+    return str(MlflowClient(store["uri"]).get_model_version_by_alias(MODEL, "champion").version)
+
+
+def history_of(store: dict) -> dict:
+    """``consistency-gate history --format json`` of the model."""
+    return json.loads(run_cli("history", "--model", MODEL, "--tracking-uri", store["uri"], "--format", "json").stdout)
+
+
 def shadow(store: dict, *args: str):
     return run_cli("shadow", "check", "--model", MODEL, "--tracking-uri", store["uri"], *args)
 
@@ -62,15 +79,14 @@ def shadow(store: dict, *args: str):
 @pytest.mark.slow  # a registry store and its runs
 def test_a_shadow_check_equals_compare_and_promotes_on_its_anytime_bounds(store, tmp_path):
     served, labels = capture_of(store, 0, 1, tmp_path / "capture")
-    config = tmp_path / "easy.yaml"
-    config.write_text(EASY)
+    config = rules_file(tmp_path, "easy", EASY)
     report_path = tmp_path / "report.json"
     proc = shadow(store, "--candidate", "2", "--capture", tmp_path / "capture", "--labels", labels, "--config", config,
                   "--batch", "25", "--promote", "--report", report_path)  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     report = read_report(report_path)
     assert report["decision"] == "promote" and report["promoted"] is True, report
-    assert str(MlflowClient(store["uri"]).get_model_version_by_alias(MODEL, "champion").version) == "2"
+    assert champion(store) == "2"
     # the same samples as prediction files: compare gives the same figures
     frame = served.assign(label=store["y"].to_numpy())
     for column, name in (("champion", "previous"), ("candidate", "candidate"), ("label", "labels")):
@@ -97,11 +113,9 @@ def test_a_shadow_check_equals_compare_and_promotes_on_its_anytime_bounds(store,
 
 @pytest.mark.slow  # a registry store and its runs
 def test_an_undecided_stream_moves_nothing(store, tmp_path):
-    client = MlflowClient(store["uri"])
-    held = str(client.get_model_version_by_alias(MODEL, "champion").version)
+    held = champion(store)
     _, labels = capture_of(store, 0, 1, tmp_path / "few", labelled=20)
-    config = tmp_path / "strict.yaml"
-    config.write_text("rules:\n  - {metric: ctoi, max: 0.02}\n")
+    config = rules_file(tmp_path, "strict", "rules:\n  - {metric: ctoi, max: 0.02}\n")
     report_path = tmp_path / "report.json"
     proc = shadow(store, "--candidate", "3", "--baseline", held, "--capture", tmp_path / "few", "--labels", labels,
                   "--config", config, "--promote", "--report", report_path)  # fmt: skip
@@ -110,7 +124,7 @@ def test_an_undecided_stream_moves_nothing(store, tmp_path):
     assert report["decision"] == "continue" and report["passed_version"] is None and report["promotion"] is None
     assert report["stream"]["needed"]["ctoi <= 0.02"] is None or report["stream"]["needed"]["ctoi <= 0.02"] > 0
     assert "more samples" in proc.stdout or "no estimate" in proc.stdout
-    assert str(client.get_model_version_by_alias(MODEL, "champion").version) == held
+    assert champion(store) == held
 
 
 @pytest.mark.slow  # a registry store and its runs
@@ -118,19 +132,16 @@ def test_watching_a_promoted_model_rolls_it_back_when_live_flips_break_the_rules
     client = MlflowClient(store["uri"])
     client.set_registered_model_alias(MODEL, "champion", "2")
     _, labels = capture_of(store, 0, 1, tmp_path / "watched")
-    config = tmp_path / "strict.yaml"
-    config.write_text(STRICT)
+    config = rules_file(tmp_path, "strict", STRICT)
     proc = shadow(store, "--candidate", "2", "--baseline", "1", "--watch", "--capture", tmp_path / "watched",
                   "--labels", labels, "--config", config, "--format", "json")  # fmt: skip
     assert proc.returncode == 1, proc.stderr
     report = json.loads(proc.stdout)
     assert report["decision"] == "reject" and report["rolled_back"] is True
-    assert str(client.get_model_version_by_alias(MODEL, "champion").version) == "1"
+    assert champion(store) == "1"
     assert client.get_model_version(MODEL, "2").tags["consistency_gate.rolled_back_to"] == "1"
     assert "ROLLED BACK to v1" in client.get_model_version(MODEL, "2").description
-    history = json.loads(
-        run_cli("history", "--model", MODEL, "--tracking-uri", store["uri"], "--format", "json").stdout
-    )
+    history = history_of(store)
     assert history["champions"][-2:] == ["2", "1"]
 
 
@@ -139,12 +150,11 @@ def test_rollback_by_hand_restores_the_champion_before_and_history_shows_it(stor
     client = MlflowClient(store["uri"])
     client.set_registered_model_alias(MODEL, "champion", "1")
     served, labels = capture_of(store, 0, 2, tmp_path / "third")
-    config = tmp_path / "easy.yaml"
-    config.write_text(EASY)
+    config = rules_file(tmp_path, "easy", EASY)
     proc = shadow(store, "--candidate", "3", "--capture", tmp_path / "third", "--labels", labels, "--config", config,
                   "--batch", "50", "--promote")  # fmt: skip
     assert proc.returncode == 0, proc.stderr
-    assert str(client.get_model_version_by_alias(MODEL, "champion").version) == "3"
+    assert champion(store) == "3"
     report_path = tmp_path / "rollback.json"
     proc = run_cli("rollback", "--model", MODEL, "--tracking-uri", store["uri"], "--reason", "complaints",
                    "--report", report_path)  # fmt: skip
@@ -152,10 +162,8 @@ def test_rollback_by_hand_restores_the_champion_before_and_history_shows_it(stor
     assert "v3 -> v1" in proc.stdout
     report = read_report(report_path)
     assert report["promoted"] is True and report["promotion"]["holds"] == "1"
-    assert str(client.get_model_version_by_alias(MODEL, "champion").version) == "1"
-    history = json.loads(
-        run_cli("history", "--model", MODEL, "--tracking-uri", store["uri"], "--format", "json").stdout
-    )
+    assert champion(store) == "1"
+    history = history_of(store)
     assert history["champions"][-3:] == ["1", "3", "1"]
     assert history["gates"][-1]["outcome"] == "rolled back"
 
@@ -165,8 +173,7 @@ def test_bad_live_input_is_one_line_and_its_exit_code_and_moves_nothing(store, t
     client = MlflowClient(store["uri"])
     client.set_registered_model_alias(MODEL, "champion", "1")
     served, labels = capture_of(store, 0, 1, tmp_path / "bad")
-    config = tmp_path / "easy.yaml"
-    config.write_text(EASY)
+    config = rules_file(tmp_path, "easy", EASY)
     base = ("--candidate", "2", "--config", config, "--promote")
     cases = []
     unknown = pd.read_csv(labels).assign(label="zebra")
@@ -179,8 +186,7 @@ def test_bad_live_input_is_one_line_and_its_exit_code_and_moves_nothing(store, t
     truncated.mkdir()
     (truncated / "part-000.parquet").write_bytes((tmp_path / "bad" / "part-000.parquet").read_bytes()[:300])
     cases.append((("--capture", truncated, "--labels", labels), 3, "truncated"))
-    pearson = tmp_path / "pearson.yaml"
-    pearson.write_text("rules:\n  - {metric: pearson, min: 0.9}\n")
+    pearson = rules_file(tmp_path, "pearson", "rules:\n  - {metric: pearson, min: 0.9}\n")
     cases.append((("--capture", tmp_path / "bad", "--labels", labels, "--config", pearson), 2, "shadow check judges"))
     cases.append((("--capture", tmp_path / "bad", "--labels", labels, "--candidate", "9"), 4, "9"))
     for args, code, said in cases:
@@ -188,7 +194,7 @@ def test_bad_live_input_is_one_line_and_its_exit_code_and_moves_nothing(store, t
         assert proc.returncode == code, (args, proc.stderr)
         lines = proc.stderr.strip().splitlines()
         assert len(lines) == 1 and said in lines[0], (args, proc.stderr)
-    assert str(client.get_model_version_by_alias(MODEL, "champion").version) == "1"
+    assert champion(store) == "1"
     proc = run_cli("rollback", "--model", "no-such-model", "--tracking-uri", store["uri"])
     assert proc.returncode == 4 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
 

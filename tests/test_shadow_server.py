@@ -179,8 +179,7 @@ def test_a_port_in_use_and_a_candidate_that_cannot_load_are_one_line_each(store,
     lines = [line for line in proc.stderr.strip().splitlines() if line.startswith("error:")]
     assert len(lines) == 1 and "cannot be loaded" in lines[0] and "this model cannot load" in lines[0]
     assert not list((tmp_path / "c").glob("*.parquet"))
-    started = time.monotonic()
     proc = run_cli("shadow", "serve", "--model", MODEL, "--candidate", "4", "--capture", tmp_path / "c",
                    "--port", str(free_port()), "--tracking-uri", store["uri"])  # fmt: skip
+    # said when it ended (its exit code), not after the load timeout ("not loaded within 300 s")
     assert proc.returncode == 4 and "process ended while loading (exit 7)" in proc.stderr, proc.stderr
-    assert time.monotonic() - started < 60  # said when it ended, not after the load timeout

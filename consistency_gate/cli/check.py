@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from consistency_gate.cli.common import echo_json, engine_options, level_option
+from consistency_gate.cli.common import echo_json, engine_options, level_option, tracking_uri_option
 from consistency_gate.errors import UsageError
 
 if TYPE_CHECKING:
@@ -57,11 +57,7 @@ if TYPE_CHECKING:
     type=click.Path(path_type=Path),
     help="Gate rules (YAML); default: the packaged rules (`consistency-gate config --default`).",
 )
-@click.option(
-    "--tracking-uri",
-    default=None,
-    help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else sqlite:///mlflow.db).",
-)
+@tracking_uri_option
 @click.option(
     "--report",
     "report_path",
@@ -242,11 +238,7 @@ def _require_only(needed: dict[str, object], refused: dict[str, object], engine:
 
 @click.command()
 @click.option("--model", "name", required=True, help="Registered model name whose gates to read.")
-@click.option(
-    "--tracking-uri",
-    default=None,
-    help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else sqlite:///mlflow.db).",
-)
+@tracking_uri_option
 @click.option(
     "--last",
     type=click.IntRange(1),

@@ -17,6 +17,13 @@ def echo_json(payload: object) -> None:
     click.echo(json.dumps(finite_or_null(payload), indent=2, default=str, allow_nan=False))
 
 
+tracking_uri_option = click.option(
+    "--tracking-uri",
+    default=None,
+    help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else sqlite:///mlflow.db).",
+)
+
+
 def engine_options(spark_help: str) -> Callable[[click.Command], click.Command]:
     """``--engine local|spark`` and ``--partitions``, for the commands that can run on Spark."""
 

@@ -7,15 +7,10 @@ from pathlib import Path
 
 import click
 
-from consistency_gate.cli.common import echo_json
+from consistency_gate.cli.common import echo_json, tracking_uri_option
 
 EXIT_BY_DECISION = {"promote": 0, "continue": 0, "reject": 1}
 
-tracking_option = click.option(
-    "--tracking-uri",
-    default=None,
-    help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else sqlite:///mlflow.db).",
-)
 report_option = click.option(
     "--report", "report_path", default=None, type=click.Path(path_type=Path), help="Write the report as JSON here."
 )
@@ -47,7 +42,7 @@ def shadow() -> None:
 @click.option("--drain-seconds", type=click.FloatRange(min=0), default=60.0, show_default=True,
               help="On stop, seconds to score the requests still queued for the candidate.")  # fmt: skip
 @click.option("--classes", default=None, help="Class names in the order of the models' scores (a,b,c).")
-@tracking_option
+@tracking_uri_option
 def shadow_serve(
     model: str, candidate: str | None, champion: str | None, capture: Path, host: str, port: int, roll_rows: int,
     roll_seconds: float, candidate_timeout: float, drain_seconds: float, classes: str | None, tracking_uri: str | None,
@@ -95,7 +90,7 @@ def shadow_serve(
     is_flag=True,
     help="The candidate is the champion now and --baseline the one it replaced: roll back on reject.",
 )
-@tracking_option
+@tracking_uri_option
 @report_option
 @format_option
 def shadow_check(
@@ -139,7 +134,9 @@ def shadow_check(
         click.echo(stream_text(report))
     move = report.get("rollback") or report["promotion"]
     if move and move["promoted"] is not True:  # asked for and not read back: refused (4) or unknown (5)
-        return 4 if move["refused"] else 5
+        from consistency_gate.mlops.promotion import Promotion
+
+        return Promotion(**move).exit_code
     return EXIT_BY_DECISION[report["decision"]]
 
 
@@ -147,7 +144,7 @@ def shadow_check(
 @click.option("--model", required=True, help="Registered model name.")
 @click.option("--to", default=None, help="The version to restore (default: the champion before, from the gates).")
 @click.option("--reason", default="rolled back by hand", show_default=True, help="Why, for the tags and descriptions.")
-@tracking_option
+@tracking_uri_option
 @report_option
 @format_option
 def rollback(
@@ -165,4 +162,6 @@ def rollback(
         click.echo(
             f"@champion of {model}: v{report['baseline']['version']} -> v{report['candidate']['version']}: {said}"
         )
-    return 0 if report["promoted"] else (4 if report["promotion"]["refused"] else 5)
+    from consistency_gate.mlops.promotion import Promotion
+
+    return Promotion(**report["promotion"]).exit_code

@@ -25,7 +25,7 @@ from consistency_gate.gate.shadow import DEFAULT_BATCH, StreamResult, check_stre
 from consistency_gate.io.capture import read_capture, read_labels, read_sagemaker
 from consistency_gate.mlops import tracking
 from consistency_gate.mlops.ledger import gate_records
-from consistency_gate.mlops.promotion import Promotion, promote, read_alias
+from consistency_gate.mlops.promotion import DEFAULT_ALIAS, Promotion, promote, read_alias
 from consistency_gate.mlops.registry import (
     CLASSES_TAG,
     TAG_KIND,
@@ -41,7 +41,7 @@ from consistency_gate.report.schema import SCHEMA_VERSION
 if TYPE_CHECKING:
     from mlflow import MlflowClient
 
-ALIAS = "champion"
+ALIAS = DEFAULT_ALIAS
 
 
 @dataclass(frozen=True)
@@ -246,8 +246,12 @@ def _record(report: dict, promotion: Promotion) -> None:
 
 def _moving(report: dict, version: str) -> dict:
     """The report as logged just before the alias move: a check killed during the move says it is unknown."""
-    unknown = Promotion(ALIAS, version, None, "unknown", f"stopped while moving @{ALIAS}: read it in the registry")
-    return {**report, "promoted": None, "promotion": unknown.to_dict(), "passed_version": None}
+    return {
+        **report,
+        "promoted": None,
+        "promotion": Promotion.pending(ALIAS, version).to_dict(),
+        "passed_version": None,
+    }
 
 
 def _promoted_text(result: StreamResult, baseline: ModelRef) -> str:

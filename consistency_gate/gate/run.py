@@ -46,7 +46,7 @@ from consistency_gate.mlops import promotion, registry, scoring, tracking
 if TYPE_CHECKING:
     from mlflow import MlflowClient
 
-DEFAULT_BASELINE = "@champion"
+DEFAULT_BASELINE = f"@{promotion.DEFAULT_ALIAS}"
 IN_MEMORY = "DataFrame"  # how errors, params and the logged dataset name evaluation data given in memory
 # with --engine spark the driver validates (great-expectations) and diagnoses this many first rows
 SPARK_SAMPLE_ROWS = 10_000
@@ -267,24 +267,16 @@ def _gate_in_run(gate: GateRun) -> GateResult:
             {**versions, "registered": result.registered_version},
         )
         if gate.promote and promoted_version is not None:  # unknown until the move is read back and recorded
-            result.promoted, result.promotion = None, _pending(gate, promoted_version).to_dict()
+            result.promoted, result.promotion = (
+                None,
+                promotion.Promotion.pending(_alias(gate), promoted_version).to_dict(),
+            )
         gate.session.log_verdict(result, single, diagnosis)  # everything is logged before an alias moves
     if gate.promote and promoted_version is not None:
         with gate.timed("promotion"):
             _promote(gate, result, promoted_version, lambda: gate.session.log_report(result, single, diagnosis))
     result.timings = dict(gate.timings)
     return result
-
-
-def _pending(gate: GateRun, version: str) -> promotion.Promotion:
-    """The promotion as the run records it before the alias moves: unknown. The run records the outcome
-    once it is read back; a run that cannot record it then still says unknown, never "not promoted"."""
-    alias = _alias(gate)
-    return promotion.Promotion(
-        alias, version, None, "unknown",
-        f"recorded before @{alias} was moved to v{version}; the gate could not record the move's outcome after "
-        f"it: read @{alias} in the registry",
-    )  # fmt: skip
 
 
 def _alias(gate: GateRun) -> str:

@@ -21,6 +21,7 @@ from consistency_gate.mlops.tracking import TAG_HOST, TAG_PID, process_alive
 if TYPE_CHECKING:
     from mlflow import MlflowClient
 
+DEFAULT_ALIAS = "champion"  # the alias that marks production, which a gate compares against and promotes
 LOCK_SUFFIX = ".consistency-gate-lock"
 TAG_LOCK_OWNER = "consistency_gate.lock_owner"
 TAG_LOCK_EXPIRES = "consistency_gate.lock_expires"
@@ -61,6 +62,20 @@ class Promotion:
     def to_dict(self) -> dict:
         """As in the JSON report's ``promotion``."""
         return asdict(self)
+
+    @classmethod
+    def pending(cls, alias: str, version: str) -> Promotion:
+        """The promotion as a run records it before the alias moves: unknown. The run records the outcome once
+        it is read back; a run that cannot record it then still says unknown, never "not promoted".
+
+        >>> Promotion.pending("champion", "4").promoted is None
+        True
+        """
+        return cls(
+            alias, version, None, "unknown",
+            f"recorded before @{alias} was moved to v{version}; the gate could not record the move's outcome "
+            f"after it: read @{alias} in the registry",
+        )  # fmt: skip
 
 
 def read_alias(client: MlflowClient, name: str, alias: str, window_s: float = 10.0) -> str | None:
