@@ -262,15 +262,25 @@ def test_bad_input_exits_3_with_one_line(case, tmp_path):
 
 
 @pytest.mark.slow
-def test_an_error_before_numba_has_loaded_exits_3_not_an_abort(tmp_path):
+def test_an_error_before_numba_has_loaded_exits_3_at_once_not_an_abort(tmp_path):
     """compare loads numba's kernels in a thread while it reads; an input error on a machine whose
     numba cache is cold used to end the process while that thread was in LLVM: "terminate called
-    without an active exception", exit -6, about one run in three."""
+    without an active exception", exit -6, about one run in three. The console script now ends
+    without waiting for the compiler (no kernel reaches the cold cache: it takes seconds), its exit
+    handlers run; a program that calls ``main`` and then exits waits for the kernel at its exit."""
     files = [_write(tmp_path, name, text) for name, text in (("l.csv", "label\na\nz\n"), ("p.csv", "a,b\n1,0\n0,1\n"))]
-    for attempt in range(3):
-        env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path / f"cold-cache-{attempt}")}
-        proc = run_cli("compare", "--labels", files[0], "--previous", files[1], "--candidate", files[1], env=env)
+    args = ["compare", "--labels", files[0], "--previous", files[1], "--candidate", files[1]]
+    console_script = "import atexit\nfrom consistency_gate.cli import run\natexit.register(print, 'handler ran')\nrun()"
+    library = "import sys\nfrom consistency_gate.cli import main\nmain(sys.argv[1:])"
+    for attempt, script in enumerate([console_script] * 3 + [library]):
+        cache = tmp_path / f"cold-cache-{attempt}"
+        env = {**os.environ, "NUMBA_CACHE_DIR": str(cache)}
+        proc = subprocess.run([sys.executable, "-c", script, *map(str, args)], capture_output=True, text=True, env=env)
         assert proc.returncode == 3 and "terminate called" not in proc.stderr, proc.stderr
+        assert "is not a class of any generation" in proc.stderr
+        if script == console_script:
+            assert proc.stdout == "handler ran\n"
+            assert not list(cache.rglob("*.nbi")), "the command waited for numba's compiler"
 
 
 @pytest.mark.parametrize("where", ["before", "after"])

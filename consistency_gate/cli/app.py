@@ -7,11 +7,14 @@ unauthorized, 6 internal error (a bug; never a promotion).
 
 from __future__ import annotations
 
+import atexit
 import gc
 import logging
 import os
 import sys
 import traceback
+from collections.abc import Callable
+from typing import NoReturn
 
 import click
 
@@ -110,8 +113,27 @@ def run() -> None:
     """The console script and ``python -m consistency_gate``: :func:`main`, then an exit without the
     interpreter's last full garbage collection (``gc.freeze``), which would walk every object pandas,
     pyarrow and numba made (about 0.1 s of a ``compare``, 5%) for memory the exit gives back anyway.
-    Exit handlers (MLflow's among them) still run; :func:`main` alone is for callers that go on."""
+    Exit handlers (MLflow's among them) still run; :func:`main` alone is for callers that go on.
+
+    An error that ends a command while numba is still compiling a kernel in its thread (a cold cache:
+    up to 13 s on 2 cores) does not wait for it: :func:`_exit_without_the_compiler`."""
     try:
         main()
+    except SystemExit as exc:
+        rows = sys.modules.get("consistency_gate.core.rows")
+        if exc.code and rows is not None and rows.still_compiling():
+            _exit_without_the_compiler(exc.code if isinstance(exc.code, int) else 1, rows.wait_for_kernels)
+        raise
     finally:
         gc.freeze()
+
+
+def _exit_without_the_compiler(code: int, wait_for_kernels: Callable[[], None]) -> NoReturn:
+    """The interpreter's exit less its finalization: the exit handlers run (MLflow's among them), all
+    but the one that waits for numba's compiler, then the output is flushed and the process ends (a
+    finalization with the compiler's thread in LLVM's C++ would abort it)."""
+    atexit.unregister(wait_for_kernels)
+    atexit._run_exitfuncs()  # noqa: SLF001 - CPython's exit handlers, as its own exit runs them
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

@@ -11,6 +11,7 @@ the top-k sets nested (TopK is a subset of Top(K+1)), so CCON-k never decreases 
 
 from __future__ import annotations
 
+import atexit
 import importlib
 import threading
 from collections.abc import Callable, Sequence
@@ -25,31 +26,58 @@ def _kernels() -> ModuleType:
     return importlib.import_module("consistency_gate.core.kernels")
 
 
-def load_kernels_in_background() -> Callable[[], None]:
+KERNEL_THREAD = "consistency-gate-kernels"
+"""The name of :func:`load_kernels_in_background`'s thread."""
+
+
+def load_kernels_in_background() -> Callable[..., None]:
     """Import the kernels and load them (:func:`consistency_gate.core.kernels.precompile`) in a
     thread: numba's start-up in a fresh process (its import, about 0.3 s for its compiler, then each
     kernel from the cache) then overlaps the reading of the files, whose pyarrow readers release the
     GIL. A kernel called before it is done waits for the import, or for numba's lock. Returns the
-    function that ends it: after the kernel it is compiling (so that an error on a machine whose
-    cache is cold does not wait for every kernel), and waits for that, as a thread still in LLVM's
-    C++ at exit would abort the process.
+    function that ends it after the kernel it is compiling (so that an error on a machine whose cache
+    is cold does not wait for every kernel). It waits for that kernel unless told ``wait=False`` (an
+    error on its way out: its message need not wait for numba's compiler, up to 13 s on 2 cores); the
+    interpreter's exit then waits for it (:func:`wait_for_kernels`), as a thread still in LLVM's C++
+    at exit would abort the process, unless the process ends at once (:func:`still_compiling`).
 
     >>> finish = load_kernels_in_background()
     >>> finish()
     """
     stop = threading.Event()
-    thread = threading.Thread(target=_load, args=(stop,), name="consistency-gate-kernels", daemon=True)
+    thread = threading.Thread(target=_load, args=(stop,), name=KERNEL_THREAD, daemon=True)
     thread.start()
 
-    def finish() -> None:
+    def finish(wait: bool = True) -> None:
         stop.set()
-        thread.join()
+        if wait:
+            thread.join()
 
     return finish
 
 
 def _load(stop: threading.Event) -> None:
     _kernels().precompile(stop)
+
+
+def still_compiling() -> bool:
+    """Whether a :func:`load_kernels_in_background` thread has not ended yet (it was left by
+    ``finish(wait=False)``). A command that is about to exit may then end its process at once
+    (:func:`os._exit`, after flushing its output) instead of waiting for numba's compiler.
+
+    >>> still_compiling()
+    False
+    """
+    return any(thread.name == KERNEL_THREAD and thread.is_alive() for thread in threading.enumerate())
+
+
+@atexit.register
+def wait_for_kernels() -> None:
+    """Wait for every :func:`load_kernels_in_background` thread (run at the interpreter's exit, before
+    it stops daemon threads: one stopped in LLVM's C++ aborts the process)."""
+    for thread in threading.enumerate():
+        if thread.name == KERNEL_THREAD:
+            thread.join()
 
 
 def predicted_classes(scores: np.ndarray) -> np.ndarray:

@@ -131,6 +131,7 @@ def evaluate_files(
     """
     finish_loading = load_kernels_in_background()
     streams: list[matrices.ReadAhead[np.ndarray] | Generator[pd.Series, None, None]] = []
+    evaluated = False
     try:
         labels = Path(labels)
         label_cols = io.file_columns(labels)
@@ -171,11 +172,12 @@ def evaluate_files(
                 )
         if n == 0:
             raise DataError(f"{labels}: the file has a header but no rows; nothing to evaluate")
+        evaluated = True
         return evaluation
-    finally:  # the reader threads and numba's loading end before the caller, and maybe the process, does
-        for stream in streams:  # (a thread still in pyarrow's or LLVM's C++ at exit aborts the process)
-            stream.close()
-        finish_loading()
+    finally:  # the reader threads end before the caller, and maybe the process, does (a thread still in
+        for stream in streams:  # pyarrow's C++ at exit aborts the process); numba's loading is waited for
+            stream.close()  # unless an error is on its way out (see load_kernels_in_background)
+        finish_loading(wait=evaluated)
 
 
 def _canonical(source: io.PredictionSource) -> io.PredictionSource:
