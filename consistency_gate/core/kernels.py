@@ -37,6 +37,8 @@ from functools import partial
 import numba
 import numpy as np
 
+from consistency_gate.core.rows import kernel_input
+
 _CHUNK = 32  # columns per chunk, for rows of at least 2 * k chunks of 32
 _MID_CHUNK = 16  # for narrower rows of at least k chunks of 16 (e.g. 100 classes and k = 5)
 _SMALL_CHUNK = 8  # for narrower rows still, so that the bound still prunes
@@ -329,12 +331,12 @@ def kernel_names() -> list[str]:
 
 def _warm_ups() -> list[Callable[[], object]]:
     """One call per kernel and signature, in the order :func:`precompile` compiles them."""
-    f32, f64 = np.ones((2, 3), dtype=np.float32), np.ones((2, 3), dtype=np.float64)
-    sums, top = np.ones(2), np.zeros((2, 2), dtype=np.int64)
+    f32, f64 = kernel_input(np.ones((2, 3)), np.float32), kernel_input(np.ones((2, 3)), np.float64)
+    sums, top = kernel_input(np.ones(2), np.float64), kernel_input(np.zeros((2, 2)), np.int64)
     return [
         partial(pair_top_k_moments, f32, f32, 2),
         partial(pair_top_k_moments, f64, f64, 2),
-        partial(pair_indicators, np.zeros(2, dtype=np.int64), top, top, np.ones(1, dtype=np.int64)),
+        partial(pair_indicators, kernel_input([0, 0], np.int64), top, top, kernel_input([1], np.int64)),
         partial(pearson_rows, sums, sums, sums, sums, sums, 3, 1e-6),
         partial(cosine_rows, sums, sums, sums),
         *(partial(top_k_rows, scores, 2) for scores in (f32, f64)),
