@@ -21,10 +21,11 @@ metrics cost about nine passes. These kernels read each row once:
 
 Rows are spread over threads (``prange``; numba's thread count, by default one per core).
 Compiled code is cached on disk (``cache=True``), so only the first call on a machine
-pays the compilation.
+pays the compilation. Every array they get is read-only (:func:`~consistency_gate.core.rows.kernel_input`),
+the signatures :func:`precompile` compiles: a writable array would be another signature to compile.
 
 >>> import numpy as np
->>> top_k_rows(np.array([[0.1, 0.4, 0.4, 0.1]]), 3).tolist()
+>>> top_k_rows(kernel_input([[0.1, 0.4, 0.4, 0.1]], np.float64), 3).tolist()
 [[1, 2, 0]]
 """
 
@@ -63,7 +64,7 @@ def top_k_rows(scores: np.ndarray, k: int) -> np.ndarray:  # pragma: no cover - 
 
     Needs 1 <= k <= number of columns (checked by :func:`consistency_gate.core.rows.top_k`).
 
-    >>> top_k_rows(np.array([[0.1, 0.7, 0.2], [0.4, 0.4, 0.2]]), 2).tolist()  # the tie goes to column 0
+    >>> top_k_rows(kernel_input([[0.1, 0.7, 0.2], [0.4, 0.4, 0.2]], np.float64), 2).tolist()  # the tie: column 0
     [[1, 2], [0, 1]]
     """
     n, p = scores.shape
@@ -80,7 +81,8 @@ def pair_top_k_moments(a: np.ndarray, b: np.ndarray, k: int) -> tuple:  # pragma
     """:func:`top_k_rows` of two (n, p) matrices and their :func:`pair_moments`, in one pass over
     each row pair (a row pair is read from memory once; its second and third reads hit the cache).
 
-    >>> top_a, top_b, moments = pair_top_k_moments(np.array([[1.0, 2.0]]), np.array([[3.0, 4.0]]), 1)
+    >>> a, b = kernel_input([[1.0, 2.0]], np.float64), kernel_input([[3.0, 4.0]], np.float64)
+    >>> top_a, top_b, moments = pair_top_k_moments(a, b, 1)
     >>> top_a.tolist(), top_b.tolist(), moments.ravel().tolist()
     ([[1]], [[1]], [3.0, 7.0, 5.0, 25.0, 11.0])
     """
@@ -181,7 +183,7 @@ def _chunk_maxima(row: np.ndarray, maxima: np.ndarray, width: int) -> None:  # p
 def pair_moments(a: np.ndarray, b: np.ndarray) -> np.ndarray:  # pragma: no cover - compiled
     """(5, n) float64: per row sum a, sum b, sum a², sum b², sum ab of two (n, p) matrices.
 
-    >>> pair_moments(np.array([[1.0, 2.0]]), np.array([[3.0, 4.0]])).ravel().tolist()
+    >>> pair_moments(kernel_input([[1.0, 2.0]], np.float64), kernel_input([[3.0, 4.0]], np.float64)).ravel().tolist()
     [3.0, 7.0, 5.0, 25.0, 11.0]
     """
     n = a.shape[0]
@@ -217,7 +219,7 @@ def pearson_rows(
     where a variance is at most ``tol`` times its sum of squares (the formula of
     :func:`consistency_gate.core.rows.rowwise_pearson`, in one pass instead of a dozen).
 
-    >>> pearson_rows(*[np.array([v]) for v in (6.0, 6.0, 14.0, 14.0, 10.0)], 3, 1e-6).tolist()
+    >>> pearson_rows(*[kernel_input([v], np.float64) for v in (6.0, 6.0, 14.0, 14.0, 10.0)], 3, 1e-6).tolist()
     [-1.0]
     """
     n = sum_a.size
@@ -238,7 +240,7 @@ def cosine_rows(sq_a: np.ndarray, sq_b: np.ndarray, dot_ab: np.ndarray) -> np.nd
     """(n,) float64: cosine similarity of each row pair from its sums of squares and products;
     NaN where a vector is all zeros.
 
-    >>> cosine_rows(np.array([1.0, 0.0]), np.array([4.0, 1.0]), np.array([2.0, 0.0])).tolist()
+    >>> cosine_rows(*[kernel_input(v, np.float64) for v in ([1.0, 0.0], [4.0, 1.0], [2.0, 0.0])]).tolist()
     [1.0, nan]
     """
     n = sq_a.size
@@ -260,7 +262,8 @@ def pair_indicators(
     first min(k, m) classes of A and of B meet (m: the shorter list's length). Each rank search
     stops at the first match.
 
-    >>> pair_indicators(np.array([2]), np.array([[0, 2]]), np.array([[1, 0]]), np.array([1, 2]))[:, 0].tolist()
+    >>> y, top_a, top_b, ks = (kernel_input(v, np.int64) for v in ([2], [[0, 2]], [[1, 0]], [1, 2]))
+    >>> pair_indicators(y, top_a, top_b, ks)[:, 0].tolist()
     [0, 0, 0, 1, 0, 0, 0, 0, 1, 0, 0, 0, 1]
     """
     n = y_true.size
