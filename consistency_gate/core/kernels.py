@@ -22,7 +22,7 @@ metrics cost about nine passes. These kernels read each row once:
 Rows are spread over threads (``prange``; numba's thread count, by default one per core).
 Compiled code is cached on disk (``cache=True``), so only the first call on a machine
 pays the compilation. Every array they get is read-only (:func:`~consistency_gate.core.rows.kernel_input`),
-the signatures :func:`precompile` compiles: a writable array would be another signature to compile.
+as in the calls :func:`precompile` compiles: a writable one would be another signature to compile.
 
 >>> import numpy as np
 >>> top_k_rows(kernel_input([[0.1, 0.4, 0.4, 0.1]], np.float64), 3).tolist()

@@ -65,6 +65,7 @@ def still_compiling() -> bool:
     ``finish(wait=False)``). A command that is about to exit may then end its process at once
     (:func:`os._exit`, after flushing its output) instead of waiting for numba's compiler.
 
+    >>> wait_for_kernels()  # any left by an earlier error in this process
     >>> still_compiling()
     False
     """
