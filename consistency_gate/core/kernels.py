@@ -21,7 +21,7 @@ metrics cost about nine passes. These kernels read each row once:
 
 Rows are spread over threads (``prange``; numba's thread count, by default one per core).
 Compiled code is cached on disk (``cache=True``), so only the first call on a machine
-pays the compilation. Every array they get is read-only (:func:`~consistency_gate.core.rows.kernel_input`),
+pays the compilation. Every array they get is read-only (:func:`kernel_input`),
 as in the calls :func:`precompile` compiles: a writable one would be another signature to compile.
 
 >>> import numpy as np
@@ -37,8 +37,6 @@ from functools import partial
 
 import numba
 import numpy as np
-
-from consistency_gate.core.rows import kernel_input
 
 _CHUNK = 32  # columns per chunk, for rows of at least 2 * k chunks of 32
 _MID_CHUNK = 16  # for narrower rows of at least k chunks of 16 (e.g. 100 classes and k = 5)
@@ -305,6 +303,22 @@ def pair_indicators(
             out[7 + m + j, i] = rank_b <= ks[j]
             out[7 + 2 * m + j, i] = shared <= ks[j]
     return out
+
+
+def kernel_input(values: object, dtype: type) -> np.ndarray:
+    """``values`` as a C-contiguous, read-only array of ``dtype``, a view where it already is one (no copy).
+
+    Every array a kernel gets is read-only: to numba a read-only array (what pyarrow and pandas hand
+    out without a copy) is another type than a writable one, and each mix of the two a kernel met would
+    be one more compile (13 s for the longest, on a cold cache); the kernels only read their inputs.
+
+    >>> kernel_input([1, 2], np.int64).flags.writeable
+    False
+    """
+    array = np.ascontiguousarray(values, dtype=dtype)
+    view = array.view()
+    view.flags.writeable = False
+    return view
 
 
 def precompile(stop: threading.Event | None = None, names: Collection[str] | None = None) -> None:

@@ -132,28 +132,12 @@ def _float_matrix(scores: np.ndarray) -> np.ndarray:
     scores = np.asarray(scores)
     if scores.ndim != 2:
         raise ValueError(f"expected an (n, p) score matrix, got shape {scores.shape}")
-    return kernel_input(scores, scores.dtype if scores.dtype in (np.float32, np.float64) else np.float64)
-
-
-def kernel_input(values: object, dtype: type) -> np.ndarray:
-    """``values`` as a C-contiguous, read-only array of ``dtype``, a view where it already is one (no copy).
-
-    Every array a kernel gets is read-only: to numba a read-only array (what pyarrow and pandas hand
-    out without a copy) is another type than a writable one, and each mix of the two a kernel met would
-    be one more compile (13 s for the longest, on a cold cache); the kernels only read their inputs.
-
-    >>> kernel_input([1, 2], np.int64).flags.writeable
-    False
-    """
-    array = np.ascontiguousarray(values, dtype=dtype)
-    view = array.view()
-    view.flags.writeable = False
-    return view
+    return _kernels().kernel_input(scores, scores.dtype if scores.dtype in (np.float32, np.float64) else np.float64)
 
 
 def _int_matrix(top: np.ndarray) -> np.ndarray:
     """A C-contiguous (n, k) int64 matrix of class indices."""
-    top = kernel_input(top, np.int64)
+    top = _kernels().kernel_input(top, np.int64)
     if top.ndim != 2:
         raise ValueError(f"expected an (n, k) matrix of class indices, got shape {top.shape}")
     return top
@@ -177,14 +161,14 @@ def pair_indicators(y_true: np.ndarray, top_a: np.ndarray, top_b: np.ndarray, ks
     [[False, False], [True, False], [False, True], [False, False]]
     """
     top_a, top_b = _int_matrix(top_a), _int_matrix(top_b)
-    y_true = kernel_input(y_true, np.int64)
+    y_true = _kernels().kernel_input(y_true, np.int64)
     if not y_true.shape == top_a.shape[:1] == top_b.shape[:1]:
         raise ValueError(
             f"expected one true class per row of the top lists, got {y_true.shape}, {top_a.shape}, {top_b.shape}"
         )
     if min(top_a.shape[1], top_b.shape[1]) < 1:
         raise ValueError("a top list needs at least one class")
-    ks = kernel_input(sorted(set(ks)), np.int64)
+    ks = _kernels().kernel_input(sorted(set(ks)), np.int64)
     return _kernels().pair_indicators(y_true, top_a, top_b, ks).view(bool)
 
 
@@ -220,7 +204,7 @@ def rowwise_pearson(
     >>> rowwise_pearson(*sums, 3).tolist()
     [-1.0]
     """
-    sums = [kernel_input(v, np.float64) for v in (sum_a, sum_b, sq_a, sq_b, dot_ab)]
+    sums = [_kernels().kernel_input(v, np.float64) for v in (sum_a, sum_b, sq_a, sq_b, dot_ab)]
     return _kernels().pearson_rows(*sums, int(width), float(rel_tol * width))
 
 
@@ -239,5 +223,5 @@ def rowwise_cosine(sq_a: np.ndarray, sq_b: np.ndarray, dot_ab: np.ndarray) -> np
     >>> rowwise_cosine(np.array([1.0, 0.0]), np.array([4.0, 1.0]), np.array([2.0, 0.0])).tolist()
     [1.0, nan]
     """
-    sums = [kernel_input(v, np.float64) for v in (sq_a, sq_b, dot_ab)]
+    sums = [_kernels().kernel_input(v, np.float64) for v in (sq_a, sq_b, dot_ab)]
     return _kernels().cosine_rows(*sums)
