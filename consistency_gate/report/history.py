@@ -35,12 +35,12 @@ def history_markdown(report: dict) -> str:
     >>> print(history_markdown({"model": "a|b", "champions": ["1"], "steps": [], "missing": [],
     ...     "cumulative_negative_flips": 0, "ever_regressed": None, "samples": 0, "confidence": 0.95,
     ...     "newest_candidate": {"version": "1", "against": [], "forgotten": None}}), end="")
-    ## consistency-gate history: a\\|b: 1 champions in the order they were promoted, v1 (intervals at 95%)
+    ## consistency-gate history: a\\|b: 1 champion in the order they were promoted, v1 (intervals at 95%)
     <BLANKLINE>
     | update | samples | negative flips | NFR | accuracy |
     | --- | --- | --- | --- | --- |
     <BLANKLINE>
-    Cumulative negative flips: 0 over 0 updates; no of 0 samples ever regressed.
+    Cumulative negative flips: 0 over 0 updates.
     """
     title, rows, lines = _history_parts(markdown_safe(report))
     out = [f"## consistency-gate history: {title}", "", "| " + " | ".join(HISTORY_HEADER) + " |"]
@@ -61,15 +61,20 @@ def _history_parts(report: dict) -> tuple[str, list[list], list[str]]:
         ]
         for s in report["steps"]
     ]
+    held = len(report["champions"])
     title = (
-        f"{report['model']}: {len(report['champions'])} champions in the order they were promoted, "
+        f"{report['model']}: {held} champion{'s' if held != 1 else ''} in the order they were promoted, "
         f"{' -> '.join(f'v{v}' for v in report['champions'])} (intervals at {report['confidence']:.0%})"
     )
     updates = len(report["steps"])
+    regressed = (  # none without an update to count
+        f"; {fmt_share(report['ever_regressed'])} of {report['samples']} samples ever regressed"
+        if report["ever_regressed"] is not None
+        else ""
+    )
     lines = [
         f"Cumulative negative flips: {report['cumulative_negative_flips']} over {updates} update"
-        f"{'s' if updates != 1 else ''}; {fmt_share(report['ever_regressed']) or 'no'} of {report['samples']} "
-        "samples ever regressed."
+        f"{'s' if updates != 1 else ''}{regressed}."
     ]
     newest = report["newest_candidate"]
     against = ", ".join(f"v{v}" for v in newest["against"])
