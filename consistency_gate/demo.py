@@ -28,8 +28,8 @@ remediation:                 # when the single candidate fails, train and gate a
 
 
 # the demo's CtoI rule decides on its interval: the candidate must be *shown* to flip at most 2%
-DEFAULT_CTOI_RULE = "- {metric: ctoi, max: 0.02}        "
-DEMO_CTOI_RULE = "- {metric: ctoi, max: 0.02, decide: upper}"
+DEFAULT_CTOI_RULE = "- {metric: ctoi, max: 0.02, unless: clearly-better}"
+DEMO_CTOI_RULE = "- {metric: ctoi, max: 0.02, decide: upper, unless: clearly-better}"
 
 
 def demo_config_text(train: Path) -> str:
@@ -37,7 +37,7 @@ def demo_config_text(train: Path) -> str:
     and a remediation block training on ``train``.
 
     >>> [line.split("#")[0].strip() for line in demo_config_text(Path("train.csv")).splitlines() if "ctoi" in line][-1]
-    '- {metric: ctoi, max: 0.02, decide: upper}'
+    '- {metric: ctoi, max: 0.02, decide: upper, unless: clearly-better}'
     """
     from consistency_gate.gate.config import default_config_text
 

@@ -38,7 +38,7 @@ from consistency_gate.core.names import (
 from consistency_gate.core.threshold import DEFAULT_THRESHOLD, BinaryDecision
 from consistency_gate.ensembles.config import RemediationBlock
 from consistency_gate.errors import UsageError
-from consistency_gate.gate.rules import DECIDE, DEFAULT_MIN_SLICE_SIZE, KINDS, Rule
+from consistency_gate.gate.rules import DECIDE, DEFAULT_MIN_SLICE_SIZE, KINDS, UNLESS, Rule
 
 if TYPE_CHECKING:
     from consistency_gate.ensembles.config import RemediationConfig
@@ -84,7 +84,7 @@ def load_config(path: str | Path | None) -> GateConfig:
     """The gate configuration from a YAML file, or the packaged default when ``path`` is None.
 
     >>> [r.describe() for r in load_config(None).rules][:2]
-    ['acc change >= -0.01', 'ctoi <= 0.02']
+    ['acc change >= -0.01', 'ctoi <= 0.02 unless clearly better']
     """
     if path is None:
         return parse_config(default_config_text(), DEFAULT_SOURCE)
@@ -203,6 +203,7 @@ class _RuleSpec(BaseModel):
     per_slice: StrictBool = False
     min_slice_size: Annotated[int, Field(strict=True, ge=1)] | None = None
     history: Annotated[int, Field(strict=True, ge=1)] | None = None
+    unless: Literal[UNLESS] | None = None
 
     @model_validator(mode="after")
     def _one_threshold(self) -> _RuleSpec:
@@ -292,6 +293,7 @@ def _rule(spec: _RuleSpec, source: str, line: int, ks: tuple[int, ...]) -> Rule:
             spec.per_slice,
             spec.min_slice_size or DEFAULT_MIN_SLICE_SIZE,
             spec.history if spec.history is not None or spec.metric not in HISTORY_METRICS else DEFAULT_HISTORY,
+            spec.unless,
         )
     except UsageError as exc:
         raise UsageError(f"{source}: line {line}: {exc}") from None

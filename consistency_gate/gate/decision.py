@@ -18,6 +18,7 @@ from consistency_gate.gate import config as gate_config
 from consistency_gate.gate import rules
 from consistency_gate.mlops import tracking
 from consistency_gate.report.slices import flips_by_class
+from consistency_gate.report.verdict import blocking
 
 if TYPE_CHECKING:
     from mlflow.data.dataset import Dataset
@@ -183,9 +184,7 @@ def tag_run(report: dict) -> None:
 
     tags = {
         "consistency_gate.verdict": report["verdict"],
-        "consistency_gate.failed_rules": ", ".join(
-            dict.fromkeys(r["metric"] for r in report["rules"] if r["held"] is False)
-        )
+        "consistency_gate.failed_rules": ", ".join(dict.fromkeys(r["metric"] for r in report["rules"] if blocking(r)))
         or "none",
         "consistency_gate.outcome": report["outcome"],
         "consistency_gate.candidate_verdict": report["candidate_verdict"],

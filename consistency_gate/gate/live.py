@@ -21,7 +21,7 @@ from consistency_gate.gate.config import GateConfig
 from consistency_gate.gate.decision import tag_run
 from consistency_gate.gate.history import champions
 from consistency_gate.gate.session import GateSession
-from consistency_gate.gate.shadow import DEFAULT_BATCH, StreamResult, check_stream, mcnemar
+from consistency_gate.gate.shadow import DEFAULT_BATCH, RuleState, StreamResult, check_stream, mcnemar
 from consistency_gate.io.capture import read_capture, read_labels, read_sagemaker
 from consistency_gate.mlops import tracking
 from consistency_gate.mlops.ledger import gate_records
@@ -115,7 +115,8 @@ def shadow_check(
                 describe_version(client, candidate, _promoted_text(result, baseline))
                 tag_version(client, candidate, "passed", candidate.tags.get(TAG_KIND, "single"), run_id)
         elif result.decision == "reject" and watch:
-            broken = ", ".join(s.rule.describe() for s in result.rules if s.broken_at is not None)
+            rejecting = [s for s in result.rules if s.broken_at is not None and s.waived_at is None]
+            broken = ", ".join(s.rule.describe() for s in rejecting)
             with session.child_run(f"ROLLBACK v{candidate.version} to v{baseline.version}") as child:
                 moved = rollback_in_run(
                     client, inputs.model, candidate.version, baseline, child, f"live traffic broke {broken}"
@@ -172,7 +173,8 @@ def shadow_report(result: StreamResult, candidate: ModelRef, baseline: ModelRef,
             "held_at_look": s.held_at,
             "broken_at_look": s.broken_at,
             "judged_on": f"anytime-valid {result.level:.0%} confidence sequence",
-            "note": "" if s.held_at is not None or s.broken_at is not None else "open: more labels needed",
+            "note": "" if s.done_at is not None or s.broken_at is not None else "open: more labels needed",
+            **({"unless": s.rule.unless, "waived": _waived(s)} if s.rule.unless else {}),
         }
         for s in result.rules
     ]
@@ -204,6 +206,13 @@ def shadow_report(result: StreamResult, candidate: ModelRef, baseline: ModelRef,
             "steps": result.steps.assign(time=result.steps["time"].astype(str)).to_dict("records"),
         },
     }
+
+
+def _waived(state: RuleState) -> str | None:
+    """Why an ``unless: clearly-better`` rule that did not hold stopped standing in the way, or None."""
+    if state.waived_at is None or (state.held_at is not None and state.held_at <= state.waived_at):
+        return None
+    return f"waived: clearly more accurate (the accuracy change's lower bound above 0 at look {state.waived_at + 1})"
 
 
 def _log_stream(result: StreamResult, inputs: ShadowInputs, candidate: ModelRef, baseline: ModelRef) -> None:

@@ -29,7 +29,7 @@ from consistency_gate.gate.decision import Decision
 from consistency_gate.gate.history import champions_before, last
 from consistency_gate.mlops import registry, scoring, tracking
 from consistency_gate.mlops.cost import ServingCost, serving_cost
-from consistency_gate.report.verdict import attempt_line
+from consistency_gate.report.verdict import attempt_line, blocking
 
 
 def plan(remediation: RemediationConfig) -> str:
@@ -194,7 +194,7 @@ def _attempt_summary(report: dict) -> dict:
         "ctoi": metrics.get("ctoi"),
         "acc": metrics.get("acc_candidate"),
         "itoc_kept": report.get("itoc_kept"),
-        "failed_rules": [f"{r['quantity']} {r['condition']}" for r in report["rules"] if r["held"] is False],
+        "failed_rules": [f"{r['quantity']} {r['condition']}" for r in report["rules"] if blocking(r)],
         "members": report["members"],
         "latency_ratio": cost.get("latency_ratio"),
         "train_seconds": report["train_seconds"],

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 from consistency_gate.core import intervals as ci
 from consistency_gate.core.names import COST_METRICS, FLOOR_METRICS, HISTORY_METRICS, PER_K, SHARES
 from consistency_gate.errors import UsageError
+from consistency_gate.report.verdict import outcome
 
 if TYPE_CHECKING:
     from consistency_gate.core.slices import SliceResult
@@ -30,6 +31,9 @@ KINDS = tuple(OPERATORS)
 DECIDE = ("estimate", "upper", "lower")
 # a per-slice rule judges the slices with at least this many samples (smaller ones are reported only)
 DEFAULT_MIN_SLICE_SIZE = 50
+# when a failed rule is waived (``unless:``): the candidate is clearly more accurate than the baseline, i.e.
+# the one-sided lower bound of its accuracy change at the configured confidence is above 0
+UNLESS = ("clearly-better",)
 
 
 @dataclass(frozen=True)
@@ -53,6 +57,7 @@ class Rule:
     per_slice: bool = False  # judge every slice of at least min_slice_size samples instead of the whole set
     min_slice_size: int = DEFAULT_MIN_SLICE_SIZE
     history: int | None = None  # a history metric's champions (the baseline and those before it)
+    unless: str | None = None  # "clearly-better": the rule is waived for a candidate clearly more accurate
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -81,13 +86,23 @@ class Rule:
             )
         if self.per_slice and self.metric in HISTORY_METRICS + FLOOR_METRICS:
             raise UsageError(f"rule for '{self.metric}': measured on the whole set, not per slice; drop per_slice")
+        if self.unless is not None and self.unless not in UNLESS:
+            raise UsageError(f"rule for '{self.metric}': unless must be {', '.join(UNLESS)}, got '{self.unless}'")
+        if self.unless is not None and (self.on_accuracy or self.metric in COST_METRICS):
+            raise UsageError(
+                f"rule for '{self.metric}': unless: {self.unless} waives a consistency rule for a candidate "
+                "clearly more accurate; a rule on accuracy or on serving cost is never waived, drop unless"
+            )
+
+    @property
+    def on_accuracy(self) -> bool:
+        """Whether the rule reads a model's accuracy (acc, cacc@K): never waived by ``unless``."""
+        return self.metric in ("acc", "acc_candidate") or self.metric.startswith("cacc@")
 
     @property
     def single_model(self) -> bool:
         """Checkable without a previous generation (acc / cacc@K with min or max, serving cost)."""
-        return self.kind != "min_delta" and (
-            self.metric in ("acc", "acc_candidate", *COST_METRICS) or self.metric.startswith("cacc@")
-        )
+        return self.kind != "min_delta" and (self.on_accuracy or self.metric in COST_METRICS)
 
     @property
     def quantity(self) -> str:
@@ -103,13 +118,15 @@ class Rule:
     @property
     def condition(self) -> str:
         """The threshold as it reads: ``>= 0.9``, ``<= 0.02``, ``>= -0.01`` (of the change, for min_delta),
-        with the bound compared when it is not the estimate: ``<= 0.02 (upper bound)``, and the
-        slices a per-slice rule judges: ``<= 0.05 in every slice of n >= 50``."""
+        with the bound compared when it is not the estimate: ``<= 0.02 (upper bound)``, the
+        slices a per-slice rule judges: ``<= 0.05 in every slice of n >= 50``, and when it is waived:
+        ``<= 0.02 unless clearly better``."""
         bound = "" if self.decide == "estimate" else f" ({self.decide} bound)"
         where = f" in every slice of n >= {self.min_slice_size}" if self.per_slice else ""
         if self.history is not None:
             where = f" over the last {self.history} champion{'s' if self.history != 1 else ''}"
-        return f"{OPERATORS[self.kind]} {self.threshold:g}{bound}{where}"
+        unless = f" unless {self.unless.replace('-', ' ')}" if self.unless else ""
+        return f"{OPERATORS[self.kind]} {self.threshold:g}{bound}{where}{unless}"
 
     @property
     def interval_key(self) -> str:
@@ -147,6 +164,12 @@ class RuleResult:
     slices: tuple[dict, ...] = ()  # a per-slice rule: each slice's outcome (value, interval, held)
     judged_on: str = "estimate"
     false_pass: float | None = None
+    waived: str = ""  # why a rule that failed does not block (``unless:``), empty when it is not waived
+
+    @property
+    def blocks(self) -> bool:
+        """Whether the rule fails the candidate: it failed and was not waived."""
+        return self.held is False and not self.waived
 
     def record(self) -> dict:
         """The rule's row in the rule table logged to the run (``gate/rules.json``): short columns,
@@ -165,14 +188,14 @@ class RuleResult:
             judged += f", worst slice of n >= {self.rule.min_slice_size}"
         return {
             "rule": f"{self.rule.quantity} {OPERATORS[self.rule.kind]} {self.rule.threshold:g}",
-            "outcome": "skipped" if self.held is None else ("held" if self.held else "FAILED"),
+            "outcome": outcome({"held": self.held, "waived": self.waived}),
             "value": _rounded(self.value),
             "low": low,
             "high": high,
             "bound": _rounded(self.compared) if self.rule.decide != "estimate" else None,
             "judged on": judged,
             "false pass": _rounded(self.false_pass),
-            "note": self.note,
+            "note": "; ".join(filter(None, [self.waived, self.note])),
         }
 
     def to_dict(self) -> dict:
@@ -183,6 +206,8 @@ class RuleResult:
             extra = {"per_slice": True, "min_slice_size": self.rule.min_slice_size, "slices": list(self.slices)}
         if self.rule.history is not None:
             extra["history"] = self.rule.history
+        if self.rule.unless is not None:
+            extra |= {"unless": self.rule.unless, "waived": self.waived or None}
         return {
             "metric": self.rule.metric,
             "quantity": self.rule.quantity,
@@ -255,7 +280,27 @@ def evaluate_rules(
             if result.value is None and result.held is False and why:
                 result = replace(result, note=f"{result.note} ({why})")
             results.append(result)
-    return results
+    return _waive(results, (bounds or {}).get("acc_delta"), level, first_generation)
+
+
+def _waive(
+    results: list[RuleResult], acc_delta: list[float] | None, level: float, first_generation: bool
+) -> list[RuleResult]:
+    """The failed rules that say ``unless: clearly-better``, waived when the candidate is clearly more
+    accurate than the baseline: the one-sided lower bound of the accuracy change (``acc_delta``, Newcombe's
+    paired interval, at ``level``) is above 0, so a retrain that improves on the baseline is never locked
+    out by churn alone. The rule's outcome stays what was measured; ``waived`` says why it does not block.
+
+    >>> rule = Rule("ctoi", "max", 0.02, unless="clearly-better")
+    >>> [r.blocks for r in evaluate_rules([rule], {"ctoi": 0.05}, bounds={"acc_delta": [0.01, 0.08]})]
+    [False]
+    >>> [r.blocks for r in evaluate_rules([rule], {"ctoi": 0.05}, bounds={"acc_delta": [-0.01, 0.08]})]
+    [True]
+    """
+    if first_generation or acc_delta is None or acc_delta[0] <= 0:
+        return results
+    why = f"waived: clearly more accurate (acc change's one-sided {level:.0%} lower bound {acc_delta[0]:+.4f} > 0)"
+    return [replace(r, waived=why) if r.held is False and r.rule.unless else r for r in results]
 
 
 def with_margin(rule: Rule) -> Rule:
@@ -463,9 +508,9 @@ half on large sets): decide: upper bounds that at 5%')
 
 
 def verdict(results: list[RuleResult]) -> str:
-    """'passed' when no checked rule failed.
+    """'passed' when no checked rule failed (or each that failed was waived).
 
     >>> verdict(evaluate_rules([Rule("con", "min", 0.9)], {"con": 0.95}))
     'passed'
     """
-    return "failed" if any(r.held is False for r in results) else "passed"
+    return "failed" if any(r.blocks for r in results) else "passed"

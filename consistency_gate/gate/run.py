@@ -242,7 +242,7 @@ def _gate_in_run(gate: GateRun) -> GateResult:
     promoted_version = cand_ref.version if single.verdict == "passed" else None
     if single.verdict == "failed" and cfg.remediation is not None:
         if not gate.quiet:  # why remediation runs now, before it does (the rule table comes with the verdict)
-            failed = "; ".join(r.rule.describe() for r in single.rules if r.held is False)
+            failed = "; ".join(r.rule.describe() for r in single.rules if r.blocks)
             print(
                 f"The candidate failed: {remediate.plan(cfg.remediation)} ... (failed rules: {failed})",
                 file=sys.stderr,

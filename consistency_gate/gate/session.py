@@ -69,7 +69,7 @@ def run_title(result: GateResult, started_as: str) -> str:
     'FAILED v2 vs v1: ctoi (clf)'
     """
     word = "REPAIRED" if result.outcome == "remediated" else result.outcome.upper()
-    failed = ", ".join(dict.fromkeys(r.rule.metric for r in result.rules if r.held is False))
+    failed = ", ".join(dict.fromkeys(r.rule.metric for r in result.rules if r.blocks))
     cand, base = result.candidate, result.baseline or {}
     if cand.get("version"):
         against = f" vs v{base['version']}" if base.get("version") else ""
@@ -96,9 +96,13 @@ def version_description(
     against = "as the first generation (no baseline)"
     if baseline and baseline.get("version"):
         against = f"against v{baseline['version']}" + (f" (@{baseline['alias']})" if baseline.get("alias") else "")
-    failed = [f"{r.rule.describe()} failed{_measured(r)}" for r in rules if r.held is False]
+    failed = [f"{r.rule.describe()} failed{_measured(r)}" for r in rules if r.blocks]
+    waived = [r for r in rules if r.waived]
     held = sum(r.held is True for r in rules)
     found = ", ".join(failed) if failed else f"{held} rule{'s' if held != 1 else ''} held"
+    if waived:  # the rules a clearly better candidate failed, and why they did not block it
+        found += "; " + ", ".join(f"{r.rule.describe()} waived{_measured(r)}" for r in waived)
+        found += f", {waived[0].waived.removeprefix('waived: ')}"
     text = f"{verdict.upper()} {against} on {data} ({n} samples): {found}."
     instead = f" Registered in place of v{replaces}, which failed." if replaces else ""
     return f"{DESCRIPTION_PREFIX}{markdown_safe(text)}{instead} Gate run {run_id}."

@@ -38,6 +38,9 @@ from consistency_gate.gate.rules import Rule, candidate_key
 ON_REQUESTS = ("con",)
 ON_LABELS = ("acc_previous", "acc_candidate", "acc_con", "ctoc", "ctoi", "itoc", "itoi")
 DEFAULT_BATCH = 100  # labels between two looks
+# what ``unless: clearly-better`` waits for: the accuracy change's lower bound above 0 (a threshold just over
+# the rules' rounding tolerance, so that a lower bound of exactly 0 does not prove it)
+CLEARLY_BETTER = Rule("acc", "min_delta", 5e-12)
 
 
 def shadow_rules(rules: Sequence[Rule]) -> list[Rule]:
@@ -71,6 +74,12 @@ class RuleState:
     upper: list[float] = field(default_factory=list)
     held_at: int | None = None
     broken_at: int | None = None
+    waived_at: int | None = None  # ``unless: clearly-better``: the look that proved the candidate more accurate
+
+    @property
+    def done_at(self) -> int | None:
+        """The look at which the rule stopped standing in the way: it held, or it was waived."""
+        return min((s for s in (self.held_at, self.waived_at) if s is not None), default=None)
 
     def look(self, step: int, low: float, high: float) -> None:
         """Add look ``step``'s bounds (kept inside the earlier looks'), and note a first proof either way."""
@@ -182,6 +191,7 @@ def check_stream(
     ends = sorted({*range(batch, len(labelled) + 1, batch), len(labelled)} - {0})
     looks = [(int(i), ready[i - 1]) for i in ends] if ends else [(0, request_times[-1] if len(requests) else None)]
     states = [RuleState(rule) for rule in rules]
+    better = RuleState(CLEARLY_BETTER)  # proven once the accuracy change's lower bound is above 0
     rows = []
     decision, decided_at = "continue", None
     for step, (m, at) in enumerate(looks):
@@ -189,17 +199,20 @@ def check_stream(
         counts = {"con": (int(agree[served - 1]) if served else 0, served)}
         counts.update({key: (int(hits[key][m - 1]) if m else 0, m) for key in ON_LABELS})
         rows.append({"time": at, "requests": served, "labelled": m, **{k: _share(*kn) for k, kn in counts.items()}})
+        better.look(step, *_bounds(better.rule, counts, level))
         for state in states:
             state.look(step, *_bounds(state.rule, counts, level))
+            if state.rule.unless and state.waived_at is None and better.held_at is not None:
+                state.waived_at = step
         if decided_at is None:
-            if any(s.broken_at is not None for s in states):
+            if any(_rejects(s, better) for s in states):
                 decision, decided_at = "reject", step
-            elif all(s.held_at is not None for s in states):
+            elif all(s.done_at is not None for s in states):
                 decision, decided_at = "promote", step
     steps = pd.DataFrame(rows)
     final = steps.iloc[-1]
     metrics = {key: (None if pd.isna(final[key]) else float(final[key])) for key in (*ON_REQUESTS, *ON_LABELS)}
-    open_rules = [s for s in states if decision == "continue" and s.held_at is None]
+    open_rules = [s for s in states if decision == "continue" and s.done_at is None]
     return StreamResult(
         decision,
         decided_at,
@@ -217,6 +230,15 @@ def check_stream(
         {s.rule.describe(): _needed(s.rule, metrics, final, level) for s in open_rules},
         level,
     )
+
+
+def _rejects(state: RuleState, better: RuleState) -> bool:
+    """Whether a broken rule rejects the candidate: at once, or for an ``unless: clearly-better`` rule once
+    the candidate is also proven not more accurate (the accuracy change's upper bound at or under 0), so
+    that a retrain still on its way to proving itself better stays open instead."""
+    if state.broken_at is None:
+        return False
+    return not state.rule.unless or (state.waived_at is None and better.broken_at is not None)
 
 
 def _share(k: int, n: int) -> float:

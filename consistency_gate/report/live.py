@@ -28,7 +28,7 @@ def stream_text(report: dict) -> str:
         lines.append(f"  decided at look {look + 1}, after {stream['steps'][look]['labelled']} labels")
     for rule in report["rules"]:
         low, high = rule["interval"]
-        state = {True: "held", False: "broken", None: "open"}[rule["held"]]
+        state = "waived" if rule.get("waived") else {True: "held", False: "broken", None: "open"}[rule["held"]]
         value = "n/a" if rule["value"] is None else f"{rule['value']:.4f}"
         lines.append(f"  {rule['quantity']} {rule['condition']}: {value}, bounds [{low:.4f}, {high:.4f}]: {state}")
     for rule, needed in stream["needed"].items():

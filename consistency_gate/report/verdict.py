@@ -121,7 +121,7 @@ class Verdict:
         nothing = report["null_reasons"].get("*") if not rules else None
         sections = []
         if rules:
-            single = "FAILED" if any(r["held"] is False for r in rules) else "PASSED"
+            single = "FAILED" if any(blocking(r) for r in rules) else "PASSED"
             sections.append(VerdictSection("The candidate", single, [rule_row(r) for r in rules]))
         ens, registered = report.get("ensemble"), None
         if ens:
@@ -323,6 +323,29 @@ def _served(remedy: dict) -> str:
 RULE_HEADER = ["rule", "value", "outcome", "false pass", "note"]
 
 
+def blocking(rule: dict) -> bool:
+    """Whether a rule as the report holds it (:meth:`RuleResult.to_dict`) fails the candidate: it failed
+    and was not waived.
+
+    >>> blocking({"held": False}), blocking({"held": False, "waived": "clearly better"}), blocking({"held": None})
+    (True, False, False)
+    """
+    return rule["held"] is False and not rule.get("waived")
+
+
+def outcome(rule: dict) -> str:
+    """A rule's outcome as the rule tables word it: held, FAILED, waived or skipped.
+
+    >>> [outcome({"held": h}) for h in (True, False, None)], outcome({"held": False, "waived": "clearly better"})
+    (['held', 'FAILED', 'skipped'], 'waived')
+    """
+    if rule["held"] is None:
+        return "skipped"
+    if rule["held"]:
+        return "held"
+    return "waived" if rule.get("waived") else "FAILED"
+
+
 def rule_row(r: dict) -> list:
     """A rule's row as every table shows it: the rule as it reads (``acc change >= -0.01`` for a
     min_delta rule, ``ctoi (worst slice) <= 0.05``), the value with its two-sided interval and the
@@ -336,7 +359,6 @@ def rule_row(r: dict) -> list:
     ...     "interval": [0.0102, 0.0312], "compared": 0.029, "held": False, "false_pass": 0.0443, "note": ""})[1:4]
     ['0.0183 [0.0102, 0.0312], bound 0.0290', 'FAILED', '4.4%']
     """
-    outcome = "skipped" if r["held"] is None else ("held" if r["held"] else "FAILED")
     value = fmt(r["value"])
     if r.get("interval") and r["value"] is not None:
         value += f" [{fmt(r['interval'][0])}, {fmt(r['interval'][1])}]"
@@ -345,7 +367,8 @@ def rule_row(r: dict) -> list:
     quantity = r.get("quantity", r["metric"]) + (
         " (worst slice)" if r.get("per_slice") and r["value"] is not None else ""
     )
-    return [f"{quantity} {r['condition']}", value, outcome, fmt_share(r.get("false_pass")), r.get("note", "")]
+    note = "; ".join(filter(None, [r.get("waived"), r.get("note", "")]))
+    return [f"{quantity} {r['condition']}", value, outcome(r), fmt_share(r.get("false_pass")), note]
 
 
 ATTEMPT_HEADER = ["method", "outcome", "CON", "CtoI", "acc", "members", "latency", "train s"]
