@@ -171,3 +171,24 @@ def test_a_waived_rule_reads_waived_in_the_rule_table():
     result = RuleResult(rule, 0.8, False, waived="waived: clearly more accurate")
     assert result.record()["outcome"] == "waived" and not result.blocks
     assert result.to_dict()["waived"] == "waived: clearly more accurate"
+
+
+def test_a_model_at_the_threshold_and_no_better_passes_at_most_the_two_error_rates():
+    """The waiver is a second way to pass: a candidate exactly at ``ctoi <= 0.05`` (decide: upper, false
+    pass at most 5%) and exactly as accurate as the baseline (the change wrongly shown above 0 at most 5%)
+    passes at most 10% of 4,000 simulated evaluation sets of 600 samples."""
+    rng = np.random.default_rng(0)
+    n, level = 600, 0.95
+    rule = Rule("ctoi", "max", 0.05, decide="upper", unless="clearly-better")
+    counts = rng.multinomial(n, [0.75, 0.05, 0.05, 0.15], size=4000)  # CtoC, CtoI, ItoC, ItoI
+    upper = {k: ci.proportion(k, n, ci.one_sided(level), "clopper-pearson") for k in np.unique(counts[:, 1])}
+    verdicts = {}  # the verdict hangs on CtoI's count and the sign of the change's bound: judged once per pair
+    passed = 0
+    for ctoc, ctoi, itoc, itoi in counts:
+        delta = ci.newcombe_paired(ctoc, ctoi, itoc, itoi, ci.one_sided(level))
+        key = (ctoi, delta[0] > 0)
+        if key not in verdicts:
+            bounds = {"ctoi": list(upper[ctoi]), "acc_delta": list(delta)}
+            verdicts[key] = verdict(evaluate_rules([rule], {"ctoi": ctoi / n}, bounds=bounds, level=level, n=n))
+        passed += verdicts[key] == "passed"
+    assert 0.01 < passed / len(counts) <= 0.10
