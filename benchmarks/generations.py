@@ -40,6 +40,7 @@ final accuracy change and the models the deployed model carries after the last g
 ``--markdown FILE`` writes the tables, ``--plot FILE`` the curves.
 
     python benchmarks/generations.py [--seeds 5] [--generations 10] [--data digits mnist1d tabular] [--quick]
+        [--confidence 0.99]
     python benchmarks/generations.py --registry [--seeds 3] [--config gate.yaml]
 """
 
@@ -67,12 +68,20 @@ POLICIES = ("replace", "gate", "gate+repairs", "gate+repairs, 2 models", "bayes"
 BUDGETS = {"gate+repairs": None, "gate+repairs, 2 models": 2}  # max_models of the repair policies
 DISTILLED = "bayes, distilled"  # MNIST-1D only: the team's training loop distils the update into one model
 WINDOW = 3  # the bounded Bayesian update combines the last WINDOW plain generations (and serves as many models)
-GATE = gate_config.load_config(None)  # the packaged default rules
-TUNING = replace(
-    GATE,
-    rules=[rules.with_margin(r) for r in GATE.rules],
-    confidence=rules.tuning_confidence(GATE.confidence),
-)
+
+
+def gate_configs(confidence: float | None = None) -> tuple[gate_config.GateConfig, gate_config.GateConfig]:
+    """The packaged default rules (at ``confidence``, the level of their bounds and of ``unless:
+    clearly-better``, when given), and the same with the margin the repairs are tuned with."""
+    gate = gate_config.load_config(None)
+    gate = gate if confidence is None else replace(gate, confidence=confidence)
+    tuning = replace(
+        gate, rules=[rules.with_margin(r) for r in gate.rules], confidence=rules.tuning_confidence(gate.confidence)
+    )
+    return gate, tuning
+
+
+GATE, TUNING = gate_configs()
 
 
 def digits_splits(seed: int) -> dict[str, tuple[np.ndarray, np.ndarray]]:
@@ -419,7 +428,11 @@ def main() -> None:
     parser.add_argument("--plot", type=Path, default=None)
     parser.add_argument("--registry", action="store_true", help="digits through check --promote in a SQLite store")
     parser.add_argument("--config", type=Path, default=None, help="--registry: the gate's config (default: packaged)")
+    parser.add_argument("--confidence", type=float, default=None, help="the default rules at this confidence")
     args = parser.parse_args()
+    if args.confidence is not None:
+        global GATE, TUNING  # noqa: PLW0603 - the policies read the rules as module constants
+        GATE, TUNING = gate_configs(args.confidence)
     if args.registry:
         lines = registry_table(args.seeds or 3, args.generations, args.config, args.cost_ratio)
         if args.markdown:
