@@ -19,6 +19,7 @@ from consistency_gate.gate.decision import Decision
 from consistency_gate.gate.rules import Rule, RuleResult, evaluate_rules, verdict
 from consistency_gate.gate.session import version_description
 from consistency_gate.gate.shadow import check_stream
+from consistency_gate.report.verdict import outcome
 
 DEFAULT = gate_config.load_config(None)  # the packaged default: ctoi and con say unless: clearly-better
 
@@ -171,6 +172,8 @@ def test_a_waived_rule_reads_waived_in_the_rule_table():
     result = RuleResult(rule, 0.8, False, waived="waived: clearly more accurate")
     assert result.record()["outcome"] == "waived" and not result.blocks
     assert result.to_dict()["waived"] == "waived: clearly more accurate"
+    # a live check's rule still open when the candidate was shown better reads waived too
+    assert outcome({"held": None, "waived": "waived: clearly more accurate"}) == "waived"
 
 
 def test_a_model_at_the_threshold_and_no_better_passes_at_most_the_two_error_rates():

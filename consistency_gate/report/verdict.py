@@ -339,11 +339,11 @@ def outcome(rule: dict) -> str:
     >>> [outcome({"held": h}) for h in (True, False, None)], outcome({"held": False, "waived": "clearly better"})
     (['held', 'FAILED', 'skipped'], 'waived')
     """
-    if rule["held"] is None:
-        return "skipped"
     if rule["held"]:
         return "held"
-    return "waived" if rule.get("waived") else "FAILED"
+    if rule.get("waived"):  # failed, or (a live check) still open when the candidate was shown better
+        return "waived"
+    return "skipped" if rule["held"] is None else "FAILED"
 
 
 def rule_row(r: dict) -> list:
