@@ -92,6 +92,10 @@ def test_github_workflow_commands_gate_and_block(tmp_path):
     assert "consistency gate passed: version 1" in gate.stdout and _champion(work) == "1"
     train = _bash(steps["Retrain and register a new generation"], env)
     assert train.returncode == 0, train.stderr
+    (work / "eval.csv").rename(work / "eval.kept")  # v2 against v1 without its evaluation data: exit 3
+    bad = _bash(steps["Consistency gate"], env, cwd=tmp_path)
+    assert bad.returncode == 3 and "invalid evaluation data" in bad.stdout and _champion(work) == "1"
+    (work / "eval.kept").rename(work / "eval.csv")
     gate = _bash(steps["Consistency gate"], env, cwd=tmp_path)  # v2 against v1
     assert gate.returncode == 0, gate.stdout + gate.stderr
     assert "consistency gate passed: version 2" in gate.stdout and _champion(work) == "2"
@@ -100,10 +104,6 @@ def test_github_workflow_commands_gate_and_block(tmp_path):
     again = _bash(steps["Consistency gate"], env, cwd=tmp_path)  # v2 is @champion: nothing to decide
     assert again.returncode == 0 and "nothing to decide" in summary.read_text()
     assert outputs.read_text().splitlines()[-1] == "version="  # nothing new passed: the deploy job is skipped
-    assert _bash(steps["Retrain and register a new generation"], env).returncode == 0
-    (work / "eval.csv").unlink()
-    bad = _bash(steps["Consistency gate"], env, cwd=tmp_path)
-    assert bad.returncode == 3 and "invalid evaluation data" in bad.stdout and _champion(work) == "2"
 
 
 @pytest.mark.slow
