@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 from consistency_gate.core import intervals as ci
 from consistency_gate.core.names import COST_METRICS, FLOOR_METRICS, HISTORY_METRICS, PER_K, SHARES
 from consistency_gate.errors import UsageError
-from consistency_gate.report.verdict import outcome
+from consistency_gate.report.verdict import blocking, outcome
 
 if TYPE_CHECKING:
     from consistency_gate.core.slices import SliceResult
@@ -168,8 +168,8 @@ class RuleResult:
 
     @property
     def blocks(self) -> bool:
-        """Whether the rule fails the candidate: it failed and was not waived."""
-        return self.held is False and not self.waived
+        """Whether the rule fails the candidate: it failed and was not waived (:func:`blocking`)."""
+        return blocking({"held": self.held, "waived": self.waived})
 
     def record(self) -> dict:
         """The rule's row in the rule table logged to the run (``gate/rules.json``): short columns,
@@ -297,10 +297,21 @@ def _waive(
     >>> [r.blocks for r in evaluate_rules([rule], {"ctoi": 0.05}, bounds={"acc_delta": [-0.01, 0.08]})]
     [True]
     """
-    if first_generation or acc_delta is None or acc_delta[0] <= 0:
+    if first_generation or not shown_better(acc_delta):
         return results
     why = f"waived: clearly more accurate (acc change's one-sided {level:.0%} lower bound {acc_delta[0]:+.4f} > 0)"
     return [replace(r, waived=why) if r.held is False and r.rule.unless else r for r in results]
+
+
+def shown_better(acc_delta: Sequence[float] | None) -> bool:
+    """Whether the candidate is clearly more accurate than the baseline: the lower bound of the accuracy
+    change (``[lower, upper]``, fixed-sample or anytime-valid) is above 0. What ``unless: clearly-better``
+    waits for, in a gate and in a shadow check.
+
+    >>> shown_better([0.004, 0.06]), shown_better([0.0, 0.06]), shown_better(None)
+    (True, False, False)
+    """
+    return acc_delta is not None and acc_delta[0] > 0
 
 
 def with_margin(rule: Rule) -> Rule:

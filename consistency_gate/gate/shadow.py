@@ -32,15 +32,14 @@ import pandas as pd
 from consistency_gate.core import intervals as ci
 from consistency_gate.core import sequences as cs
 from consistency_gate.errors import DataError, UsageError
-from consistency_gate.gate.rules import Rule, candidate_key
+from consistency_gate.gate.rules import Rule, candidate_key, shown_better
 
 # the shares a stream measures, and over what: every request, or the labelled ones
 ON_REQUESTS = ("con",)
 ON_LABELS = ("acc_previous", "acc_candidate", "acc_con", "ctoc", "ctoi", "itoc", "itoi")
 DEFAULT_BATCH = 100  # labels between two looks
-# what ``unless: clearly-better`` waits for: the accuracy change's lower bound above 0 (a threshold just over
-# the rules' rounding tolerance, so that a lower bound of exactly 0 does not prove it)
-CLEARLY_BETTER = Rule("acc", "min_delta", 5e-12)
+# the accuracy change, whose bounds ``unless: clearly-better`` reads (:func:`~consistency_gate.gate.rules.shown_better`)
+ACC_CHANGE = Rule("acc", "min_delta", 0.0)
 
 
 def shadow_rules(rules: Sequence[Rule]) -> list[Rule]:
@@ -191,7 +190,7 @@ def check_stream(
     ends = sorted({*range(batch, len(labelled) + 1, batch), len(labelled)} - {0})
     looks = [(int(i), ready[i - 1]) for i in ends] if ends else [(0, request_times[-1] if len(requests) else None)]
     states = [RuleState(rule) for rule in rules]
-    better = RuleState(CLEARLY_BETTER)  # proven once the accuracy change's lower bound is above 0
+    change = RuleState(ACC_CHANGE)  # the accuracy change's bounds, intersected over the looks
     rows = []
     decision, decided_at = "continue", None
     for step, (m, at) in enumerate(looks):
@@ -199,13 +198,14 @@ def check_stream(
         counts = {"con": (int(agree[served - 1]) if served else 0, served)}
         counts.update({key: (int(hits[key][m - 1]) if m else 0, m) for key in ON_LABELS})
         rows.append({"time": at, "requests": served, "labelled": m, **{k: _share(*kn) for k, kn in counts.items()}})
-        better.look(step, *_bounds(better.rule, counts, level))
+        change.look(step, *_bounds(change.rule, counts, level))
+        better = shown_better([change.lower[-1], change.upper[-1]])
         for state in states:
             state.look(step, *_bounds(state.rule, counts, level))
-            if state.rule.unless and state.waived_at is None and better.held_at is not None:
+            if state.rule.unless and state.waived_at is None and better:
                 state.waived_at = step
         if decided_at is None:
-            if any(_rejects(s, better) for s in states):
+            if any(_rejects(s, no_better=change.upper[-1] <= 0) for s in states):
                 decision, decided_at = "reject", step
             elif all(s.done_at is not None for s in states):
                 decision, decided_at = "promote", step
@@ -232,13 +232,13 @@ def check_stream(
     )
 
 
-def _rejects(state: RuleState, better: RuleState) -> bool:
+def _rejects(state: RuleState, no_better: bool) -> bool:
     """Whether a broken rule rejects the candidate: at once, or for an ``unless: clearly-better`` rule once
     the candidate is also proven not more accurate (the accuracy change's upper bound at or under 0), so
     that a retrain still on its way to proving itself better stays open instead."""
     if state.broken_at is None:
         return False
-    return not state.rule.unless or (state.waived_at is None and better.broken_at is not None)
+    return not state.rule.unless or (state.waived_at is None and no_better)
 
 
 def _share(k: int, n: int) -> float:
