@@ -30,21 +30,29 @@ remediation:                 # when the single candidate fails, train and gate a
 # the demo's CtoI rule decides on its interval: the candidate must be *shown* to flip at most 2%
 DEFAULT_CTOI_RULE = "- {metric: ctoi, max: 0.02, unless: clearly-better}"
 DEMO_CTOI_RULE = "- {metric: ctoi, max: 0.02, decide: upper, unless: clearly-better}"
+DEFAULT_HEADER = "# consistency-gate: default gate configuration."
+DEMO_HEADER = (
+    "# consistency-gate demo: the default rules, its CtoI rule decided on its upper bound, and a remediation: block."
+)
 
 
 def demo_config_text(train: Path) -> str:
     """The packaged default config, its CtoI rule deciding on the upper bound of its 95% interval,
     and a remediation block training on ``train``.
 
-    >>> [line.split("#")[0].strip() for line in demo_config_text(Path("train.csv")).splitlines() if "ctoi" in line][-1]
+    >>> text = demo_config_text(Path("train.csv"))
+    >>> [line.split("#")[0].strip() for line in text.splitlines() if "ctoi" in line][-1]
     '- {metric: ctoi, max: 0.02, decide: upper, unless: clearly-better}'
+    >>> text.splitlines()[0]
+    "# consistency-gate demo: the default rules, its CtoI rule decided on its upper bound, and a remediation: block."
     """
     from consistency_gate.gate.config import default_config_text
 
     default = default_config_text()
     if DEFAULT_CTOI_RULE not in default:
         raise AssertionError("the default config's CtoI rule changed; update DEFAULT_CTOI_RULE")
-    return default.replace(DEFAULT_CTOI_RULE, DEMO_CTOI_RULE) + DEMO_REMEDIATION.format(train=train)
+    text = default.replace(DEFAULT_CTOI_RULE, DEMO_CTOI_RULE).replace(DEFAULT_HEADER, DEMO_HEADER, 1)
+    return text + DEMO_REMEDIATION.format(train=train)
 
 
 def prepare(workdir: Path, seed: int = 0) -> tuple[str, Path, Path]:

@@ -97,7 +97,8 @@ def test_the_console_script_keeps_exit_handlers_and_the_exit_code():
     )
     proc = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 3 and proc.stdout == "handler ran\n"
-    assert proc.stderr == "error: missing.csv: file not found\n"
+    assert proc.stderr.startswith("error: missing.csv: file not found (in ") and proc.stderr.count("\n") == 1
+    assert proc.stderr.endswith("check the path, or give the file's absolute path\n")
 
 
 def test_config_check_validates_without_a_model_or_server(tmp_path):

@@ -23,6 +23,7 @@ RULE = "rules:\n  - {metric: con, min: 0.9}\n"
             "line 2: unknown key 'mx' in rules[0] (known: decide, history, max, metric, min",
         ),
         ("rules:\n  - con\n", "line 2: rules[0]: expected a mapping (key: value) (got 'con')"),
+        ("rules:\n  - {metric: ctio, max: 0.02}\n", "unknown metric 'ctio'; did you mean 'ctoi'? known: acc,"),
         (
             "rules:\n  - {metric: latency_ratio, max: 5, decide: upper}\n",
             "line 2: rule for 'latency_ratio': a serving cost is measured once, without an interval",

@@ -117,13 +117,14 @@ def test_failing_candidate_fails_and_promote_does_not_move_alias(store):
     # the version page says what it was gated against and why it failed; a person's own
     # description stays below the gate's paragraph, which the next gate replaces
     description = client.get_model_version(MODEL, "3").description
-    assert description.startswith("consistency-gate: FAILED against v1 (@champion) on eval.csv (150 samples): ")
-    assert f"{failed[0].rule.describe()} failed" in description and result.run_id in description
+    assert description.startswith("FAILED v3 vs v1 (@champion) on eval.csv (150 samples): ")
+    assert f"{failed[0].rule.describe()} failed" in description
+    assert description.endswith(f" consistency-gate run {result.run_id}.")
     client.update_model_version(MODEL, "3", description=f"{description}\n\nTrained on the March data.")
     again = run_gate(MODEL, store["data"], candidate="3", config=STRICT, tracking_uri=store["uri"])
     description = client.get_model_version(MODEL, "3").description
     assert again.run_id in description and result.run_id not in description
-    assert description.endswith("\n\nTrained on the March data.") and description.count("consistency-gate: ") == 1
+    assert description.endswith("\n\nTrained on the March data.") and description.count("consistency-gate run ") == 1
 
 
 def test_promote_on_pass_moves_alias(tmp_path):

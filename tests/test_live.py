@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import json
+import re
 import time
 
 import numpy as np
@@ -84,6 +85,7 @@ def test_a_shadow_check_equals_compare_and_promotes_on_its_anytime_bounds(store,
     proc = shadow(store, "--candidate", "2", "--capture", tmp_path / "capture", "--labels", labels, "--config", config,
                   "--batch", "25", "--promote", "--report", report_path)  # fmt: skip
     assert proc.returncode == 0, proc.stderr
+    said = proc.stdout
     report = read_report(report_path)
     assert report["decision"] == "promote" and report["promoted"] is True, report
     assert champion(store) == "2"
@@ -104,11 +106,20 @@ def test_a_shadow_check_equals_compare_and_promotes_on_its_anytime_bounds(store,
     # the run: every look's figures over steps, each rule's bounds, the plot, the report
     client = MlflowClient(store["uri"])
     looks = client.get_metric_history(report["run_id"], "labelled")
-    assert [m.step for m in looks] == list(range(len(served) // 25)) and looks[-1].value == len(served)
+    assert [m.step for m in looks] == list(range(1, len(served) // 25 + 1)) and looks[-1].value == len(served)
     assert len(client.get_metric_history(report["run_id"], "bound_upper_ctoi")) == len(looks)
     shown = {a.path for a in client.list_artifacts(report["run_id"], "shadow")}
     assert {"shadow/bounds.png", "shadow/steps.json"} <= shown
-    assert client.get_run(report["run_id"]).data.tags["consistency_gate.outcome"] == "passed"
+    run = client.get_run(report["run_id"])
+    assert run.data.tags["consistency_gate.outcome"] == "passed" and run.info.run_name == "SHADOW PROMOTED v2 vs v1"
+    note = run.data.tags["mlflow.note.content"]
+    assert note.startswith("**SHADOW PROMOTED v2 vs v1**") and not re.search(r"\d\.\d{5}", note), note
+    # looks are counted from 1 in the JSON, the text and the run's steps alike; the deciding look's figures
+    decided = report["stream"]["decided_at_look"]
+    assert report["stream"]["at_decision"]["look"] == decided == report["stream"]["steps"][decided - 1]["look"]
+    at = report["stream"]["at_decision"]
+    assert f"decided at look {decided} of {len(looks)}, after {at['labelled']} labels" in said
+    assert client.get_model_version(MODEL, "2").description.startswith("PROMOTED v2 vs v1 by a shadow check")
 
 
 @pytest.mark.slow  # a registry store and its runs
@@ -125,6 +136,19 @@ def test_an_undecided_stream_moves_nothing(store, tmp_path):
     assert report["stream"]["needed"]["ctoi <= 0.02"] is None or report["stream"]["needed"]["ctoi <= 0.02"] > 0
     assert "more samples" in proc.stdout or "no estimate" in proc.stdout
     assert champion(store) == held
+    assert MlflowClient(store["uri"]).get_run(report["run_id"]).info.run_name == f"SHADOW UNDECIDED v3 vs v{held}"
+    # a decision to promote, not asked to move the alias, is named by its verdict: nothing was promoted
+    other = "3" if held == "2" else "2"
+    _, labels = capture_of(store, int(held) - 1, int(other) - 1, tmp_path / "passing")
+    easy = rules_file(tmp_path, "easy", EASY)
+    proc = shadow(store, "--candidate", other, "--baseline", held, "--capture", tmp_path / "passing",
+                  "--labels", labels, "--config", easy, "--report", report_path)  # fmt: skip
+    report = read_report(report_path)
+    assert proc.returncode == 0 and report["decision"] == "promote" and report["promoted"] is False, proc.stderr
+    run = MlflowClient(store["uri"]).get_run(report["run_id"])
+    assert run.info.run_name == f"SHADOW PASSED v{other} vs v{held}"
+    assert run.data.tags["consistency_gate.promoted"] == "False"
+    assert champion(store) == held
 
 
 @pytest.mark.slow  # a registry store and its runs
@@ -140,7 +164,7 @@ def test_watching_a_promoted_model_rolls_it_back_when_live_flips_break_the_rules
     assert report["decision"] == "reject" and report["rolled_back"] is True
     assert champion(store) == "1"
     assert client.get_model_version(MODEL, "2").tags["consistency_gate.rolled_back_to"] == "1"
-    assert "ROLLED BACK to v1" in client.get_model_version(MODEL, "2").description
+    assert "ROLLED BACK v2 to v1" in client.get_model_version(MODEL, "2").description
     history = history_of(store)
     assert history["champions"][-2:] == ["2", "1"]
 
@@ -186,6 +210,9 @@ def test_bad_live_input_is_one_line_and_its_exit_code_and_moves_nothing(store, t
     truncated.mkdir()
     (truncated / "part-000.parquet").write_bytes((tmp_path / "bad" / "part-000.parquet").read_bytes()[:300])
     cases.append((("--capture", truncated, "--labels", labels), 3, "truncated"))
+    empty = tmp_path / "empty.csv"
+    empty.write_text("id,time,champion,candidate\n")  # a capture of no request
+    cases.append((("--capture", empty, "--labels", labels), 3, "holds no request"))
     pearson = rules_file(tmp_path, "pearson", "rules:\n  - {metric: pearson, min: 0.9}\n")
     cases.append((("--capture", tmp_path / "bad", "--labels", labels, "--config", pearson), 2, "shadow check judges"))
     cases.append((("--capture", tmp_path / "bad", "--labels", labels, "--candidate", "9"), 4, "9"))
@@ -226,6 +253,15 @@ def test_a_stream_is_decided_at_the_first_look_its_bounds_cross():
     failed = flips.assign(candidate=flips["candidate"].where(flips.index % 7 != 0))  # the candidate failed on some
     result = check_stream(failed, labels.iloc[:0], [Rule("con", "min", 0.5)], 0.95)
     assert result.counts["candidate_failures"] == (flips.index % 7 == 0).sum() and result.labelled == 0
+
+
+def test_a_repeated_request_id_counts_once_with_its_first_answers():
+    label = ["a", "b"] * 100
+    capture, labels = stream(label, label, label)
+    retried = capture.iloc[[5]].assign(time=capture["time"].iloc[-1] + pd.Timedelta(seconds=1), candidate="b")
+    result = check_stream(pd.concat([capture, retried]), labels, [Rule("ctoi", "max", 0.5)], 0.95, batch=50)
+    assert result.counts["repeated_requests"] == 1 and result.counts["requests"] == 200
+    assert result.metrics["ctoi"] == 0 and result.metrics["con"] == 1  # the retry's other answer is not judged
 
 
 def sagemaker_record(event: str, output: str, encoding: str = "CSV", inference: str | None = None) -> str:

@@ -233,7 +233,7 @@ def test_faults_after_the_alias_moved_are_warnings_never_an_error(served, tmp_pa
         assert proc.returncode == 0, proc.stderr[-3000:]
         written = read_report(report)
         assert written["verdict"] == "passed" and written["promoted"] is True and written["promotion"]["holds"] == "2"
-        assert any("could not record the promotion" in w for w in written["warnings"]), written["warnings"]
+        assert any("could not record the move" in w for w in written["warnings"]), written["warnings"]
         run = client.get_run(written["run_id"])  # its end, retried, found the run ended: no warning
         assert run.info.status == "FINISHED" and not any("could not be ended" in w for w in written["warnings"])
         tags = run.data.tags
@@ -248,6 +248,52 @@ def test_faults_after_the_alias_moved_are_warnings_never_an_error(served, tmp_pa
     finally:
         if proxy is not None:
             proxy.stop()
+
+
+@pytest.mark.slow
+def test_a_shadow_promotion_and_a_rollback_that_their_runs_cannot_record_are_said_as_they_happened(served, tmp_path):
+    """After the alias moved, every upload of the run's report.json answers 503 (MLflow's retries off): the
+    shadow check and the rollback say the move as read back (exit 0, --report promoted true, a warning),
+    never "became unreachable" with the alias moved unseen."""
+    server, store, client = _served(served)
+    frame = pd.read_csv(store["data"])
+    capture = tmp_path / "capture.csv"
+    times = pd.date_range("2026-11-27T10:00:00Z", periods=len(frame), freq="s")
+    answers = {"champion": frame["label"], "candidate": frame["label"]}
+    pd.DataFrame({"id": frame["id"], "time": times, **answers}).to_csv(capture, index=False)
+    labels = tmp_path / "labels.csv"
+    frame[["id", "label"]].to_csv(labels, index=False)
+    moved: list[str] = []
+
+    def fail(method: str, path: str) -> int | None:
+        if method == "POST" and path.endswith("registered-models/alias"):
+            moved.append(path)
+        return 503 if moved and method == "PUT" and path.endswith("gate/report.json") else None
+
+    proxy = ForwardProxy(server.port, fail=fail).start()
+    try:
+        report = tmp_path / "shadow.json"
+        proc = run_cli("shadow", "check", "--model", MODEL, "--candidate", "2", "--capture", capture, "--labels",
+                       labels, "--config", _con_config(tmp_path), "--promote", "--tracking-uri", server.url,
+                       "--report", report, env=proxy.env(retries="0"))  # fmt: skip
+        assert moved and proxy.failed, "the proxy failed no upload after the move"
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        written = read_report(report)
+        assert written["promoted"] is True and _champion(client) == "2"
+        assert any("could not record the move" in w for w in written["warnings"]), written
+        assert "warning: @champion holds v2" in proc.stdout
+
+        moved.clear()
+        report = tmp_path / "rollback.json"
+        proc = run_cli("rollback", "--model", MODEL, "--tracking-uri", server.url, "--report", report,
+                       env=proxy.env(retries="0"))  # fmt: skip
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        written = read_report(report)
+        assert written["promoted"] is True and _champion(client) == "1"
+        assert any("could not record the move" in w for w in written["warnings"]), written
+        assert "warning: @champion holds v1" in proc.stderr
+    finally:
+        proxy.stop()
 
 
 # answers the store gives a gate when another gate did the same thing at the same moment (MLflow's

@@ -109,8 +109,8 @@ def test_a_waived_rule_blocks_exactly_when_the_change_is_not_shown_above_zero(ri
 
 def test_the_version_description_says_what_was_waived_and_why():
     decision = _decide(1000, 700, 50, 150)
-    text = version_description("passed", decision.rules, {"version": "1", "alias": "champion"}, "eval.csv", 1000, "r1")
-    assert "PASSED against v1" in text
+    text = version_description("passed", decision.rules, ("2", {"version": "1", "alias": "champion"}), "eval.csv", 1000)
+    assert text.startswith("PASSED v2 vs v1 (@champion) on eval.csv")
     assert "ctoi <= 0.02 unless clearly better waived (0.05)" in text
     assert "clearly more accurate (acc change's one-sided 95% lower bound" in text
 

@@ -262,7 +262,9 @@ def history(
         check_writable(plot_path, "--plot")
     _, client = connect(tracking_uri, existing=True)
     report = model_history(client, name, last, confidence)
-    if plot_path is not None:
+    if plot_path is not None and not report["steps"]:
+        click.echo(f"no update to draw: {plot_path} not written", err=True)
+    elif plot_path is not None:
         from consistency_gate.report.plots import history_curve, png_bytes
 
         plot_path.write_bytes(png_bytes(history_curve(report)))

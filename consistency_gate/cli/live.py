@@ -157,11 +157,13 @@ def rollback(
     if fmt == "json":
         echo_json(report)
     else:
-        promotion = report["promotion"]
-        said = "rolled back, read back" if report["promoted"] else promotion["reason"]
-        click.echo(
-            f"@champion of {model}: v{report['baseline']['version']} -> v{report['candidate']['version']}: {said}"
-        )
+        from consistency_gate.report.live import rollback_text
+
+        click.echo(rollback_text(report))
+        for warning in report.get("warnings") or []:
+            click.echo(f"warning: {warning}", err=True)
+    if report["promotion"] is None:  # a retry: the alias already holds what the last rollback restored
+        return 0
     from consistency_gate.mlops.promotion import Promotion
 
     return Promotion(**report["promotion"]).exit_code

@@ -107,10 +107,10 @@ class GateRun:
         :func:`~consistency_gate.gate.session.version_description`)."""
         base = self.base_ref.to_dict() if self.base_ref else None
         text = version_description(
-            decision.verdict, decision.rules, base, Path(self.data_path).name, decision.comparison.n, self.run_id,
+            decision.verdict, decision.rules, (version, base), Path(self.data_path).name, decision.comparison.n,
             replaces,
         )  # fmt: skip
-        registry.describe_version(self.client, registry.ModelRef(self.cand_ref.name, version), text)
+        registry.describe_version(self.client, registry.ModelRef(self.cand_ref.name, version), text, self.run_id)
 
 
 def binary_decision(configured: BinaryDecision | None, frames: list[pd.DataFrame | pd.Series]) -> BinaryDecision | None:

@@ -9,6 +9,7 @@ error one line naming the key and the YAML line, exit 2). The rules it holds are
 
 from __future__ import annotations
 
+import difflib
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -337,8 +338,10 @@ def _check_metric(metric: str, kind: str, where: str, ks: tuple[int, ...]) -> No
         raise UsageError(f"{where}: min_delta applies to per-learner metrics (acc, cacc@K), not '{metric}'")
     known = PAIR_METRICS + LEARNER_METRICS + COST_METRICS + HISTORY_METRICS + FLOOR_METRICS
     if not (learner or per_k or metric in known):
-        names = ", ".join(("acc", "cacc@K", "ccon@K") + known)
-        raise UsageError(f"{where}: unknown metric '{metric}'; known: {names}")
+        names = ("acc", "cacc@K", "ccon@K") + known
+        close = difflib.get_close_matches(metric, names, n=1)
+        hint = f"did you mean '{close[0]}'? " if close else ""
+        raise UsageError(f"{where}: unknown metric '{metric}'; {hint}known: {', '.join(names)}")
 
 
 def _line(root: yaml.Node | None, loc: tuple) -> int:

@@ -20,7 +20,8 @@ from consistency_gate.core.history import (
 from consistency_gate.core.names import HISTORY_METRICS
 from consistency_gate.errors import ModelError
 from consistency_gate.gate.rules import Rule
-from consistency_gate.mlops.ledger import GateRecord, answers_of, gate_records
+from consistency_gate.mlops.ledger import GateRecord, answers_of, gate_records, unreadable_reports
+from consistency_gate.mlops.promotion import DEFAULT_ALIAS, read_alias
 
 if TYPE_CHECKING:
     from mlflow import MlflowClient
@@ -28,27 +29,36 @@ if TYPE_CHECKING:
 Generation = tuple[str, pd.DataFrame | None]  # a version and its logged answers (None: not logged)
 
 DEFAULT_LAST = 5  # champions a candidate is compared with for `forgotten`
+UNKNOWN_CHAIN = "*"  # in :func:`champions_before`'s reasons: why the chain itself may miss a champion
 
 
-def champions(records: list[GateRecord]) -> list[str]:
+def champions(records: list[GateRecord], holder: str | None = None) -> list[str]:
     """The versions that held the baseline alias, in the order they held it, from what the gates saw and
-    did: each gate against the alias (or promoting) names the version that held it then, its baseline, and
-    each promoting gate the version it moved the alias to (a repair where one was registered). A promotion
-    that a gate did not record (killed at the alias move, or recorded as unknown) still enters the chain
-    through the next gate's baseline.
+    did and what the registry holds: each gate against the alias (or promoting) names the version that held
+    it then, its baseline, and each promoting gate the version it moved the alias to (a repair where one was
+    registered). A promotion that a gate did not record (killed at the alias move, or recorded as unknown)
+    still enters the chain through the next gate's baseline, or through ``holder``, the version the alias
+    holds now, which ends the chain. A move that was refused (the alias had moved since it read its baseline)
+    says nothing about what held the alias, nor does a record whose report could not be read.
 
-    >>> r = lambda c, b, p: GateRecord("run", c, b, "passed", "passed", p, None, None, held_alias=True)
+    >>> r = lambda c, b, p, **k: GateRecord("run", c, b, "passed", "passed", p, None, None, held_alias=True, **k)
     >>> champions([r("2", "1", True), r("3", "2", False), r("4", "2", True)])
     ['1', '2', '4']
     >>> champions([r("6", "5", None), r("7", "6", True)])  # v6's promotion unrecorded: v7's gate saw it
     ['5', '6', '7']
+    >>> champions([r("2", "1", None)], holder="2")  # the gate's move unrecorded; the registry holds v2
+    ['1', '2']
+    >>> champions([r("2", "1", True), r("1", "3", False, refused=True)])  # a stale rollback of v3, refused
+    ['1', '2']
     """
     chain: list[str] = []
     for record in records:
-        held = record.baseline if record.held_alias else None
+        held = record.baseline if record.held_alias and not record.refused else None
         for version in (held, record.promoted_version):
             if version is not None and (not chain or chain[-1] != version):
                 chain.append(version)
+    if holder is not None and (not chain or chain[-1] != holder):
+        chain.append(holder)
     return chain
 
 
@@ -61,10 +71,14 @@ def model_history(client: MlflowClient, name: str, last: int = DEFAULT_LAST, lev
         report["cumulative_negative_flips"], report["newest_candidate"]["forgotten"]
         # (41, 0.012)
     """
-    records = gate_records(client, name)
+    every = gate_records(client, name)
+    unreadable = unreadable_reports(every)
+    records = [r for r in every if not r.unreadable]
+    if not records:
+        raise ModelError(f"model '{name}': no gate run's report can be read ({next(iter(unreadable.values()))})")
     found = answers_of(client, records)
     answers = found.by_version
-    chain = champions(records)
+    chain = champions(records, holder(client, name))
     h = history([(v, answers.get(v)) for v in chain], level)
     newest = records[-1]
     before = [v for v in chain if v != newest.candidate][-last:]
@@ -98,7 +112,30 @@ def model_history(client: MlflowClient, name: str, last: int = DEFAULT_LAST, lev
         "samples": h.samples,
         "gates": gates,
         "newest_candidate": {"version": newest.candidate, "against": before, "forgotten": lost},
+        "unreadable": unreadable,
+        "gated": sum(r.kind == "gate" for r in records),
     }
+
+
+def holder(client: MlflowClient, name: str) -> str | None:
+    """The version ``@champion`` of model ``name`` holds now (None when unset or the registry cannot say)."""
+    try:
+        return read_alias(client, name, DEFAULT_ALIAS)
+    except Exception:  # noqa: BLE001 - the registry failing: the chain ends with what the gates recorded
+        return None
+
+
+def chain_doubt(unreadable: dict[str, str]) -> str | None:
+    """Why the chain of champions may miss one (a run whose report cannot be read), or None.
+
+    >>> chain_doubt({"r1": "run r1: gate/report.json is not JSON (...)"})[:52]
+    'run r1: gate/report.json is not JSON (...): what tha'
+    """
+    if not unreadable:
+        return None
+    run, why = next(iter(unreadable.items()))
+    more = f" (and {len(unreadable) - 1} more)" if len(unreadable) > 1 else ""
+    return f"{why}{more}: what that run compared and promoted is unknown, so the champions before it may be incomplete"
 
 
 def pair_answers(samples: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -128,11 +165,14 @@ def champions_before(client: MlflowClient, name: str, baseline: str) -> tuple[li
         records = gate_records(client, name)
     except ModelError:  # no gate has run: the baseline is the only champion known
         return [], {}
+    doubt = chain_doubt(unreadable_reports(records))
+    records = [r for r in records if not r.unreadable]
     chain = champions(records)
     if baseline in chain:
         chain = chain[: len(chain) - chain[::-1].index(baseline) - 1]
     found = answers_of(client, records)
-    return [(v, found.get(v)) for v in chain], {v: found.why_missing(v) for v in chain if found.get(v) is None}
+    unread = {v: found.why_missing(v) for v in chain if found.get(v) is None}
+    return [(v, found.get(v)) for v in chain], {**unread, **({UNKNOWN_CHAIN: doubt} if doubt else {})}
 
 
 def last(generations: Sequence[Generation], count: int) -> list[Generation]:
@@ -170,6 +210,7 @@ def history_figures(
     (None, "v1's answers are in no usable ledger (run r")
     """
     figures = Figures()
+    doubt = (unread or {}).get(UNKNOWN_CHAIN)
     if samples.empty:
         for key in {r.metric for r in rules if r.metric in HISTORY_METRICS}:
             figures.null(key, "needs every sample's answers, which --engine spark does not keep")
@@ -178,7 +219,13 @@ def history_figures(
     for rule in rules:
         before = last(past, (rule.history or 1) - 1)
         absent = [v for v, a in before if a is None]
-        if rule.metric in HISTORY_METRICS and absent:
+        if rule.metric in HISTORY_METRICS and doubt and (rule.history or 1) > 1:
+            figures.null(
+                rule.metric,
+                f"{doubt}: {rule.metric} cannot be measured over the {rule.history} champions its rule names, so "
+                "the rule fails; repair or delete that run's gate/report.json, or name fewer champions (history: 1)",
+            )
+        elif rule.metric in HISTORY_METRICS and absent:
             why = (unread or {}).get(absent[0], "no gate run of the model logged its answers")
             figures.null(
                 rule.metric,

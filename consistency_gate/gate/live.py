@@ -11,21 +11,25 @@ gates' (a rollback is a step back to an earlier champion).
 
 from __future__ import annotations
 
+import contextlib
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import pandas as pd
+
 from consistency_gate.errors import ModelError
 from consistency_gate.gate.config import GateConfig
 from consistency_gate.gate.decision import tag_run
-from consistency_gate.gate.history import champions
+from consistency_gate.gate.history import chain_doubt, champions
 from consistency_gate.gate.session import GateSession
 from consistency_gate.gate.shadow import DEFAULT_BATCH, RuleState, StreamResult, check_stream, mcnemar
 from consistency_gate.io.capture import read_capture, read_labels, read_sagemaker
 from consistency_gate.mlops import tracking
-from consistency_gate.mlops.ledger import gate_records
-from consistency_gate.mlops.promotion import DEFAULT_ALIAS, Promotion, promote, read_alias
+from consistency_gate.mlops.ledger import GateRecord, gate_records, unreadable_reports
+from consistency_gate.mlops.promotion import DEFAULT_ALIAS, Promotion, promote, read_alias, unrecorded
 from consistency_gate.mlops.registry import (
     CLASSES_TAG,
     TAG_KIND,
@@ -36,7 +40,9 @@ from consistency_gate.mlops.registry import (
     tag_version,
 )
 from consistency_gate.mlops.shadow_server import ServeOptions
+from consistency_gate.report.live import rollback_text, rule_state
 from consistency_gate.report.schema import SCHEMA_VERSION
+from consistency_gate.report.text import fmt
 
 if TYPE_CHECKING:
     from mlflow import MlflowClient
@@ -95,7 +101,7 @@ def shadow_check(
         )
         run_id = session.start(
             tracking.experiment_name(inputs.model),
-            f"SHADOW {result.decision.upper()} v{candidate.version} vs v{baseline.version}",
+            f"SHADOW {SHADOW_WORDS[result.decision]} v{candidate.version} vs v{baseline.version}",
             f"{inputs.model} v{candidate.version}",
         )
         _log_stream(result, inputs, candidate, baseline)
@@ -108,28 +114,88 @@ def shadow_check(
             {"candidate": candidate.version, "baseline": baseline.version},
         )
         tracking.log_json(report, "gate/report.json")
+        moved = None
         if result.decision == "promote" and promote_on_pass and not watch:
             tracking.log_json(_moving(report, candidate.version), "gate/report.json")
-            _record(report, promote(client, inputs.model, ALIAS, candidate.version, baseline.version, run_id))
-            if report["promoted"]:
-                describe_version(client, candidate, _promoted_text(result, baseline))
-                tag_version(client, candidate, "passed", candidate.tags.get(TAG_KIND, "single"), run_id)
+            tag_run(_moving(report, candidate.version))
+            moved = promote(client, inputs.model, ALIAS, candidate.version, baseline.version, run_id)
+            _record(report, moved)
         elif result.decision == "reject" and watch:
             rejecting = [s for s in result.rules if s.broken_at is not None and s.waived_at is None]
             broken = ", ".join(s.rule.describe() for s in rejecting)
-            with session.child_run(f"ROLLBACK v{candidate.version} to v{baseline.version}") as child:
-                moved = rollback_in_run(
-                    client, inputs.model, candidate.version, baseline, child, f"live traffic broke {broken}"
-                )
-            report.update(rollback=moved["promotion"], rolled_back=moved["promoted"])
-        tracking.log_json(report, "gate/report.json")
-        tag_run(report)
-        tracking.describe_run(_description(report))
-        session.write_report(report)
-        import mlflow
+            rolled: dict = {}
+            try:
+                with session.child_run(f"ROLLBACK v{candidate.version} to v{baseline.version}") as child:
+                    rolled = rollback_in_run(
+                        client, inputs.model, candidate.version, baseline, child, f"live traffic broke {broken}", False
+                    )
+            except Exception as exc:  # noqa: BLE001 - the child run not ended after the move: said, not raised
+                if not rolled:
+                    raise
+                rolled.setdefault("warnings", []).append(unrecorded(Promotion(**rolled["promotion"]), exc))
+            moved = Promotion(**rolled["promotion"])
+            report.update(rollback=rolled["promotion"], rolled_back=rolled["promoted"])
+            report["warnings"] = rolled.get("warnings", [])
 
-        mlflow.end_run("FINISHED")
+        def record() -> None:
+            if moved is not None and moved.promoted and report["rollback"] is None:
+                describe_version(client, candidate, _promoted_text(result, candidate, baseline), run_id)
+                tag_version(client, candidate, "passed", candidate.tags.get(TAG_KIND, "single"), run_id)
+            client.update_run(run_id, name=shadow_title(report))
+            tracking.log_json(report, "gate/report.json")
+            tag_run(report)
+            tracking.describe_run(_description(report))
+
+        report.setdefault("rollback", None)
+        _after_move(report, moved, record)
+        session.write_report(report)
         return report
+
+
+SHADOW_WORDS = {"promote": "PASSED", "reject": "FAILED", "continue": "UNDECIDED"}
+
+
+def shadow_title(report: dict) -> str:
+    """A shadow check's run name, by what happened: the verdict, and a move only when the registry holds it.
+
+    >>> report = {"decision": "promote", "candidate": {"version": "2"}, "baseline": {"version": "1"},
+    ...           "promotion": None, "rollback": None}
+    >>> shadow_title(report)
+    'SHADOW PASSED v2 vs v1'
+    >>> shadow_title({**report, "promotion": {"promoted": True}})
+    'SHADOW PROMOTED v2 vs v1'
+    >>> shadow_title({**report, "decision": "reject", "rollback": {"promoted": True, "version": "1"}})
+    'SHADOW FAILED v2 vs v1, ROLLED BACK to v1'
+    """
+    word = SHADOW_WORDS[report["decision"]]
+    versions = f"v{report['candidate']['version']} vs v{report['baseline']['version']}"
+    promotion, rollback = report.get("promotion"), report.get("rollback")
+    if promotion:
+        said = {True: "PROMOTED", None: f"{word}, promotion unknown"}.get(promotion["promoted"], f"{word}, not moved")
+        return f"SHADOW {said} {versions}"
+    if rollback:
+        back = {True: f", ROLLED BACK to v{rollback['version']}", None: ", rollback unknown"}
+        return f"SHADOW {word} {versions}{back.get(rollback['promoted'], ', rollback refused')}"
+    return f"SHADOW {word} {versions}"
+
+
+def _after_move(report: dict, moved: Promotion | None, record: Callable[[], None], end_run: bool = True) -> None:
+    """``record`` the outcome in the run, then end it FINISHED (``end_run``). Once the alias was asked to move,
+    the registry is the truth: a fault while recording is a warning in the report (the move as read back), never
+    an error that hides what the alias holds; the run it could not end is marked FAILED by the next gate."""
+    import mlflow
+
+    try:
+        record()
+        if end_run:
+            mlflow.end_run("FINISHED")
+    except Exception as exc:  # noqa: BLE001 - MLflow and requests raise many kinds; the alias is what it is
+        if moved is None:
+            raise
+        report.setdefault("warnings", []).append(unrecorded(moved, exc))
+        if end_run:
+            with contextlib.suppress(Exception):
+                mlflow.end_run("FAILED")
 
 
 def shadow_serve(
@@ -170,8 +236,8 @@ def shadow_report(result: StreamResult, candidate: ModelRef, baseline: ModelRef,
             "interval": [s.lower[last], s.upper[last]],
             "compared": s.upper[last] if s.rule.kind == "max" else s.lower[last],
             "held": True if s.held_at is not None else (False if s.broken_at is not None else None),
-            "held_at_look": s.held_at,
-            "broken_at_look": s.broken_at,
+            "held_at_look": look_number(s.held_at),
+            "broken_at_look": look_number(s.broken_at),
             "judged_on": f"anytime-valid {result.level:.0%} confidence sequence",
             "note": "" if s.done_at is not None or s.broken_at is not None else "open: more labels needed",
             **({"unless": s.rule.unless, "waived": _waived(s)} if s.rule.unless else {}),
@@ -201,18 +267,36 @@ def shadow_report(result: StreamResult, candidate: ModelRef, baseline: ModelRef,
         "rules": rules,
         "stream": {
             **result.counts,
-            "decided_at_look": result.decided_at,
+            "decided_at_look": look_number(result.decided_at),
+            "at_decision": None if result.decided_at is None else _look(result, result.decided_at),
             "needed": result.needed,
-            "steps": result.steps.assign(time=result.steps["time"].astype(str)).to_dict("records"),
+            "steps": [_look(result, i) for i in range(len(result.steps))],
         },
     }
+
+
+def look_number(look: int | None) -> int | None:
+    """A look as every record numbers it, from 1 (the first look is look 1); None stays None.
+
+    >>> look_number(0), look_number(None)
+    (1, None)
+    """
+    return None if look is None else look + 1
+
+
+def _look(result: StreamResult, index: int) -> dict:
+    """The figures at one look (its ``look`` number from 1, the time as text, null for nothing measured)."""
+    row = result.steps.iloc[index]
+    figures = {k: (None if pd.isna(v) else v) for k, v in row.items() if k != "time"}
+    return {"look": index + 1, "time": str(row["time"]), **figures}
 
 
 def _waived(state: RuleState) -> str | None:
     """Why an ``unless: clearly-better`` rule that did not hold stopped standing in the way, or None."""
     if state.waived_at is None or (state.held_at is not None and state.held_at <= state.waived_at):
         return None
-    return f"waived: clearly more accurate (the accuracy change's lower bound above 0 at look {state.waived_at + 1})"
+    at = look_number(state.waived_at)
+    return f"waived: clearly more accurate (the accuracy change's lower bound above 0 at look {at})"
 
 
 def _log_stream(result: StreamResult, inputs: ShadowInputs, candidate: ModelRef, baseline: ModelRef) -> None:
@@ -228,7 +312,7 @@ def _log_stream(result: StreamResult, inputs: ShadowInputs, candidate: ModelRef,
         for state in result.rules:
             key = tracking.mlflow_metric_name(state.rule.quantity.replace(" ", "_"))
             values[f"bound_lower_{key}"], values[f"bound_upper_{key}"] = state.lower[step], state.upper[step]
-        mlflow.log_metrics(values, step=int(step))
+        mlflow.log_metrics(values, step=look_number(int(step)))
     curves = [
         {"rule": s.rule.describe(), "threshold": s.rule.threshold, "lower": s.lower, "upper": s.upper}
         for s in result.rules
@@ -263,61 +347,90 @@ def _moving(report: dict, version: str) -> dict:
     }
 
 
-def _promoted_text(result: StreamResult, baseline: ModelRef) -> str:
+def _promoted_text(result: StreamResult, candidate: ModelRef, baseline: ModelRef) -> str:
     return (
-        f"consistency-gate: PROMOTED by a shadow check on live traffic against v{baseline.version}: "
+        f"PROMOTED v{candidate.version} vs v{baseline.version} by a shadow check on live traffic: "
         f"{result.labelled} labelled of {result.counts['requests']} requests, every rule held on its "
-        f"anytime-valid {result.level:.0%} bound"
+        f"anytime-valid {result.level:.0%} bound."
     )
 
 
 def _description(report: dict) -> str:
+    """A shadow check's run description: the decision, the stream, each rule's value and bounds (4 decimals)."""
     rules = "\n".join(
-        f"- {r['quantity']} {r['condition']}: {r['value']} in {r['interval']}, held: {r['held']}"
+        f"- {r['quantity']} {r['condition']}: {fmt(r['value'])} in [{fmt(r['interval'][0])}, {fmt(r['interval'][1])}]"
+        f", {rule_state(r)}"
         for r in report["rules"]
     )
+    warned = "".join(f"\n\nWarning: {w}" for w in report.get("warnings") or [])
     return (
-        f"**Shadow check: {report['decision']}** v{report['candidate']['version']} vs "
-        f"v{report['baseline']['version']} on {report['stream']['requests']} requests, "
-        f"{report['stream']['labelled']} labelled\n\n{rules}"
+        f"**{shadow_title(report)}**: shadow check on {report['stream']['requests']} requests, "
+        f"{report['stream']['labelled']} labelled\n\n{rules}{warned}"
     )
 
 
-def previous_champion(client: MlflowClient, name: str, current: str) -> str | None:
-    """The champion before ``current`` in the order the gates promoted them (None when the gates' history
-    has none)."""
-    try:
-        chain = champions(gate_records(client, name))
-    except ModelError:
-        return None
-    if current not in chain:
-        return None
-    before = [v for v in chain[: len(chain) - chain[::-1].index(current) - 1] if v != current]
-    return before[-1] if before else None
+def rollback_target(records: list[GateRecord], current: str, holds: Callable[[str], bool]) -> str | None:
+    """The champion before ``current`` in the order they held the alias, skipping versions a rollback took off it
+    (``holds(v)``: v carries ``rolled_back_to``); None when there is none.
+
+    >>> r = lambda c, b, p, **k: GateRecord("run", c, b, "passed", "passed", p, None, None, held_alias=True, **k)
+    >>> rollback_target([r("2", "1", True), r("3", "2", True)], "3", lambda v: False)
+    '2'
+    >>> rollback_target([r("2", "1", True), r("3", "2", True)], "3", lambda v: v == "2")  # v2 was rolled back
+    '1'
+    """
+    chain = champions(records, current)
+    before = chain[: len(chain) - chain[::-1].index(current) - 1]
+    return next((v for v in reversed(before) if v != current and not holds(v)), None)
+
+
+def last_move(records: list[GateRecord]) -> GateRecord | None:
+    """The last record that moved the alias (a gate's or shadow check's promotion), or may have (a rollback,
+    whose run may have lost its record of the move).
+
+    >>> r = lambda c, b, p, kind: GateRecord("r" + c, c, b, "passed", "passed", p, None, None, True, kind=kind)
+    >>> last_move([r("2", "1", True, "gate"), r("1", "2", None, "rollback"), r("3", "1", False, "gate")]).run_id
+    'r1'
+    """
+    moves = (r for r in reversed(records) if r.promoted_version or (r.kind == "rollback" and r.promoted is None))
+    return next(moves, None)
+
+
+def restored_now(record: GateRecord | None, current: str) -> bool:
+    """Whether ``record`` is a rollback that put the alias where it is now, ``current`` (its move read back, or
+    unknown in its run: the registry holding its target says it went through).
+
+    >>> r = GateRecord("r", "1", "2", "rolled back", "pending", None, None, None, True, kind="rollback")
+    >>> restored_now(r, "1"), restored_now(r, "2")
+    (True, False)
+    """
+    return (
+        record is not None
+        and record.kind == "rollback"
+        and record.candidate == current
+        and record.promoted is not False
+    )
 
 
 def move_back(client: MlflowClient, name: str, current: str, to: str, run_id: str, why: str) -> Promotion:
-    """Move ``@champion`` from ``current`` back to ``to`` (only if it still holds ``current``), read back, and
-    say so on both versions (tags and description)."""
-    promotion = promote(client, name, ALIAS, to, current, run_id)
-    if promotion.promoted:
-        client.set_model_version_tag(name, current, TAG_ROLLED_BACK, to)
-        describe_version(
-            client, ModelRef(name, current), f"consistency-gate: ROLLED BACK to v{to} ({why}; run {run_id})"
-        )
-        describe_version(
-            client,
-            ModelRef(name, to),
-            f"consistency-gate: RESTORED as @{ALIAS} in place of v{current} ({why}; run {run_id})",
-        )
-    return promotion
+    """Move ``@champion`` from ``current`` back to ``to`` (only if it still holds ``current``), read back."""
+    return promote(client, name, ALIAS, to, current, run_id)
+
+
+def _say_moved_back(client: MlflowClient, name: str, current: str, to: str, run_id: str, why: str) -> None:
+    """Say a rollback on both versions (tag and description)."""
+    client.set_model_version_tag(name, current, TAG_ROLLED_BACK, to)
+    describe_version(client, ModelRef(name, current), f"ROLLED BACK v{current} to v{to}: {why}.", run_id)
+    describe_version(client, ModelRef(name, to), f"RESTORED v{to} as @{ALIAS} in place of v{current}: {why}.", run_id)
 
 
 def rollback(
     name: str, tracking_uri: str | None, to: str | None, why: str, report_path: str | Path | None = None
 ) -> dict:
     """``consistency-gate rollback``: move ``@champion`` back to the champion before it (from the gates'
-    history, or ``to``), verified and read back, in a run whose report ``history`` reads as a step back.
+    history and the registry, or ``to``), verified and read back, in a run whose report ``history`` reads as
+    a step back. A rollback retried after its answer was lost finds the alias already where the last
+    rollback put it: nothing moves, and the report says so (``outcome`` "already rolled back").
 
     Example::
 
@@ -330,12 +443,16 @@ def rollback(
         current = read_alias(client, name, ALIAS)
         if current is None:
             raise ModelError(f"model '{name}': @{ALIAS} is not set; there is nothing to roll back")
-        target = to or previous_champion(client, name, current)
-        if target is None:
-            raise ModelError(
-                f"model '{name}': the gates' history has no champion before v{current}; give the version to "
-                "restore with --to VERSION"
-            )
+        try:
+            records = gate_records(client, name)
+        except ModelError:
+            records = []
+        before = last_move(records)
+        if restored_now(before, current) and to in (None, current):
+            report = already_rolled_back(name, current, before, why)
+            session.write_report(report)
+            return report
+        target = to or _previous(client, name, records, current)
         restored = resolve_version(client, name, target)
         if restored.version == current:
             raise ModelError(f"model '{name}': @{ALIAS} already holds v{current}; nothing to roll back")
@@ -344,23 +461,68 @@ def rollback(
         )
         report = rollback_in_run(client, name, current, restored, run_id, why)
         session.write_report(report)
-        import mlflow
-
-        mlflow.end_run("FINISHED")
         return report
 
 
-def rollback_in_run(client: MlflowClient, name: str, current: str, restored: ModelRef, run_id: str, why: str) -> dict:
+def _previous(client: MlflowClient, name: str, records: list[GateRecord], current: str) -> str:
+    """The version a rollback without ``--to`` restores; ModelError (exit 4) when it is not known for sure."""
+    doubt = chain_doubt(unreadable_reports(records))
+    if doubt:
+        raise ModelError(f"model '{name}': {doubt}; give the version to restore with --to VERSION")
+
+    def rolled_back(version: str) -> bool:
+        return TAG_ROLLED_BACK in (client.get_model_version(name, version).tags or {})
+
+    target = rollback_target(records, current, rolled_back)
+    if target is None:
+        raise ModelError(
+            f"model '{name}': the gates' history has no champion before v{current} that was not rolled back; give "
+            "the version to restore with --to VERSION"
+        )
+    return target
+
+
+def already_rolled_back(name: str, current: str, before: GateRecord, why: str) -> dict:
+    """The report of a rollback that finds the alias where the last rollback put it (a retry): nothing moved."""
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "kind": "rollback",
+        "verdict": "nothing to decide",
+        "candidate_verdict": "nothing to decide",
+        "outcome": "already rolled back",
+        "reason": why,
+        "candidate": {"name": name, "version": current},
+        "baseline": {"name": name, "version": before.baseline, "alias": ALIAS},
+        "run_id": None,
+        "rolled_back_by": before.run_id,
+        "rules": [],
+        "promoted": None,
+        "promotion": None,
+        "registered_version": None,
+        "passed_version": current,
+        "note": (
+            f"@{ALIAS} already holds v{current}, which rollback run {before.run_id} restored in place of "
+            f"v{before.baseline}: nothing moved (a retried rollback is a no-op); to roll back further, give "
+            "--to VERSION"
+        ),
+    }
+
+
+def rollback_in_run(
+    client: MlflowClient, name: str, current: str, restored: ModelRef, run_id: str, why: str, end_run: bool = True
+) -> dict:
     """Move ``@champion`` from ``current`` back to ``restored`` in the active run ``run_id`` and log its report
-    (pending first: a run killed at the move says so), which ``history`` reads as a step back."""
+    (pending first: a run killed at the move says so), which ``history`` reads as a step back; ends the run
+    with ``end_run`` (a watching shadow check's child run is ended by its block). After the move,
+    a fault while recording it is a warning in the report, never an error that hides what the alias holds."""
     import mlflow
 
     mlflow.log_params({"model": name, "candidate": restored.version, "baseline": current})
     report = {
         "schema_version": SCHEMA_VERSION,
         "kind": "rollback",
-        "verdict": "passed",
-        "candidate_verdict": "passed",
+        "verdict": "rolled back",
+        "candidate_verdict": "not judged",
         "outcome": "rolled back",
         "reason": why,
         "candidate": restored.to_dict(),
@@ -377,8 +539,14 @@ def rollback_in_run(client: MlflowClient, name: str, current: str, restored: Mod
     report.update(promoted=promotion.promoted, promotion=promotion.to_dict(),
                   passed_version=restored.version if promotion.promoted else None)  # fmt: skip
     if not promotion.promoted:
-        report["outcome"] = "failed"
-    tracking.log_json(report, "gate/report.json")
-    tag_run(report)
-    tracking.describe_run(f"**Rollback** of @{ALIAS} from v{current} to v{restored.version}: {why}")
+        report["verdict"] = report["outcome"] = "failed" if promotion.promoted is False else "unknown"
+
+    def record() -> None:
+        if promotion.promoted:
+            _say_moved_back(client, name, current, restored.version, run_id, why)
+        tracking.log_json(report, "gate/report.json")
+        tag_run(report)
+        tracking.describe_run(f"**{rollback_text(report)}**: {why}")
+
+    _after_move(report, promotion, record, end_run)
     return report

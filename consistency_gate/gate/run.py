@@ -29,7 +29,7 @@ import pandas as pd
 
 from consistency_gate.core import names
 from consistency_gate.ensembles.methods import kinds
-from consistency_gate.errors import ModelError, UsageError, redact_credentials
+from consistency_gate.errors import ModelError, UsageError
 from consistency_gate.gate import config as gate_config
 from consistency_gate.gate import remediate
 from consistency_gate.gate.comparer import Comparer, GateRun, add_time, binary_decision, data_slices
@@ -296,11 +296,7 @@ def _promote(gate: GateRun, result: GateResult, version: str, record: Callable[[
     try:
         record()
     except Exception as exc:  # noqa: BLE001 - MLflow and requests raise many kinds; the alias is what it is
-        holds = f"v{moved.holds}" if moved.holds not in (None, "unknown") else moved.holds or "unset"
-        result.warnings.append(
-            f"@{alias} holds {holds} (read back from the registry), but the run could not record the promotion "
-            f"({type(exc).__name__}: {redact_credentials(str(exc))[:300]}): its tags and report.json predate it"
-        )
+        result.warnings.append(promotion.unrecorded(moved, exc))
 
 
 def _hold_out(gate: GateRun) -> pd.DataFrame:

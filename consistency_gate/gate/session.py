@@ -38,7 +38,6 @@ from consistency_gate.errors import INTERNAL_ERROR, GateError, TrackingError, re
 from consistency_gate.gate.decision import tag_run
 from consistency_gate.io.output import check_writable
 from consistency_gate.mlops import store, tracking
-from consistency_gate.mlops.registry import DESCRIPTION_PREFIX
 from consistency_gate.report.schema import SCHEMA_VERSION
 from consistency_gate.report.text import markdown_safe
 from consistency_gate.report.verdict import verdict_markdown
@@ -78,24 +77,27 @@ def run_title(result: GateResult, started_as: str) -> str:
 
 
 def version_description(
-    verdict: str, rules: list[RuleResult], baseline: dict | None, data: str, n: int, run_id: str, replaces: str = ""
+    verdict: str, rules: list[RuleResult], versions: tuple[str, dict | None], data: str, n: int, replaces: str = ""
 ) -> str:
     """What the gate found, as the first paragraph of a version's description in the registry (the
-    version page shows it above the tags): the verdict, against what, on which data, the failed rules
-    with their measured values, the run, and for a repair the version it stands in for. One paragraph,
-    Markdown-escaped.
+    versions table shows its first characters, the version page all of it above the tags): the verdict
+    and the versions first, as the run names say them, then on which data, the failed rules with their
+    measured values, and for a repair the version it stands in for. ``versions``: the version described
+    and its baseline. One paragraph, Markdown-escaped; :func:`~consistency_gate.mlops.registry.describe_version`
+    signs it with the run.
 
     >>> from consistency_gate.gate.rules import Rule, RuleResult
     >>> failed = [RuleResult(Rule("ctoi", "max", 0.02), 0.0517, False), RuleResult(Rule("con", "min", 0.9), 0.95, True)]
-    >>> text = version_description("failed", failed, {"version": "1", "alias": "champion"}, "eval.csv", 500, "3f2a")
-    >>> print(text.replace(": ", ":\\n"))
-    consistency-gate:
-    FAILED against v1 (@champion) on eval.csv (500 samples):
-    ctoi <= 0.02 failed (0.0517). Gate run 3f2a.
+    >>> print(version_description("failed", failed, ("2", {"version": "1", "alias": "champion"}), "eval.csv", 500))
+    FAILED v2 vs v1 (@champion) on eval.csv (500 samples): ctoi <= 0.02 failed (0.0517).
+    >>> version_description("passed", failed[1:], ("3", {"version": "1"}), "eval.csv", 500, replaces="2")[:43]
+    'PASSED v3 (repair of v2) vs v1 on eval.csv '
     """
-    against = "as the first generation (no baseline)"
+    version, baseline = versions
+    repair = f" (repair of v{replaces})" if replaces else ""
+    against = " as the first generation (no baseline)"
     if baseline and baseline.get("version"):
-        against = f"against v{baseline['version']}" + (f" (@{baseline['alias']})" if baseline.get("alias") else "")
+        against = f" vs v{baseline['version']}" + (f" (@{baseline['alias']})" if baseline.get("alias") else "")
     failed = [f"{r.rule.describe()} failed{_measured(r)}" for r in rules if r.blocks]
     waived = [r for r in rules if r.waived]
     held = sum(r.held is True for r in rules)
@@ -103,9 +105,9 @@ def version_description(
     if waived:  # the rules a clearly better candidate failed, and why they did not block it
         found += "; " + ", ".join(f"{r.rule.describe()} waived{_measured(r)}" for r in waived)
         found += f", {waived[0].waived.removeprefix('waived: ')}"
-    text = f"{verdict.upper()} {against} on {data} ({n} samples): {found}."
+    text = f"{verdict.upper()} v{version}{repair}{against} on {data} ({n} samples): {found}."
     instead = f" Registered in place of v{replaces}, which failed." if replaces else ""
-    return f"{DESCRIPTION_PREFIX}{markdown_safe(text)}{instead} Gate run {run_id}."
+    return f"{markdown_safe(text)}{instead}"
 
 
 def _measured(result: RuleResult) -> str:

@@ -169,7 +169,8 @@ def check_stream(
     classes: Sequence[str] | None = None,
 ) -> StreamResult:
     """Judge ``rules`` on the stream of ``capture`` and its ``labels``, looking after every ``batch`` labels in
-    the order they arrived (and once more at the end), at one-sided confidence ``level``.
+    the order they arrived (and once more at the end), at one-sided confidence ``level``. A request id the
+    capture holds more than once (a client's retry) counts once, with its first answers (``repeated_requests``).
 
     Returns
     -------
@@ -180,6 +181,9 @@ def check_stream(
     if batch < 1:
         raise UsageError(f"--batch must be at least 1 label, got {batch}")
     rules = shadow_rules(rules)
+    first = capture.sort_values("time", kind="stable")
+    repeated = first["id"].duplicated()  # a client's retry of a request: its first answer is the one judged
+    capture = first[~repeated]
     frame = joined(capture, labels, classes)
     requests = frame.sort_values("time", kind="stable")
     agree = np.cumsum((requests["champion"] == requests["candidate"]).to_numpy(bool))
@@ -221,6 +225,7 @@ def check_stream(
         states,
         {
             "requests": len(capture),
+            "repeated_requests": int(repeated.sum()),
             "answered_by_both": len(frame),
             "candidate_failures": int(capture["candidate"].isna().sum()),
             "labelled": len(labelled),

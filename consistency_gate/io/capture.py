@@ -96,10 +96,14 @@ def _times(values: pd.Series, where: str) -> pd.Series:
         ) from None
 
 
-def _unique(frame: pd.DataFrame, where: str) -> None:
+def _identified(frame: pd.DataFrame, where: str) -> None:
     if frame["id"].isna().any():
         row = int(frame["id"].isna().to_numpy().argmax())
         raise DataError(f"{where}: row {row + 1} has no id; every request (and label) needs one")
+
+
+def _unique(frame: pd.DataFrame, where: str) -> None:
+    _identified(frame, where)
     repeated = frame["id"].duplicated()
     if repeated.any():
         raise DataError(
@@ -110,7 +114,8 @@ def _unique(frame: pd.DataFrame, where: str) -> None:
 
 def read_capture(path: str | Path) -> pd.DataFrame:
     """A capture table: ``id``, ``time`` (UTC), ``champion`` and ``candidate`` (text, missing where the candidate
-    failed), in the order of time.
+    failed), in the order of time. An id may come back (a client's retry with the same ``X-Request-Id``): the
+    shadow check keeps its first request and counts the repeats. DataError (exit 3) for a capture of no request.
 
     >>> import tempfile
     >>> folder = Path(tempfile.mkdtemp())
@@ -120,8 +125,13 @@ def read_capture(path: str | Path) -> pd.DataFrame:
     [['a', 'cat'], ['b', <NA>]]
     """
     frame = read_table(path, CAPTURE_COLUMNS)
+    if frame.empty:
+        raise DataError(
+            f"{path}: the capture holds no request (0 rows); shadow serve writes its answers there once it has served "
+            "requests: run the check when it has"
+        )
     frame["time"] = _times(frame["time"], str(path))
-    _unique(frame, str(path))
+    _identified(frame, str(path))
     if frame["champion"].isna().any():
         row = frame[frame["champion"].isna()].iloc[0]
         raise DataError(f"{path}: request '{row['id']}' has no champion answer; the champion answers every request")

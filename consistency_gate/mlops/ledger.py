@@ -16,8 +16,10 @@ from typing import TYPE_CHECKING
 
 import pandas as pd
 
-from consistency_gate.errors import ModelError
+from consistency_gate.errors import ModelError, one_line, redact_credentials
 from consistency_gate.mlops.tracking import LEDGER, experiment_name
+
+REPORT = "gate/report.json"
 
 if TYPE_CHECKING:
     from mlflow import MlflowClient
@@ -37,6 +39,9 @@ class GateRecord:
     repair_run: str | None  # the run whose ledger holds the repair's answers
     n: int | None = None  # the samples the gate judged on: the rows its ledger must hold
     held_alias: bool = False  # its baseline held the baseline alias when it ran (gated against it, or promoting)
+    refused: bool = False  # its move was refused: the alias had moved since it read the baseline
+    kind: str = "gate"  # "gate", "shadow" or "rollback"
+    unreadable: str | None = None  # why its report could not be read: what it saw and did is unknown
 
     @property
     def promoted_version(self) -> str | None:
@@ -47,8 +52,11 @@ class GateRecord:
 
 
 def gate_records(client: MlflowClient, name: str) -> list[GateRecord]:
-    """The finished gates of model ``name`` in the order they started, from each run's report;
-    ModelError (exit 4) when the model has no gate run to read.
+    """The gates of model ``name`` that decided, in the order they started, from each run's report;
+    ModelError (exit 4) when the model has no gate run to read. A gate that decided and then failed
+    or was killed (at the alias move, say) counts: its report says what it compared and that its
+    promotion is unknown. A run whose report exists but cannot be read is a record with
+    ``unreadable`` set, never left out: what it promoted is unknown, and readers fail safe.
 
     Example::
 
@@ -56,9 +64,8 @@ def gate_records(client: MlflowClient, name: str) -> list[GateRecord]:
         # ['2', None, '4']
     """
     experiment = client.get_experiment_by_name(experiment_name(name))
-    query = "attributes.status = 'FINISHED' and tags.`consistency_gate.outcome` != 'pending'"
-    runs = (
-        client.search_runs([experiment.experiment_id], filter_string=query, order_by=["attributes.start_time ASC"])
+    runs = (  # a run's report decides, not its tags: tags set after a move may be lost with the move made
+        client.search_runs([experiment.experiment_id], order_by=["attributes.start_time ASC"])
         if experiment is not None
         else []
     )
@@ -74,7 +81,10 @@ def gate_records(client: MlflowClient, name: str) -> list[GateRecord]:
 
 def _record(client: MlflowClient, run_id: str) -> GateRecord | None:
     """A gate run's record from its report (None for a run without one: a gate that never decided)."""
-    report = _artifact_json(client, run_id, "gate/report.json")
+    try:
+        report = _artifact_json(client, run_id, REPORT)
+    except UnreadableArtifact as exc:
+        return GateRecord(run_id, "unknown", None, "unknown", "unknown", None, None, None, unreadable=str(exc))
     if report is None or report.get("verdict") == "error" or not report.get("candidate"):
         return None
     base = report.get("baseline") or {}
@@ -90,7 +100,19 @@ def _record(client: MlflowClient, run_id: str) -> GateRecord | None:
         repair.get("run_id") if report.get("registered_version") else None,
         report.get("n"),
         bool(base.get("alias")) or report.get("promotion") is not None,
+        bool((report.get("promotion") or {}).get("refused")),
+        report.get("kind", "gate"),
     )
+
+
+def unreadable_reports(records: list[GateRecord]) -> dict[str, str]:
+    """Each run whose report could not be read, and why.
+
+    >>> unreadable_reports([GateRecord("r1", "unknown", None, "unknown", "unknown", None, None, None,
+    ...     unreadable="run r1: gate/report.json is not JSON")])
+    {'r1': 'run r1: gate/report.json is not JSON'}
+    """
+    return {r.run_id: r.unreadable for r in records if r.unreadable}
 
 
 @dataclass(frozen=True)
@@ -172,8 +194,13 @@ def checked_ledger(client: MlflowClient, run_id: str, n: int | None) -> tuple[pd
     with tempfile.TemporaryDirectory() as tmp:
         try:
             path = client.download_artifacts(run_id, LEDGER, tmp)
-        except Exception:  # noqa: BLE001 - no ledger (MLflow raises several kinds): a run before it, or on Spark
-            return _flip_table(client, run_id), None
+        except Exception as exc:  # noqa: BLE001 - no ledger (a run before it, or on Spark), or the store failing
+            if _listed(client, run_id, LEDGER):
+                return None, f"{where} cannot be read ({_failure(exc)})"
+            try:
+                return _flip_table(client, run_id), None
+            except UnreadableArtifact as unreadable:
+                return None, str(unreadable)
         try:
             ledger = pd.read_parquet(path)
         except Exception as exc:  # noqa: BLE001 - pyarrow raises several kinds for a file that is not Parquet
@@ -200,10 +227,34 @@ def _flip_table(client: MlflowClient, run_id: str) -> pd.DataFrame | None:
     return table.rename(columns=names)[list(LEDGER_COLUMNS)].astype(str)
 
 
+class UnreadableArtifact(Exception):
+    """A run's artifact that exists, or may exist, and cannot be read (damaged, or the store failing)."""
+
+
 def _artifact_json(client: MlflowClient, run_id: str, path: str) -> dict | None:
-    """A run's JSON artifact, or None when the run has none."""
+    """A run's JSON artifact, or None when the run has none; :class:`UnreadableArtifact` when it is there
+    but cannot be read, or the store cannot say whether it is there."""
     with tempfile.TemporaryDirectory() as tmp:
         try:
-            return json.loads(Path(client.download_artifacts(run_id, path, tmp)).read_text())
-        except Exception:  # noqa: BLE001 - missing (MLflow raises several kinds for that)
-            return None
+            text = Path(client.download_artifacts(run_id, path, tmp)).read_text()
+        except Exception as exc:  # noqa: BLE001 - missing, or the store failing (MLflow raises several kinds)
+            if not _listed(client, run_id, path):
+                return None
+            raise UnreadableArtifact(f"run {run_id}: {path} cannot be read ({_failure(exc)})") from None
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        raise UnreadableArtifact(f"run {run_id}: {path} is not JSON ({_failure(exc)})") from None
+
+
+def _listed(client: MlflowClient, run_id: str, path: str) -> bool:
+    """Whether ``path`` is among the run's artifacts; True when the store cannot list them (it may be)."""
+    folder = path.rpartition("/")[0] or None
+    try:
+        return path in {a.path for a in client.list_artifacts(run_id, folder)}
+    except Exception:  # noqa: BLE001 - the store failing: whether it is there is unknown
+        return True
+
+
+def _failure(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {one_line(redact_credentials(str(exc)))[:200]}"

@@ -266,6 +266,20 @@ def _move_alias(client: MlflowClient, name: str, alias: str, version: str) -> Pr
     return Promotion(alias, version, False, holds, f"moving @{alias} to v{version} failed{why}; it holds v{holds}")
 
 
+def unrecorded(moved: Promotion, exc: BaseException) -> str:
+    """The warning of a move that happened (or may have) and that the run could not record.
+
+    >>> unrecorded(Promotion("champion", "2", True, "2"), OSError("503"))[:57]
+    '@champion holds v2 (read back from the registry), but the'
+    """
+    holds = f"v{moved.holds}" if moved.holds not in (None, "unknown") else moved.holds or "unset"
+    read = "read back from the registry" if moved.holds != "unknown" else "it could not be read back"
+    return (
+        f"@{moved.alias} holds {holds} ({read}), but the run could not record the move ({_failure(exc)}): "
+        "its tags and report.json predate it"
+    )
+
+
 def _failure(exc: BaseException) -> str:
     """An exception as ``Type: message`` on one line, credentials redacted."""
     return f"{type(exc).__name__}: {one_line(redact_credentials(str(exc)))[:300]}"

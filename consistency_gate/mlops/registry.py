@@ -6,6 +6,7 @@ Nothing here computes a metric or loads a model (:mod:`consistency_gate.mlops.sc
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, NoReturn
 
@@ -24,7 +25,8 @@ TAG_RUN_ID = "consistency_gate.run_id"
 TAG_REPLACES = "consistency_gate.replaces"
 TAG_ROLLED_BACK = "consistency_gate.rolled_back_to"  # on a version rolled back: the version restored in its place
 TAG_MODELS = "consistency_gate.models"  # the models a registered repair carries, its own repairs' included
-DESCRIPTION_PREFIX = "consistency-gate: "  # how the gate's paragraph of a version's description starts
+SIGNATURE = "consistency-gate run "  # how the gate's paragraph of a version's description ends (and its run id)
+OLD_PREFIX = "consistency-gate: "  # how it started before it led with the verdict
 MAX_VERSION = 2**31 - 1  # the registry stores version numbers as 32-bit integers
 
 
@@ -264,18 +266,29 @@ def models_carried(client: MlflowClient, name: str, version: str) -> int:
     return int(value) if value.isdigit() and int(value) > 0 else 1
 
 
-def describe_version(client: MlflowClient, ref: ModelRef, text: str) -> None:
-    """Lead the version's description with ``text``, one paragraph starting with
-    ``DESCRIPTION_PREFIX``: an earlier gate's paragraph is replaced, what anyone else wrote stays below.
+def describe_version(client: MlflowClient, ref: ModelRef, text: str, run_id: str) -> None:
+    """Lead the version's description with ``text``, the verdict and versions first (the registry's versions
+    table shows a description's first characters), signed ``consistency-gate run RUN_ID.``: one paragraph that
+    an earlier gate's paragraph is replaced by, what anyone else wrote stays below.
 
     Example::
 
-        describe_version(client, ModelRef("fraud-clf", "4"), "consistency-gate: PASSED against v3 ...")
+        describe_version(client, ModelRef("fraud-clf", "4"), "PASSED v4 vs v3 (@champion) on eval.csv ...", run_id)
     """
     own = client.get_model_version(ref.name, ref.version).description or ""
-    if own.startswith(DESCRIPTION_PREFIX):
+    if ours(own.partition("\n\n")[0]):
         own = own.partition("\n\n")[2]
-    client.update_model_version(ref.name, ref.version, description=f"{text}\n\n{own}".strip())
+    client.update_model_version(ref.name, ref.version, description=f"{text} {SIGNATURE}{run_id}.\n\n{own}".strip())
+
+
+def ours(paragraph: str) -> bool:
+    """Whether a description's first paragraph is the gate's: signed, or in the older form led by
+    ``consistency-gate: ``.
+
+    >>> ours("PASSED v2 vs v1 on eval.csv (150 samples): 1 rule held. consistency-gate run 3f2a."), ours("Mine.")
+    (True, False)
+    """
+    return paragraph.startswith(OLD_PREFIX) or re.search(rf"{SIGNATURE}\w+\.$", paragraph) is not None
 
 
 def alias_exists(client: MlflowClient, name: str, alias: str) -> bool:

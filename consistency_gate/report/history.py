@@ -40,7 +40,7 @@ def history_markdown(report: dict) -> str:
     | update | samples | negative flips | NFR | accuracy |
     | --- | --- | --- | --- | --- |
     <BLANKLINE>
-    Cumulative negative flips: 0 over 0 updates.
+    Cumulative negative flips: none counted, one champion and no update yet.
     """
     title, rows, lines = _history_parts(markdown_safe(report))
     out = [f"## consistency-gate history: {title}", "", "| " + " | ".join(HISTORY_HEADER) + " |"]
@@ -75,6 +75,8 @@ def _history_parts(report: dict) -> tuple[str, list[list], list[str]]:
     lines = [
         f"Cumulative negative flips: {report['cumulative_negative_flips']} over {updates} update"
         f"{'s' if updates != 1 else ''}{regressed}."
+        if updates
+        else f"Cumulative negative flips: none counted, {_why_no_update(report)}."
     ]
     newest = report["newest_candidate"]
     against = ", ".join(f"v{v}" for v in newest["against"])
@@ -87,7 +89,27 @@ def _history_parts(report: dict) -> tuple[str, list[list], list[str]]:
         reasons = report.get("missing_reasons") or {}
         said = [f"v{v}" + (f" ({reasons[v]})" if v in reasons else "") for v in report["missing"]]
         lines.append(f"No usable answers for {'; '.join(said)}: the updates they take part in are left out.")
+    for why in (report.get("unreadable") or {}).values():
+        lines.append(f"Not read: {why}; what that run compared and promoted is unknown, so a champion may be missing.")
     return title, rows, lines
+
+
+def _why_no_update(report: dict) -> str:
+    """Why a history counts no update, in words.
+
+    >>> _why_no_update({"champions": ["1"]})
+    'one champion and no update yet'
+    >>> _why_no_update({"champions": ["1", "2"], "gated": 0})[:45]
+    'no gate ledger: v1 -> v2 were promoted by sha'
+    """
+    if len(report["champions"]) < 2:
+        return "one champion and no update yet"
+    if report.get("gated") == 0:
+        return (
+            "no gate ledger: v1 -> v2 were promoted by shadow checks or rollbacks, which log no per-sample answers; "
+            "gate the next version with consistency-gate check to count its update"
+        ).replace("v1 -> v2", " -> ".join(f"v{v}" for v in report["champions"]))
+    return "no two champions in a row have answers in a usable ledger (see below)"
 
 
 def _bracket(interval: Sequence[float] | None) -> str:
