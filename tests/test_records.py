@@ -68,8 +68,12 @@ def test_a_promotion_the_records_missed_is_in_the_chain_and_a_retried_rollback_m
     # what a gate killed right after the server moved the alias leaves: its report logged before the move
     # (promotion unknown), the run ended FAILED by the next gate; the registry holds v2
     logged = json.loads(Path(client.download_artifacts(run_id, "gate/report.json", str(tmp_path))).read_text())
-    pending = {**logged, "promoted": None, "passed_version": None,
-               "promotion": {**logged["promotion"], "promoted": None, "holds": "unknown", "reason": "pending"}}
+    pending = {
+        **logged,
+        "promoted": None,
+        "passed_version": None,
+        "promotion": {**logged["promotion"], "promoted": None, "holds": "unknown", "reason": "pending"},
+    }
     client.log_dict(run_id, pending, "gate/report.json")
     client.set_tag(run_id, "consistency_gate.promoted", "unknown")
     client.set_terminated(run_id, "FAILED")

@@ -87,9 +87,7 @@ def file_columns(path: str | Path) -> list[str]:
     """
     path = Path(path)
     if not path.exists():
-        raise DataError(
-            f"{path}: file not found (in {Path.cwd()}): check the path, or give the file's absolute path"
-        )
+        raise DataError(f"{path}: file not found (in {Path.cwd()}): check the path, or give the file's absolute path")
     if path.is_dir():
         return _directory_columns(path)
     fmt = file_format(path)
