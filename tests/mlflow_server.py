@@ -27,7 +27,7 @@ class MlflowServer:
         self.db = f"sqlite:///{root / 'server.db'}"
         self.proc: subprocess.Popen | None = None
 
-    def start(self, timeout: float = 120) -> MlflowServer:
+    def start(self, timeout: float = 900) -> MlflowServer:
         self.proc = subprocess.Popen(
             [
                 sys.executable,
@@ -53,8 +53,12 @@ class MlflowServer:
             env={**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"},
             start_new_session=True,
         )
-        deadline = time.time() + timeout
-        while time.time() < deadline:
+        # up when it accepts a connection (its own signal, however long a busy machine takes to import MLflow),
+        # failed when its process ends; the bound only ends a test whose server hangs
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"mlflow server ended while starting (exit {self.proc.returncode})")
             try:
                 with socket.create_connection(("127.0.0.1", self.port), timeout=1):
                     return self

@@ -436,9 +436,40 @@ def test_an_outage_longer_than_the_read_back_window_is_an_unknown_promotion(serv
         assert "Promotion unknown" in proc.stdout and "error: asked the registry" in proc.stderr
         run = client.get_run(written["run_id"])
         assert run.data.tags["consistency_gate.promoted"] == "unknown" and run.info.status == "FINISHED"
+        description = client.get_model_version(MODEL, "2").description  # the registry's page says it too
+        assert description.startswith("PROMOTION UNKNOWN: the move to @champion could not be read back"), description
     finally:
         if proxy is not None:
             proxy.stop()
+
+
+@pytest.mark.slow
+def test_a_move_right_after_the_gates_own_is_exit_4_and_says_what_holds_the_alias(served, tmp_path):
+    """Someone moves @champion to v3 between the gate's move to v2 and its read-back: not an error of the
+    registry (exit 5) but a move by another, exit 4 as the docs say, naming what the alias holds."""
+    server, store, client = _served(served)
+    direct = MlflowClient(tracking_uri=server.url, registry_uri=server.url)
+    moved: list[str] = []
+
+    def fail(method: str, path: str) -> None:
+        if method == "POST" and path.endswith("registered-models/alias") and not moved:
+            moved.append("gate")
+        elif moved == ["gate"] and method == "GET" and "registered-models/alias" in path:
+            moved.append("another")
+            direct.set_registered_model_alias(MODEL, "champion", "3")  # before the read-back reaches the server
+
+    proxy = ForwardProxy(server.port, fail=fail).start()
+    try:
+        report = tmp_path / "report.json"
+        args = check_args("2", store["data"], _con_config(tmp_path), server.url, "--promote", "--report", report)
+        proc = run_cli(*args, "--id-column", "id", env=proxy.env(retries="0"))
+        assert moved == ["gate", "another"] and _champion(client) == "3"
+        assert proc.returncode == 4, proc.stderr[-2000:]
+        written = read_report(report)
+        assert written["promoted"] is False and written["promotion"]["holds"] == "3"
+        assert "then another gate or a person moved it to v3" in written["promotion"]["reason"]
+    finally:
+        proxy.stop()
 
 
 # ---------------------------------------------------------------- item 5: the candidate is the baseline

@@ -54,8 +54,8 @@ def shadow_serve(
 
     names = tuple(c.strip() for c in classes.split(",")) if classes else None
     options = ServeOptions(host, port, roll_rows, roll_seconds, candidate_timeout, drain_seconds)
-    run_server(model, candidate, champion, capture, tracking_uri, options, names)
-    return 0
+    summary = run_server(model, candidate, champion, capture, tracking_uri, options, names)
+    return 5 if summary["fallback"] else 0  # rows the capture folder would not take went elsewhere: said above
 
 
 @shadow.command("check")

@@ -29,13 +29,21 @@ from consistency_gate.gate.shadow import DEFAULT_BATCH, RuleState, StreamResult,
 from consistency_gate.io.capture import read_capture, read_labels, read_sagemaker
 from consistency_gate.mlops import tracking
 from consistency_gate.mlops.ledger import GateRecord, gate_records, unreadable_reports
-from consistency_gate.mlops.promotion import DEFAULT_ALIAS, Promotion, promote, read_alias, unrecorded
+from consistency_gate.mlops.promotion import (
+    DEFAULT_ALIAS,
+    UNKNOWN_LEAD,
+    Promotion,
+    promote,
+    read_alias,
+    unrecorded,
+)
 from consistency_gate.mlops.registry import (
     CLASSES_TAG,
     TAG_KIND,
     TAG_ROLLED_BACK,
     ModelRef,
     describe_version,
+    lead_description,
     resolve_version,
     tag_version,
 )
@@ -138,6 +146,8 @@ def shadow_check(
             report["warnings"] = rolled.get("warnings", [])
 
         def record() -> None:
+            if moved is not None and moved.promoted is None and report["rollback"] is None:
+                lead_description(client, candidate, UNKNOWN_LEAD.format(alias=ALIAS))
             if moved is not None and moved.promoted and report["rollback"] is None:
                 describe_version(client, candidate, _promoted_text(result, candidate, baseline), run_id)
                 tag_version(client, candidate, "passed", candidate.tags.get(TAG_KIND, "single"), run_id)
@@ -414,7 +424,9 @@ def restored_now(record: GateRecord | None, current: str) -> bool:
 
 def move_back(client: MlflowClient, name: str, current: str, to: str, run_id: str, why: str) -> Promotion:
     """Move ``@champion`` from ``current`` back to ``to`` (only if it still holds ``current``), read back."""
-    return promote(client, name, ALIAS, to, current, run_id)
+    return promote(
+        client, name, ALIAS, to, current, run_id, f"run rollback again to roll back from what @{ALIAS} holds"
+    )
 
 
 def _say_moved_back(client: MlflowClient, name: str, current: str, to: str, run_id: str, why: str) -> None:

@@ -294,6 +294,9 @@ def _promote(gate: GateRun, result: GateResult, version: str, record: Callable[[
     moved = promotion.promote(gate.client, gate.cand_ref.name, alias, version, expected, gate.run_id)
     result.promoted, result.promotion = moved.promoted, moved.to_dict()
     try:
+        if moved.promoted is None:
+            ref = registry.ModelRef(gate.cand_ref.name, version)
+            registry.lead_description(gate.client, ref, promotion.UNKNOWN_LEAD.format(alias=alias))
         record()
     except Exception as exc:  # noqa: BLE001 - MLflow and requests raise many kinds; the alias is what it is
         result.warnings.append(promotion.unrecorded(moved, exc))

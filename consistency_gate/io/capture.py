@@ -24,6 +24,7 @@ from pathlib import Path
 import pandas as pd
 
 from consistency_gate.errors import DataError, UsageError
+from consistency_gate.io.capture_writer import journal_rows
 from consistency_gate.io.predictions import file_format
 
 CAPTURE_COLUMNS = ("id", "time", "champion", "candidate")
@@ -114,7 +115,8 @@ def _unique(frame: pd.DataFrame, where: str) -> None:
 
 def read_capture(path: str | Path) -> pd.DataFrame:
     """A capture table: ``id``, ``time`` (UTC), ``champion`` and ``candidate`` (text, missing where the candidate
-    failed), in the order of time. An id may come back (a client's retry with the same ``X-Request-Id``): the
+    failed), in the order of time; a folder's journal (the requests a killed ``shadow serve`` answered and did not
+    write as a part) is read too. An id may come back (a client's retry with the same ``X-Request-Id``): the
     shadow check keeps its first request and counts the repeats. DataError (exit 3) for a capture of no request.
 
     >>> import tempfile
@@ -124,7 +126,20 @@ def read_capture(path: str | Path) -> pd.DataFrame:
     >>> read_capture(folder)[["id", "candidate"]].values.tolist()
     [['a', 'cat'], ['b', <NA>]]
     """
-    frame = read_table(path, CAPTURE_COLUMNS)
+    path = Path(path)
+    left = journal_rows(path) if path.is_dir() else []  # read first: a part written meanwhile repeats, never loses
+    try:
+        frame = read_table(path, CAPTURE_COLUMNS)
+    except DataError:
+        if not left:
+            raise
+        frame = pd.DataFrame(columns=list(CAPTURE_COLUMNS))
+    if left:  # what a killed server answered and did not write as a part
+        frame["time"] = _times(frame["time"], str(path))
+        journaled = pd.DataFrame(left)[list(CAPTURE_COLUMNS)].astype(
+            {c: "string" for c in ("id", "champion", "candidate")}
+        )
+        frame = pd.concat([frame[list(CAPTURE_COLUMNS)], journaled], ignore_index=True).drop_duplicates()
     if frame.empty:
         raise DataError(
             f"{path}: the capture holds no request (0 rows); shadow serve writes its answers there once it has served "
@@ -242,83 +257,3 @@ def _answers(output: dict, classes: Sequence[str] | None, where: str) -> list[st
         scores = [float(v) for v in row]
         answers.append(str(classes[scores.index(max(scores))]))
     return answers
-
-
-class CaptureWriter:
-    """Appends captured rows to a folder of Parquet parts, rolled every ``roll_rows`` rows or ``roll_seconds``
-    seconds after a part's first row, whichever comes first. A part is written under a name starting with '.'
-    and renamed when complete, so a reader of the folder (:func:`read_capture`) sees only whole parts while the
-    writer goes on. Thread-safe; :meth:`close` writes what is left.
-
-    >>> import tempfile
-    >>> folder = Path(tempfile.mkdtemp())
-    >>> writer = CaptureWriter(folder, roll_rows=2)
-    >>> t = pd.Timestamp("2026-11-27T10:00:00Z")
-    >>> writer.add([{"id": "a", "time": t, "champion": "x", "candidate": "x", "candidate_error": None}] * 3)
-    >>> writer.close()
-    >>> sorted(p.name for p in folder.iterdir()), len(pd.read_parquet(folder))
-    (['part-00000.parquet', 'part-00001.parquet'], 3)
-    """
-
-    COLUMNS = (*CAPTURE_COLUMNS, "candidate_error")
-
-    def __init__(self, folder: str | Path, roll_rows: int = 10_000, roll_seconds: float = 60.0) -> None:
-        import threading
-
-        self.folder = Path(folder)
-        self.folder.mkdir(parents=True, exist_ok=True)
-        taken = [
-            int(p.stem.split("-")[1]) for p in self.folder.glob("part-*.parquet") if p.stem.split("-")[1].isdigit()
-        ]
-        self.next_part = max(taken, default=-1) + 1  # a restarted server adds parts after the old ones
-        self.roll_rows, self.roll_seconds = roll_rows, roll_seconds
-        self.rows: list[dict] = []
-        self.written = 0
-        self.lock = threading.Lock()
-        self.first_at: float | None = None
-        self.stopped = threading.Event()
-        self.timer = threading.Thread(target=self._roll_on_time, name="capture-roller", daemon=True)
-        self.timer.start()
-
-    def add(self, rows: list[dict]) -> None:
-        """Append rows (dicts of :attr:`COLUMNS`); a part is written once ``roll_rows`` are buffered."""
-        import time
-
-        with self.lock:
-            if not self.rows:
-                self.first_at = time.monotonic()
-            self.rows.extend(rows)
-            while len(self.rows) >= self.roll_rows:
-                self._write(self.rows[: self.roll_rows])
-                self.rows = self.rows[self.roll_rows :]
-
-    def _roll_on_time(self) -> None:
-        import time
-
-        while not self.stopped.wait(min(0.5, self.roll_seconds)):
-            with self.lock:
-                if self.rows and time.monotonic() - (self.first_at or 0) >= self.roll_seconds:
-                    self._write(self.rows)
-                    self.rows = []
-
-    def _write(self, rows: list[dict]) -> None:
-        import os
-
-        frame = pd.DataFrame(rows, columns=list(self.COLUMNS))
-        for column in ("id", "champion", "candidate", "candidate_error"):
-            frame[column] = frame[column].astype("string")
-        name = f"part-{self.next_part:05d}.parquet"
-        partial = self.folder / f".{name}.tmp"
-        frame.to_parquet(partial, index=False)
-        os.replace(partial, self.folder / name)
-        self.next_part += 1
-        self.written += len(rows)
-
-    def close(self) -> None:
-        """Stop rolling on time and write the rows still buffered."""
-        self.stopped.set()
-        self.timer.join()
-        with self.lock:
-            if self.rows:
-                self._write(self.rows)
-                self.rows = []

@@ -27,6 +27,8 @@ TAG_LOCK_OWNER = "consistency_gate.lock_owner"
 TAG_LOCK_EXPIRES = "consistency_gate.lock_expires"
 TAG_LOCK_TAKEOVER = "consistency_gate.lock_takeover"  # a waiter's claim on a dead holder's lock
 # how long the gate reads an alias back after asking to move it (a server restarting, a lost answer)
+# how a version's description leads when the move to the alias could not be read back
+UNKNOWN_LEAD = "PROMOTION UNKNOWN: the move to @{alias} could not be read back; read @{alias} before deploying."
 READ_BACK_S = float(os.environ.get("CONSISTENCY_GATE_READ_BACK_S", "30"))
 
 
@@ -196,9 +198,12 @@ def _claimed(client: MlflowClient, lock: str, held: dict[str, str], owner: str) 
     return now.get(TAG_LOCK_TAKEOVER) == owner and now.get(TAG_LOCK_OWNER) == held.get(TAG_LOCK_OWNER)
 
 
-def promote(client: MlflowClient, name: str, alias: str, version: str, expected: str | None, owner: str) -> Promotion:
+def promote(
+    client: MlflowClient, name: str, alias: str, version: str, expected: str | None, owner: str, again: str = ""
+) -> Promotion:
     """Move ``@alias`` to ``version``, only if it still points to ``expected`` (the version the gate
-    compared against; None: it was unset), under the promotion lock, and read it back.
+    compared against; None: it was unset), under the promotion lock, and read it back. ``again``: what to do
+    when the alias moved meanwhile (default: gate the version again against the new baseline).
 
     Concurrent gates that compared against the same baseline: exactly one moves the alias; the
     others find it moved and report why. A lost response is resolved by reading the alias again for
@@ -222,8 +227,8 @@ def promote(client: MlflowClient, name: str, alias: str, version: str, expected:
                     version,
                     False,
                     current,
-                    f"@{alias} is {now}, not {was} as when this gate compared against it (another gate or a "
-                    f"person moved it): not moved; gate v{version} again against the new baseline",
+                    f"@{alias} is {now}, not {was} as when it was read (another gate or a person moved it): "
+                    f"not moved; {again or f'gate v{version} again against the new baseline'}",
                     refused=True,
                 )
             return _move_alias(client, name, alias, version)
@@ -262,8 +267,17 @@ def _move_alias(client: MlflowClient, name: str, alias: str, version: str) -> Pr
         )
     if holds == version:
         return Promotion(alias, version, True, holds)
-    why = f" ({_failure(error)})" if error else ""
-    return Promotion(alias, version, False, holds, f"moving @{alias} to v{version} failed{why}; it holds v{holds}")
+    now = f"v{holds}" if holds else "unset"
+    if error is None:  # the move went through, and another moved the alias before it was read back
+        return Promotion(
+            alias, version, False, holds,
+            f"moved @{alias} to v{version}, then another gate or a person moved it to {now} before it was read back: "
+            f"@{alias} holds {now}",
+            refused=True,
+        )  # fmt: skip
+    return Promotion(
+        alias, version, False, holds, f"moving @{alias} to v{version} failed ({_failure(error)}); it is {now}"
+    )
 
 
 def unrecorded(moved: Promotion, exc: BaseException) -> str:

@@ -281,6 +281,21 @@ def describe_version(client: MlflowClient, ref: ModelRef, text: str, run_id: str
     client.update_model_version(ref.name, ref.version, description=f"{text} {SIGNATURE}{run_id}.\n\n{own}".strip())
 
 
+def lead_description(client: MlflowClient, ref: ModelRef, sentence: str) -> None:
+    """Lead the gate's paragraph of the version's description with ``sentence`` (what happened after the
+    verdict was written: a promotion whose outcome is unknown).
+
+    Example::
+
+        lead_description(client, ModelRef("fraud-clf", "4"), "PROMOTION UNKNOWN: read @champion before deploying.")
+    """
+    own = client.get_model_version(ref.name, ref.version).description or ""
+    first, _, rest = own.partition("\n\n")
+    if ours(first):
+        text = f"{sentence} {first}\n\n{rest}".strip()
+        client.update_model_version(ref.name, ref.version, description=text)
+
+
 def ours(paragraph: str) -> bool:
     """Whether a description's first paragraph is the gate's: signed, or in the older form led by
     ``consistency-gate: ``.

@@ -13,19 +13,22 @@ that raises, hangs past ``timeout_s`` or kills its process is recorded as failed
 is started again), and the champion's answers never change or wait. On SIGTERM or SIGINT the server stops
 taking requests, finishes those in flight, scores what is queued (for up to ``drain_s``; what is left is
 recorded as not scored) and writes the last part: every request answered is in the capture
-(:class:`~consistency_gate.io.capture.CaptureWriter`).
+(:class:`~consistency_gate.io.capture_writer.CaptureWriter`).
 """
 
 from __future__ import annotations
 
 import contextvars
+import json
 import multiprocessing
+import os
 import queue
 import signal
 import socket
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,8 +36,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from consistency_gate.errors import ModelError, UsageError
-from consistency_gate.io.capture import CaptureWriter
+from consistency_gate.errors import ModelError, UsageError, one_line, redact_credentials
+from consistency_gate.io.capture_writer import CaptureWriter
 
 REQUEST = contextvars.ContextVar("consistency_gate_request", default=None)  # (id, time) of the request served
 QUEUE_LIMIT = 10_000  # requests waiting for the candidate; past it a request is captured as not scored
@@ -61,7 +64,8 @@ def answers(raw: Any, classes: tuple[str, ...] | None) -> list[str]:  # noqa: AN
 
 
 def _candidate_loop(model_uri: str, tracking_uri: str, classes: tuple[str, ...] | None, inbox, outbox) -> None:  # noqa: ANN001
-    """The candidate's process: load the model, say ready (or why not), then answer each batch."""
+    """The candidate's process: load the model, say ready (or why not), then answer each batch; it ends with
+    the server (a server killed with ``kill -9`` leaves no candidate behind)."""
     try:
         import mlflow
 
@@ -69,15 +73,32 @@ def _candidate_loop(model_uri: str, tracking_uri: str, classes: tuple[str, ...] 
         mlflow.set_registry_uri(tracking_uri)
         model = mlflow.pyfunc.load_model(model_uri)
     except Exception as exc:  # noqa: BLE001 - any load failure is the candidate's: said in one line
-        outbox.put(("error", f"{type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''}"))
+        outbox.put(("error", _said(exc, 300)))
         return
     outbox.put(("ready", None))
+    threading.Thread(target=_end_with, args=(multiprocessing.parent_process(),), daemon=True).start()
     while (item := inbox.get()) is not None:
         number, data = item
         try:
             outbox.put((number, answers(model.predict(data), classes)))
         except Exception as exc:  # noqa: BLE001 - the candidate failed on this request: recorded, not fatal
-            outbox.put((number, f"{type(exc).__name__}: {str(exc)[:200]}"))
+            outbox.put((number, _said(exc, 200)))
+
+
+def _end_with(server: multiprocessing.process.BaseProcess | None) -> None:
+    """End this process once ``server`` has ended, even in the middle of a prediction that never returns."""
+    if server is not None:
+        server.join()
+        os._exit(0)
+
+
+def _said(exc: BaseException, limit: int) -> str:
+    """An error as ``Type: first line``, credentials redacted (a tracking URI's password never printed).
+
+    >>> _said(OSError("cannot reach http://alice:s3cret@mlflow:5000/api\nmore"), 80)
+    'OSError: cannot reach http://alice:***@mlflow:5000/api'
+    """
+    return f"{type(exc).__name__}: {redact_credentials(one_line(str(exc)))[:limit]}"
 
 
 class CandidateProcess:
@@ -116,11 +137,19 @@ class CandidateProcess:
                     break
         if kind != "ready":
             self.stop()
-            raise ModelError(f"candidate {self.args[0]} cannot be loaded: {said}; serve a candidate that loads")
+            raise ModelError(
+                f"candidate {self.args[0]} cannot be loaded: {redact_credentials(said)}; serve a candidate that loads"
+            )
 
     def score(self, data: Any) -> tuple[list[str] | None, str | None]:  # noqa: ANN401 - a request's input
         """The candidate's answers to one request's rows, or why there are none (its error, a timeout, its process
-        ended); a hung or dead process is started again for the next request."""
+        ended, a restart that failed); a hung or dead process is ended at once and started again for the next
+        request, so a registry that fails one restart does not stop the candidate for the server's life."""
+        if self.process is None or not self.process.is_alive():
+            try:
+                self.start()
+            except ModelError as exc:
+                return None, f"not scored: {exc}"
         self.number += 1
         self.inbox.put((self.number, data))
         deadline = time.monotonic() + self.timeout_s
@@ -129,18 +158,13 @@ class CandidateProcess:
                 number, said = self.outbox.get(timeout=max(0.01, min(0.5, deadline - time.monotonic())))
             except queue.Empty:
                 if not self.process.is_alive():
-                    self._restart()
-                    return None, "the candidate's process ended while scoring (crashed); restarted"
+                    return None, "the candidate's process ended while scoring (crashed); started again for the next"
                 if time.monotonic() >= deadline:
-                    self._restart()
-                    return None, f"TimeoutError: no answer within {self.timeout_s:g} s; restarted"
+                    self.stop()
+                    return None, f"TimeoutError: no answer within {self.timeout_s:g} s; started again for the next"
                 continue
             if number == self.number:  # an answer to an earlier request that timed out is dropped
                 return (said, None) if isinstance(said, list) else (None, said)
-
-    def _restart(self) -> None:
-        self.stop()
-        self.start()
 
     def stop(self) -> None:
         """End the process."""
@@ -172,40 +196,42 @@ class Shadow:
 
     def submit(self, request_id: str, at: float, data: Any, raw: Any) -> None:  # noqa: ANN401
         """Queue a served request (its id, arrival in seconds since 1970, input and the champion's raw output) for
-        the candidate."""
+        the candidate, journaled first: a crash from here on keeps the champion's answer."""
         self.requests += 1
+        number, rows = self.requests, self._rows(request_id, at, raw)
+        self.writer.answered(number, rows)
         try:
-            self.pending.put_nowait((request_id, at, data, raw))
+            self.pending.put_nowait((number, rows, data))
         except queue.Full:
-            self._capture(request_id, at, raw, None, f"not scored: {QUEUE_LIMIT} requests waited for the candidate")
+            self._capture(number, rows, None, f"not scored: {QUEUE_LIMIT} requests waited for the candidate")
 
     def _work(self) -> None:
         while (item := self.pending.get()) is not None:
-            request_id, at, data, raw = item
-            said, error = self.candidate.score(data)
-            self._capture(request_id, at, raw, said, error)
+            number, rows, data = item
+            try:
+                said, error = self.candidate.score(data)
+            except Exception as exc:  # noqa: BLE001 - whatever went wrong is this request's, never the thread's end
+                said, error = None, f"not scored: {_said(exc, 300)}"
+            self._capture(number, rows, said, error)
             self.pending.task_done()
         self.pending.task_done()
 
-    def _capture(self, request_id: str, at: float, raw: Any, said: list[str] | None, error: str | None) -> None:  # noqa: ANN401
+    def _rows(self, request_id: str, at: float, raw: Any) -> list[dict]:  # noqa: ANN401
+        """A request's capture rows as the champion answered it: one per row, ``ID`` or ``ID#i``."""
         served = answers(raw, self.classes)
         when = pd.Timestamp(at, unit="s", tz="UTC")
-        if said is not None and len(said) != len(served):
-            said, error = None, f"the candidate gave {len(said)} answers to {len(served)} rows"
-        self.failures += error is not None
         ids = [request_id] if len(served) == 1 else [f"{request_id}#{i}" for i in range(len(served))]
-        self.writer.add(
-            [
-                {
-                    "id": i,
-                    "time": when,
-                    "champion": c,
-                    "candidate": None if said is None else said[n],
-                    "candidate_error": error,
-                }  # fmt: skip
-                for n, (i, c) in enumerate(zip(ids, served, strict=True))
-            ]
-        )
+        unscored = "not scored: the server ended before the candidate answered"
+        return [{"id": i, "time": when, "champion": c, "candidate": None, "candidate_error": unscored}
+                for i, c in zip(ids, served, strict=True)]  # fmt: skip
+
+    def _capture(self, number: int, rows: list[dict], said: list[str] | None, error: str | None) -> None:
+        if said is not None and len(said) != len(rows):
+            said, error = None, f"the candidate gave {len(said)} answers to {len(rows)} rows"
+        self.failures += error is not None
+        answered = [{**row, "candidate": None if said is None else said[n], "candidate_error": error}
+                    for n, row in enumerate(rows)]  # fmt: skip
+        self.writer.add(answered, number)
 
     def drain(self, drain_s: float) -> int:
         """Score what is queued for up to ``drain_s`` seconds, capture what is left as not scored, and write the
@@ -216,11 +242,11 @@ class Shadow:
         left = 0
         while True:
             try:
-                request_id, at, _, raw = self.pending.get_nowait()
+                number, rows, _ = self.pending.get_nowait()
             except queue.Empty:
                 break
             left += 1
-            self._capture(request_id, at, raw, None, f"not scored: the server stopped ({drain_s:g} s to drain)")
+            self._capture(number, rows, None, f"not scored: the server stopped ({drain_s:g} s to drain)")
             self.pending.task_done()
         self.pending.put(None)  # the worker ends after the request it is scoring, if any
         self.worker.join(timeout=self.candidate.timeout_s + 5)
@@ -246,15 +272,23 @@ class _Served:
 
 class RequestIds:
     """ASGI middleware (plain, not Starlette's slower BaseHTTPMiddleware): each request's id (the client's
-    ``X-Request-Id``, else a new one) and arrival time for the capture, and the id in the response's headers."""
+    ``X-Request-Id``, else a new one) and arrival time for the capture, and the id in the response's headers.
+    ``/ping`` and ``/health`` answer 503 with ``failing()``'s reason while it has one (a capture that cannot be
+    written), so a load balancer or an orchestrator sees it."""
 
-    def __init__(self, app: Any) -> None:  # noqa: ANN401 - an ASGI app
-        self.app = app
+    def __init__(self, app: Any, failing: Callable[[], str | None] = lambda: None) -> None:  # noqa: ANN401 - ASGI
+        self.app, self.failing = app, failing
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:  # noqa: ANN401
         """Serve one ASGI connection scope."""
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
+        why = self.failing() if scope["path"] in ("/ping", "/health") else None
+        if why:
+            body = json.dumps({"status": "failing", "reason": why}).encode()
+            headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+            await send({"type": "http.response.start", "status": 503, "headers": headers})
+            return await send({"type": "http.response.body", "body": body})
         given = dict(scope["headers"]).get(b"x-request-id", b"").decode("latin-1")
         rid = given or uuid.uuid4().hex
         REQUEST.set((rid, time.time()))
@@ -279,6 +313,7 @@ def listening_socket(host: str, port: int) -> socket.socket:
             f"cannot listen on {host}:{port} ({exc.strerror or exc}): the port is in use or not allowed; "
             "give another with --port"
         ) from None
+    sock.listen(2048)  # connections wait in the backlog while the models load, never refused
     return sock
 
 
@@ -314,16 +349,22 @@ def serve(
     previous = {sig: signal.signal(sig, lambda s, f: stops.append(s)) for sig in (signal.SIGTERM, signal.SIGINT)}
     candidate = CandidateProcess(candidate_uri, tracking_uri, classes, options.timeout_s)
     try:
+        said(f"loading the champion {champion_uri} ...")
         try:
             model = mlflow.pyfunc.load_model(champion_uri)
         except Exception as exc:  # noqa: BLE001 - MLflow raises many kinds for a model it cannot load
-            raise ModelError(f"champion {champion_uri} cannot be loaded: {str(exc).splitlines()[0][:300]}") from None
+            raise ModelError(f"champion {champion_uri} cannot be loaded: {_said(exc, 300)}") from None
+        said(f"loading the candidate {candidate_uri} in a process of its own ...")
         candidate.start()
         writer = CaptureWriter(capture, options.roll_rows, options.roll_seconds)
+        if writer.recovered:
+            said(f"recovered {writer.recovered} rows a stopped server had journaled in {capture}")
         shadow = Shadow(candidate, writer, classes)
         app = scoring_server.init(_Served(model, shadow))
 
-        server = uvicorn.Server(uvicorn.Config(RequestIds(app), log_level="warning", timeout_graceful_shutdown=30))
+        server = uvicorn.Server(
+            uvicorn.Config(RequestIds(app, lambda: writer.failure), log_level="warning", timeout_graceful_shutdown=30)
+        )
         said(f"serving {champion_uri} on http://{options.host}:{options.port}/invocations, {candidate_uri} in shadow; "
              f"capturing to {capture}")  # fmt: skip
         if not stops:
@@ -335,7 +376,9 @@ def serve(
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     summary = {"requests": shadow.requests, "rows": writer.written, "candidate_failures": shadow.failures,
-               "not_scored": left, "parts": writer.next_part}  # fmt: skip
+               "not_scored": left, "parts": writer.next_part, "fallback": str(writer.fallback or "")}  # fmt: skip
     said(f"stopped: {summary['requests']} requests, {summary['rows']} rows captured in {capture} "
          f"({summary['candidate_failures']} the candidate did not answer)")  # fmt: skip
+    if writer.fallback is not None:
+        said(f"warning: {writer.failure}; those rows are in {writer.fallback}: move it into {capture}")
     return summary
