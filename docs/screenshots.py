@@ -8,7 +8,8 @@ Runs ``consistency-gate demo`` in a temporary folder, serves its SQLite store wi
 - ``docs/mlflow-ui-report.png``: the run's ``gate/report.html`` artifact as the UI shows it;
 - ``docs/mlflow-ui-rules-table.png``: the rule table artifact ``gate/rules.json``;
 - ``docs/mlflow-ui-model-metrics.png``: the candidate's logged model page with the consistency metrics;
-- ``docs/mlflow-ui-version.png``: the candidate's registered version page (the gate's description, its tags).
+- ``docs/mlflow-ui-version.png``: the candidate's registered version page (the gate's description, its tags);
+- ``docs/mlflow-ui-versions.png``: the registered model's versions table (each description led by its verdict).
 
 Not a test and not run by CI: it needs Chromium (``apt-get install chromium``) and about a minute.
 Look at the pictures afterwards; a page that had not finished loading shows as a spinner.
@@ -99,6 +100,7 @@ def _pages(base: str, uri: str) -> dict[str, tuple[str, int]]:
         "mlflow-ui-rules-table.png": (f"{run}/artifacts/gate/rules.json{ml}", 800),
         "mlflow-ui-model-metrics.png": (f"{base}/#/experiments/{model_experiment}/models/{model_id}{ml}", 1300),
         "mlflow-ui-version.png": (f"{base}/#/models/{MODEL}/versions/{candidate.version}", 900),
+        "mlflow-ui-versions.png": (f"{base}/#/models/{MODEL}", 700),
     }
 
 

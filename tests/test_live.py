@@ -313,7 +313,8 @@ def test_sagemaker_captures_of_both_variants_are_joined_by_inference_id(tmp_path
 
 
 def test_the_capture_rolls_on_time_and_a_part_being_written_is_not_read(tmp_path):
-    from consistency_gate.io.capture import CaptureWriter, read_capture
+    from consistency_gate.io.capture import read_capture
+    from consistency_gate.io.capture_writer import CaptureWriter
 
     writer = CaptureWriter(tmp_path, roll_rows=1000, roll_seconds=0.2)
     at = pd.Timestamp("2026-11-27T10:00:00Z")

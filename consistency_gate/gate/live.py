@@ -31,10 +31,10 @@ from consistency_gate.mlops import tracking
 from consistency_gate.mlops.ledger import GateRecord, gate_records, unreadable_reports
 from consistency_gate.mlops.promotion import (
     DEFAULT_ALIAS,
-    UNKNOWN_LEAD,
     Promotion,
     promote,
     read_alias,
+    unknown_lead,
     unrecorded,
 )
 from consistency_gate.mlops.registry import (
@@ -147,7 +147,7 @@ def shadow_check(
 
         def record() -> None:
             if moved is not None and moved.promoted is None and report["rollback"] is None:
-                lead_description(client, candidate, UNKNOWN_LEAD.format(alias=ALIAS))
+                lead_description(client, candidate, unknown_lead(ALIAS))
             if moved is not None and moved.promoted and report["rollback"] is None:
                 describe_version(client, candidate, _promoted_text(result, candidate, baseline), run_id)
                 tag_version(client, candidate, "passed", candidate.tags.get(TAG_KIND, "single"), run_id)

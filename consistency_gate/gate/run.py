@@ -296,7 +296,7 @@ def _promote(gate: GateRun, result: GateResult, version: str, record: Callable[[
     try:
         if moved.promoted is None:
             ref = registry.ModelRef(gate.cand_ref.name, version)
-            registry.lead_description(gate.client, ref, promotion.UNKNOWN_LEAD.format(alias=alias))
+            registry.lead_description(gate.client, ref, promotion.unknown_lead(alias))
         record()
     except Exception as exc:  # noqa: BLE001 - MLflow and requests raise many kinds; the alias is what it is
         result.warnings.append(promotion.unrecorded(moved, exc))

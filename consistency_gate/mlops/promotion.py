@@ -27,8 +27,6 @@ TAG_LOCK_OWNER = "consistency_gate.lock_owner"
 TAG_LOCK_EXPIRES = "consistency_gate.lock_expires"
 TAG_LOCK_TAKEOVER = "consistency_gate.lock_takeover"  # a waiter's claim on a dead holder's lock
 # how long the gate reads an alias back after asking to move it (a server restarting, a lost answer)
-# how a version's description leads when the move to the alias could not be read back
-UNKNOWN_LEAD = "PROMOTION UNKNOWN: the move to @{alias} could not be read back; read @{alias} before deploying."
 READ_BACK_S = float(os.environ.get("CONSISTENCY_GATE_READ_BACK_S", "30"))
 
 
@@ -278,6 +276,15 @@ def _move_alias(client: MlflowClient, name: str, alias: str, version: str) -> Pr
     return Promotion(
         alias, version, False, holds, f"moving @{alias} to v{version} failed ({_failure(error)}); it is {now}"
     )
+
+
+def unknown_lead(alias: str) -> str:
+    """How a version's description leads when its move to ``alias`` could not be read back.
+
+    >>> unknown_lead("champion")[:44]
+    'PROMOTION UNKNOWN: the move to @champion cou'
+    """
+    return f"PROMOTION UNKNOWN: the move to @{alias} could not be read back; read @{alias} before deploying."
 
 
 def unrecorded(moved: Promotion, exc: BaseException) -> str:

@@ -95,8 +95,8 @@ def _end_with(server: multiprocessing.process.BaseProcess | None) -> None:
 def _said(exc: BaseException, limit: int) -> str:
     """An error as ``Type: first line``, credentials redacted (a tracking URI's password never printed).
 
-    >>> _said(OSError("cannot reach http://alice:s3cret@mlflow:5000/api\nmore"), 80)
-    'OSError: cannot reach http://alice:***@mlflow:5000/api'
+    >>> _said(OSError("cannot reach http://alice:s3cret@mlflow:5000/api\\nmore"), 80)
+    'OSError: cannot reach http://alice:***@mlflow:5000/api more'
     """
     return f"{type(exc).__name__}: {redact_credentials(one_line(str(exc)))[:limit]}"
 
