@@ -444,6 +444,36 @@ def test_an_outage_longer_than_the_read_back_window_is_an_unknown_promotion(serv
 
 
 @pytest.mark.slow
+def test_an_earlier_report_the_server_will_not_give_fails_a_history_rule_and_promotes_nothing(served, tmp_path):
+    """Every earlier gate's report.json answers 503 (MLflow's retries off): a rule over the last 3 champions
+    cannot know them, so it fails (exit 1) and nothing moves, where a history without those gates passed it."""
+    server, store, client = _served(served)
+    first = run_cli(
+        *check_args("2", store["data"], _con_config(tmp_path), server.url, "--id-column", "id", "--promote")
+    )
+    assert first.returncode == 0 and _champion(client) == "2", first.stderr[-2000:]
+    config = tmp_path / "history.yaml"
+    config.write_text("rules:\n  - {metric: forgotten, max: 1.0, history: 3}\n")
+
+    def fail(method: str, path: str) -> int | None:
+        return 503 if method == "GET" and path.endswith("gate/report.json") else None
+
+    proxy = ForwardProxy(server.port, fail=fail).start()
+    try:
+        report = tmp_path / "report.json"
+        args = check_args("3", store["data"], config, server.url, "--id-column", "id", "--promote", "--report", report)
+        proc = run_cli(*args, env=proxy.env(retries="0"))
+        assert proxy.failed, "the proxy failed no report"
+        assert proc.returncode == 1, proc.stderr[-2000:]
+        written = read_report(report)
+        assert written["promoted"] is None or written["promoted"] is False
+        assert "gate/report.json cannot be read" in written["null_reasons"]["forgotten"], written["null_reasons"]
+        assert _champion(client) == "2"
+    finally:
+        proxy.stop()
+
+
+@pytest.mark.slow
 def test_a_move_right_after_the_gates_own_is_exit_4_and_says_what_holds_the_alias(served, tmp_path):
     """Someone moves @champion to v3 between the gate's move to v2 and its read-back: not an error of the
     registry (exit 5) but a move by another, exit 4 as the docs say, naming what the alias holds."""
