@@ -190,6 +190,11 @@ def test_rollback_by_hand_restores_the_champion_before_and_history_shows_it(stor
     history = history_of(store)
     assert history["champions"][-3:] == ["1", "3", "1"]
     assert history["gates"][-1]["outcome"] == "rolled back"
+    # a model only ever shadow-checked: no gate ledger, so no update counted, and said why; no empty plot
+    plot = tmp_path / "history.png"
+    proc = run_cli("history", "--model", MODEL, "--tracking-uri", store["uri"], "--plot", plot)
+    assert proc.returncode == 0 and "Cumulative negative flips: none counted, no gate ledger" in proc.stdout
+    assert "no update to draw" in proc.stderr and not plot.exists()
 
 
 @pytest.mark.slow  # a registry store and its runs

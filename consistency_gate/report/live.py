@@ -19,6 +19,11 @@ def stream_text(report: dict) -> str:
       decided at look 3 of 7, after 300 labels (400 requests): ctoi 0.0100, con 0.9700
       at the latest look (7), 700 labels:
       ctoi <= 0.02: 0.0100, bounds [0.0020, 0.0190]: held
+    >>> back = {"promoted": True, "version": "1", "reason": ""}
+    >>> print(stream_text({"candidate": {"name": "clf", "version": "2"}, "baseline": {"version": "1"},
+    ...     "decision": "reject", "stream": {**stream, "decided_at_look": None}, "rules": [], "promotion": None,
+    ...     "rollback": back}).splitlines()[-1])
+      rollback: moved @champion back from v2 to v1, read back
     """
     stream = report["stream"]
     lines = [
