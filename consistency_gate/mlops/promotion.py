@@ -292,6 +292,8 @@ def unrecorded(moved: Promotion, exc: BaseException) -> str:
 
     >>> unrecorded(Promotion("champion", "2", True, "2"), OSError("503"))[:57]
     '@champion holds v2 (read back from the registry), but the'
+    >>> unrecorded(Promotion("champion", "2", None, "unknown"), OSError("503"))[:51]
+    '@champion holds unknown (it could not be read back)'
     """
     holds = f"v{moved.holds}" if moved.holds not in (None, "unknown") else moved.holds or "unset"
     read = "read back from the registry" if moved.holds != "unknown" else "it could not be read back"
