@@ -32,7 +32,7 @@ DEFAULT_CTOI_RULE = "- {metric: ctoi, max: 0.02, unless: clearly-better}"
 DEMO_CTOI_RULE = "- {metric: ctoi, max: 0.02, decide: upper, unless: clearly-better}"
 DEFAULT_HEADER = "# consistency-gate: default gate configuration."
 DEMO_HEADER = (
-    '# consistency-gate demo: the default rules, its CtoI rule decided on its upper bound, and a remediation: block.'
+    "# consistency-gate demo: the default rules, its CtoI rule decided on its upper bound, and a remediation: block."
 )
 
 

@@ -36,6 +36,15 @@ def redact_credentials(text: str) -> str:
     return _USERINFO.sub(hide, text)
 
 
+def error_line(exc: BaseException, limit: int = 300) -> str:
+    """An exception as ``Type: message`` on one line, credentials redacted, cut at ``limit`` characters.
+
+    >>> error_line(OSError("cannot reach http://alice:s3cret@mlflow:5000/api\\nmore"), 80)
+    'OSError: cannot reach http://alice:***@mlflow:5000/api more'
+    """
+    return f"{type(exc).__name__}: {one_line(redact_credentials(str(exc)))[:limit]}"
+
+
 def one_line(text: str) -> str:
     """A message as one line: newlines and other control characters (a newline in a model name, an
     escape sequence in a class label) as a space, so no input can start a line of its own.

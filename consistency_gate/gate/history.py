@@ -133,7 +133,7 @@ def chain_doubt(unreadable: dict[str, str]) -> str | None:
     """
     if not unreadable:
         return None
-    run, why = next(iter(unreadable.items()))
+    why = next(iter(unreadable.values()))
     more = f" (and {len(unreadable) - 1} more)" if len(unreadable) > 1 else ""
     return f"{why}{more}: what that run compared and promoted is unknown, so the champions before it may be incomplete"
 

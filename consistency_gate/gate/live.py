@@ -34,7 +34,7 @@ from consistency_gate.mlops.promotion import (
     Promotion,
     promote,
     read_alias,
-    unknown_lead,
+    record_move,
     unrecorded,
 )
 from consistency_gate.mlops.registry import (
@@ -43,7 +43,6 @@ from consistency_gate.mlops.registry import (
     TAG_ROLLED_BACK,
     ModelRef,
     describe_version,
-    lead_description,
     resolve_version,
     tag_version,
 )
@@ -146,8 +145,6 @@ def shadow_check(
             report["warnings"] = rolled.get("warnings", [])
 
         def record() -> None:
-            if moved is not None and moved.promoted is None and report["rollback"] is None:
-                lead_description(client, candidate, unknown_lead(ALIAS))
             if moved is not None and moved.promoted and report["rollback"] is None:
                 describe_version(client, candidate, _promoted_text(result, candidate, baseline), run_id)
                 tag_version(client, candidate, "passed", candidate.tags.get(TAG_KIND, "single"), run_id)
@@ -157,7 +154,7 @@ def shadow_check(
             tracking.describe_run(_description(report))
 
         report.setdefault("rollback", None)
-        _after_move(report, moved, record)
+        _after_move(client, inputs.model, report, moved, record)
         session.write_report(report)
         return report
 
@@ -189,23 +186,28 @@ def shadow_title(report: dict) -> str:
     return f"SHADOW {word} {versions}"
 
 
-def _after_move(report: dict, moved: Promotion | None, record: Callable[[], None], end_run: bool = True) -> None:
+def _after_move(
+    client: MlflowClient, name: str, report: dict, moved: Promotion | None, record: Callable[[], None],
+    end_run: bool = True,
+) -> None:  # fmt: skip
     """``record`` the outcome in the run, then end it FINISHED (``end_run``). Once the alias was asked to move,
-    the registry is the truth: a fault while recording is a warning in the report (the move as read back), never
-    an error that hides what the alias holds; the run it could not end is marked FAILED by the next gate."""
+    a fault while recording is a warning in the report (:func:`~consistency_gate.mlops.promotion.record_move`),
+    and the run it could not end is marked FAILED by the next gate."""
     import mlflow
 
-    try:
+    def record_and_end() -> None:
         record()
         if end_run:
             mlflow.end_run("FINISHED")
-    except Exception as exc:  # noqa: BLE001 - MLflow and requests raise many kinds; the alias is what it is
-        if moved is None:
-            raise
-        report.setdefault("warnings", []).append(unrecorded(moved, exc))
+
+    if moved is None:
+        return record_and_end()
+    if warning := record_move(client, name, moved, record_and_end):
+        report.setdefault("warnings", []).append(warning)
         if end_run:
             with contextlib.suppress(Exception):
                 mlflow.end_run("FAILED")
+    return None
 
 
 def shadow_serve(
@@ -560,5 +562,5 @@ def rollback_in_run(
         tag_run(report)
         tracking.describe_run(f"**{rollback_text(report)}**: {why}")
 
-    _after_move(report, promotion, record, end_run)
+    _after_move(client, name, report, promotion, record, end_run)
     return report

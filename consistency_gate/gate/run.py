@@ -293,13 +293,8 @@ def _promote(gate: GateRun, result: GateResult, version: str, record: Callable[[
     expected = base_ref.version if base_ref else None
     moved = promotion.promote(gate.client, gate.cand_ref.name, alias, version, expected, gate.run_id)
     result.promoted, result.promotion = moved.promoted, moved.to_dict()
-    try:
-        if moved.promoted is None:
-            ref = registry.ModelRef(gate.cand_ref.name, version)
-            registry.lead_description(gate.client, ref, promotion.unknown_lead(alias))
-        record()
-    except Exception as exc:  # noqa: BLE001 - MLflow and requests raise many kinds; the alias is what it is
-        result.warnings.append(promotion.unrecorded(moved, exc))
+    if warning := promotion.record_move(gate.client, gate.cand_ref.name, moved, record):
+        result.warnings.append(warning)
 
 
 def _hold_out(gate: GateRun) -> pd.DataFrame:

@@ -27,6 +27,7 @@ from consistency_gate.errors import one_line
 
 JOURNAL = ".journal.jsonl"
 COLUMNS = ("id", "time", "champion", "candidate", "candidate_error")
+UNSCORED = "not scored: the server ended before the candidate answered"  # a journaled request's, until captured
 
 
 class CaptureWriter:
@@ -187,9 +188,8 @@ def journal_rows(folder: Path) -> list[dict]:
             captured.add(entry["request"])
         else:
             provisional[entry["request"]] = entry["rows"]
-    unscored = "not scored: the server ended before the candidate answered"
     pending = [
-        {**row, "candidate": None, "candidate_error": unscored}
+        {**row, "candidate": None, "candidate_error": UNSCORED}
         for number, rows in provisional.items()
         if number not in captured
         for row in rows

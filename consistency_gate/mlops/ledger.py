@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 import pandas as pd
 
-from consistency_gate.errors import ModelError, one_line, redact_credentials
+from consistency_gate.errors import ModelError, error_line
 from consistency_gate.mlops.tracking import LEDGER, experiment_name
 
 REPORT = "gate/report.json"
@@ -196,7 +196,7 @@ def checked_ledger(client: MlflowClient, run_id: str, n: int | None) -> tuple[pd
             path = client.download_artifacts(run_id, LEDGER, tmp)
         except Exception as exc:  # noqa: BLE001 - no ledger (a run before it, or on Spark), or the store failing
             if _listed(client, run_id, LEDGER):
-                return None, f"{where} cannot be read ({_failure(exc)})"
+                return None, f"{where} cannot be read ({error_line(exc, 200)})"
             try:
                 return _flip_table(client, run_id), None
             except UnreadableArtifact as unreadable:
@@ -240,11 +240,11 @@ def _artifact_json(client: MlflowClient, run_id: str, path: str) -> dict | None:
         except Exception as exc:  # noqa: BLE001 - missing, or the store failing (MLflow raises several kinds)
             if not _listed(client, run_id, path):
                 return None
-            raise UnreadableArtifact(f"run {run_id}: {path} cannot be read ({_failure(exc)})") from None
+            raise UnreadableArtifact(f"run {run_id}: {path} cannot be read ({error_line(exc, 200)})") from None
     try:
         return json.loads(text)
     except ValueError as exc:
-        raise UnreadableArtifact(f"run {run_id}: {path} is not JSON ({_failure(exc)})") from None
+        raise UnreadableArtifact(f"run {run_id}: {path} is not JSON ({error_line(exc, 200)})") from None
 
 
 def _listed(client: MlflowClient, run_id: str, path: str) -> bool:
@@ -254,7 +254,3 @@ def _listed(client: MlflowClient, run_id: str, path: str) -> bool:
         return path in {a.path for a in client.list_artifacts(run_id, folder)}
     except Exception:  # noqa: BLE001 - the store failing: whether it is there is unknown
         return True
-
-
-def _failure(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {one_line(redact_credentials(str(exc)))[:200]}"

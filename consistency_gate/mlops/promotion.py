@@ -10,12 +10,12 @@ import os
 import random
 import socket
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING
 
-from consistency_gate.errors import ModelError, one_line, redact_credentials
-from consistency_gate.mlops.registry import is_not_found, is_number
+from consistency_gate.errors import ModelError, error_line
+from consistency_gate.mlops.registry import ModelRef, is_not_found, is_number, lead_description
 from consistency_gate.mlops.tracking import TAG_HOST, TAG_PID, process_alive
 
 if TYPE_CHECKING:
@@ -238,7 +238,7 @@ def promote(
             version,
             False,
             "unknown",
-            f"the registry failed before @{alias} was moved ({_failure(exc)}): nothing was moved; "
+            f"the registry failed before @{alias} was moved ({error_line(exc)}): nothing was moved; "
             "gate again when it answers",
         )
 
@@ -260,7 +260,7 @@ def _move_alias(client: MlflowClient, name: str, alias: str, version: str) -> Pr
             None,
             "unknown",
             f"asked the registry to move @{alias} to v{version}, then could not read it back for "
-            f"{READ_BACK_S:.0f} s ({_failure(exc)}): whether it moved is unknown; read @{alias} in the "
+            f"{READ_BACK_S:.0f} s ({error_line(exc)}): whether it moved is unknown; read @{alias} in the "
             "registry before deploying",
         )
     if holds == version:
@@ -274,7 +274,7 @@ def _move_alias(client: MlflowClient, name: str, alias: str, version: str) -> Pr
             refused=True,
         )  # fmt: skip
     return Promotion(
-        alias, version, False, holds, f"moving @{alias} to v{version} failed ({_failure(error)}); it is {now}"
+        alias, version, False, holds, f"moving @{alias} to v{version} failed ({error_line(error)}); it is {now}"
     )
 
 
@@ -285,6 +285,24 @@ def unknown_lead(alias: str) -> str:
     'PROMOTION UNKNOWN: the move to @champion cou'
     """
     return f"PROMOTION UNKNOWN: the move to @{alias} could not be read back; read @{alias} before deploying."
+
+
+def record_move(client: MlflowClient, name: str, moved: Promotion, record: Callable[[], None]) -> str | None:
+    """``record`` a move the registry was asked to make in the run, first leading the version's description
+    with :func:`unknown_lead` when the move could not be read back. The registry is the truth: a fault while
+    recording is the returned warning (the move as read back), never an error that hides what the alias holds.
+
+    Example::
+
+        warning = record_move(client, "fraud-clf", promote(client, "fraud-clf", "champion", "4", "3", run_id), log)
+    """
+    try:
+        if moved.promoted is None:
+            lead_description(client, ModelRef(name, moved.version), unknown_lead(moved.alias))
+        record()
+    except Exception as exc:  # noqa: BLE001 - MLflow and requests raise many kinds; the alias is what it is
+        return unrecorded(moved, exc)
+    return None
 
 
 def unrecorded(moved: Promotion, exc: BaseException) -> str:
@@ -298,11 +316,6 @@ def unrecorded(moved: Promotion, exc: BaseException) -> str:
     holds = f"v{moved.holds}" if moved.holds not in (None, "unknown") else moved.holds or "unset"
     read = "read back from the registry" if moved.holds != "unknown" else "it could not be read back"
     return (
-        f"@{moved.alias} holds {holds} ({read}), but the run could not record the move ({_failure(exc)}): "
+        f"@{moved.alias} holds {holds} ({read}), but the run could not record the move ({error_line(exc)}): "
         "its tags and report.json predate it"
     )
-
-
-def _failure(exc: BaseException) -> str:
-    """An exception as ``Type: message`` on one line, credentials redacted."""
-    return f"{type(exc).__name__}: {one_line(redact_credentials(str(exc)))[:300]}"

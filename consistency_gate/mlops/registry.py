@@ -291,7 +291,7 @@ def lead_description(client: MlflowClient, ref: ModelRef, sentence: str) -> None
     """
     own = client.get_model_version(ref.name, ref.version).description or ""
     first, _, rest = own.partition("\n\n")
-    if ours(first):
+    if ours(first) and not first.startswith(sentence):
         text = f"{sentence} {first}\n\n{rest}".strip()
         client.update_model_version(ref.name, ref.version, description=text)
 

@@ -36,8 +36,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from consistency_gate.errors import ModelError, UsageError, one_line, redact_credentials
-from consistency_gate.io.capture_writer import CaptureWriter
+from consistency_gate.errors import ModelError, UsageError, error_line, redact_credentials
+from consistency_gate.io.capture_writer import UNSCORED, CaptureWriter
 
 REQUEST = contextvars.ContextVar("consistency_gate_request", default=None)  # (id, time) of the request served
 QUEUE_LIMIT = 10_000  # requests waiting for the candidate; past it a request is captured as not scored
@@ -73,7 +73,7 @@ def _candidate_loop(model_uri: str, tracking_uri: str, classes: tuple[str, ...] 
         mlflow.set_registry_uri(tracking_uri)
         model = mlflow.pyfunc.load_model(model_uri)
     except Exception as exc:  # noqa: BLE001 - any load failure is the candidate's: said in one line
-        outbox.put(("error", _said(exc, 300)))
+        outbox.put(("error", error_line(exc, 300)))
         return
     outbox.put(("ready", None))
     threading.Thread(target=_end_with, args=(multiprocessing.parent_process(),), daemon=True).start()
@@ -82,7 +82,7 @@ def _candidate_loop(model_uri: str, tracking_uri: str, classes: tuple[str, ...] 
         try:
             outbox.put((number, answers(model.predict(data), classes)))
         except Exception as exc:  # noqa: BLE001 - the candidate failed on this request: recorded, not fatal
-            outbox.put((number, _said(exc, 200)))
+            outbox.put((number, error_line(exc, 200)))
 
 
 def _end_with(server: multiprocessing.process.BaseProcess | None) -> None:
@@ -90,15 +90,6 @@ def _end_with(server: multiprocessing.process.BaseProcess | None) -> None:
     if server is not None:
         server.join()
         os._exit(0)
-
-
-def _said(exc: BaseException, limit: int) -> str:
-    """An error as ``Type: first line``, credentials redacted (a tracking URI's password never printed).
-
-    >>> _said(OSError("cannot reach http://alice:s3cret@mlflow:5000/api\\nmore"), 80)
-    'OSError: cannot reach http://alice:***@mlflow:5000/api more'
-    """
-    return f"{type(exc).__name__}: {redact_credentials(one_line(str(exc)))[:limit]}"
 
 
 class CandidateProcess:
@@ -211,7 +202,7 @@ class Shadow:
             try:
                 said, error = self.candidate.score(data)
             except Exception as exc:  # noqa: BLE001 - whatever went wrong is this request's, never the thread's end
-                said, error = None, f"not scored: {_said(exc, 300)}"
+                said, error = None, f"not scored: {error_line(exc, 300)}"
             self._capture(number, rows, said, error)
             self.pending.task_done()
         self.pending.task_done()
@@ -221,8 +212,7 @@ class Shadow:
         served = answers(raw, self.classes)
         when = pd.Timestamp(at, unit="s", tz="UTC")
         ids = [request_id] if len(served) == 1 else [f"{request_id}#{i}" for i in range(len(served))]
-        unscored = "not scored: the server ended before the candidate answered"
-        return [{"id": i, "time": when, "champion": c, "candidate": None, "candidate_error": unscored}
+        return [{"id": i, "time": when, "champion": c, "candidate": None, "candidate_error": UNSCORED}
                 for i, c in zip(ids, served, strict=True)]  # fmt: skip
 
     def _capture(self, number: int, rows: list[dict], said: list[str] | None, error: str | None) -> None:
@@ -353,7 +343,7 @@ def serve(
         try:
             model = mlflow.pyfunc.load_model(champion_uri)
         except Exception as exc:  # noqa: BLE001 - MLflow raises many kinds for a model it cannot load
-            raise ModelError(f"champion {champion_uri} cannot be loaded: {_said(exc, 300)}") from None
+            raise ModelError(f"champion {champion_uri} cannot be loaded: {error_line(exc, 300)}") from None
         said(f"loading the candidate {candidate_uri} in a process of its own ...")
         candidate.start()
         writer = CaptureWriter(capture, options.roll_rows, options.roll_seconds)
