@@ -78,7 +78,9 @@ def test_a_repair_of_sklearn_generations_passes_and_serves_the_gated_answers(sto
     assert (
         version.tags["consistency_gate.kind"] == repair["method"] and version.tags["consistency_gate.replaces"] == "3"
     )
-    assert version.description.startswith(f"PASSED v{version.version} (repair of v3) vs v1 (@champion)")
+    assert version.description.startswith(
+        f"PASSED v{version.version} ({repair['method']} repair of v3) vs v1 (@champion)"
+    )
     assert "Registered in place of v3, which failed." in version.description
     flips = pd.read_csv(client.download_artifacts(repair["run_id"], "gate/flips.csv", str(tmp_path)))
     served = _fresh_process_labels(store["uri"], f"models:/{MODEL}/{version.version}", store["eval"])

@@ -234,7 +234,7 @@ def build_bayes(inputs: Inputs, remediation: RemediationConfig) -> Built:
     from consistency_gate.mlops.scoring import predict
 
     start = time.perf_counter()
-    count = remediation.generations or DEFAULT_GENERATIONS
+    count = remediation.own.generations or DEFAULT_GENERATIONS
     past = inputs.past(count - 2)
     models = [*(m for _, m in past), inputs.baseline, inputs.candidate]
     on_eval = [*(predict(m, inputs.frame, inputs.non_features) for _, m in past), inputs.base_scores]
@@ -250,8 +250,8 @@ def build_bayes(inputs: Inputs, remediation: RemediationConfig) -> Built:
     classes = canonical_classes([sorted(seen)])
     update = BayesUpdate(classes, [confusion(tuning[label], s, classes) for s in said_tuning])
     tuning_idx = [class_indices(s, classes) for s in said_tuning]
-    if remediation.cost_ratio is not None:
-        update = replace(update, cost_ratio=remediation.cost_ratio, tuned_on="config")
+    if remediation.own.cost_ratio is not None:
+        update = replace(update, cost_ratio=remediation.own.cost_ratio, tuned_on="config")
     else:
         base = pd.DataFrame(np.eye(len(classes))[np.maximum(tuning_idx[-2], 0)], columns=classes)
         judge = inputs.calibration_judge(tuning[label], base, classes, source)

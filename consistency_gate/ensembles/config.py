@@ -10,16 +10,27 @@ True
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictInt,
+    StrictStr,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+)
 
 from consistency_gate.ensembles.combine import RULES
-from consistency_gate.ensembles.methods import METHODS, cheapest_order, no_training
+from consistency_gate.ensembles.methods import METHODS, Options, cheapest_order, no_training, resolve
 from consistency_gate.errors import UsageError
 
 # the training engine's methods (every method is an entry of ensembles.methods.METHODS)
@@ -207,18 +218,65 @@ class RemediationBlock(BaseModel):
     optimizer: Literal[OPTIMIZERS] = "sgd"
     snapshot_one_run: StrictBool = True
     strategy: Literal["cheapest"] | Annotated[list[StrictStr], Field(min_length=1)] | None = None
-    weight: Annotated[float, Field(strict=True)] | None = None  # blend: fixed (else tuned, else 0.5)
-    k: StrictInt | None = None  # rerank: fixed (else tuned, else 3)
+    options: dict[StrictStr, dict[StrictStr, Any]] = Field(default_factory=dict)  # method -> its sub-block
     calibration: Path | None = None  # data to tune blend's weight and rerank's k on (never the gate's own set)
     tuning_share: Annotated[float, Field(strict=True, gt=0, lt=1)] | None = None  # held out of the evaluation set
-    generations: Annotated[int, Field(strict=True, ge=2)] | None = None  # bayesian-update: K (default 3)
     max_models: Annotated[int, Field(strict=True, ge=1)] | None = None  # the most models a repair may carry
-    cost_ratio: Annotated[float, Field(strict=True, ge=1)] | None = None  # bayesian-update: fixed (else tuned)
+    # short forms of options: keys (SHORT_FORMS), as configs wrote them before methods owned their options
+    weight: Annotated[float, Field(strict=True)] | None = None  # options: blend: weight
+    k: StrictInt | None = None  # options: rerank: k
+    generations: Annotated[int, Field(strict=True, ge=2)] | None = None  # options: bayesian-update: generations
+    cost_ratio: Annotated[float, Field(strict=True, ge=1)] | None = None  # options: bayesian-update: cost_ratio
 
     @field_validator("combination", mode="before")
     @classmethod
     def _lower(cls, value: object) -> object:
         return value.lower() if isinstance(value, str) else value
+
+    @field_validator("options")
+    @classmethod
+    def _options(cls, value: dict[str, dict], info: ValidationInfo) -> dict[str, dict]:
+        """Each sub-block checked by its method's options model (an unknown method or key refused); a method
+        of your own that ``method:`` or ``strategy:`` names as ``module:ENTRY`` is registered first, so that
+        its sub-block may use its name."""
+        named = info.data.get("strategy")
+        for name in [info.data.get("method"), *(named if isinstance(named, list) else [])]:
+            if isinstance(name, str) and ":" in name:
+                with contextlib.suppress(UsageError):  # one that does not resolve is refused where it is named
+                    resolve(name)
+        for name, block in value.items():
+            method_options(name, block)
+        return value
+
+
+# the remediation block's own keys that are short for a method's option (key -> method)
+SHORT_FORMS = {"weight": "blend", "k": "rerank", "generations": "bayesian-update", "cost_ratio": "bayesian-update"}
+
+
+def method_options(name: str, block: Mapping[str, object]) -> Options:
+    """The ``options: <name>:`` sub-block checked by the method's own options model; a ValueError saying
+    which method and key, and what was expected.
+
+    >>> method_options("rerank", {"k": 4}).k
+    4
+    >>> method_options("rerank", {"k": 1})
+    Traceback (most recent call last):
+    ...
+    ValueError: rerank.k: Input should be greater than or equal to 2 (got 1)
+    """
+    try:
+        entry = resolve(name)
+    except UsageError as exc:
+        raise ValueError(str(exc)) from None
+    try:
+        return entry.options.model_validate(dict(block))
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        key = ".".join(str(part) for part in (name, *error["loc"]))
+        if error["type"] == "extra_forbidden":
+            known = ", ".join(entry.options.model_fields) or "none"
+            raise ValueError(f"{key}: unknown option of {name} (its options: {known})") from None
+        raise ValueError(f"{key}: {error['msg']} (got {error['input']!r})") from None
 
 
 @dataclass(frozen=True)
@@ -233,12 +291,9 @@ class RemediationConfig:
     settings: TrainSettings = field(default_factory=TrainSettings)
     strategy: tuple[str, ...] = ()  # the methods to try in turn; () tries settings.method alone
     distillation_overrides: dict = field(default_factory=dict)  # the block's distillation: keys
-    weight: float | None = None  # blend's weight as the config fixes it (None: tuned, or the default)
-    k: int | None = None  # rerank's k as the config fixes it (None: tuned, or the default)
+    options: dict[str, Options] = field(default_factory=dict)  # each method's options: sub-block, checked
     calibration: Path | None = None  # where the repairs' settings are tuned (None: the held-out share, or ``data``)
     tuning_share: float | None = None  # the share of the evaluation set held out to tune on (None: none held out)
-    generations: int | None = None  # bayesian-update's K, the candidate and the baseline included
-    cost_ratio: float | None = None  # bayesian-update's cost ratio as the config fixes it (None: tuned)
     max_models: int | None = None  # the most models what remediation registers may carry (None: no bound)
 
     @property
@@ -256,6 +311,16 @@ class RemediationConfig:
         ('dynsnap-cyc',)
         """
         return self.strategy or (self.settings.method,)
+
+    @property
+    def own(self) -> Options:
+        """The options of the method this config is for (``settings.method``): its sub-block, or its defaults.
+
+        >>> RemediationConfig(None, settings=TrainSettings(method="rerank")).own.k is None
+        True
+        """
+        method = self.settings.method
+        return self.options.get(method) or resolve(method).options()
 
     def for_method(self, method: str) -> RemediationConfig:
         """This config training ``method``, with the distillation term the method defaults to and the
@@ -275,12 +340,18 @@ class RemediationConfig:
             check_weight(block.weight)
         if block.k is not None:
             check_k(block.k)
+        options = _options(block, source)
         if block.calibration is not None and block.tuning_share is not None:
             raise UsageError(
                 f"{source}: remediation: calibration: and tuning_share: both name the data to tune on; keep one "
                 "(a calibration file, or the share of the evaluation set held out)"
             )
-        trains = block.strategy is None and block.method not in no_training()  # one method, which trains
+        try:
+            method = resolve(block.method).name
+        except UsageError as exc:
+            raise UsageError(f"{source}: {exc}") from None
+        block = block.model_copy(update={"method": method})
+        trains = block.strategy is None and method not in no_training()  # one method, which trains
         if trains and block.data is None and ":" not in block.recipe:
             raise UsageError(
                 f"{source}: remediation: 'data' (the training data file) is required for recipe '{block.recipe}' "
@@ -294,12 +365,26 @@ class RemediationConfig:
                 _settings(block.model_copy(update={"method": method}))
         except UsageError as exc:
             raise UsageError(f"{source}: {exc}") from None
-        options = dict(block.recipe_options)
         return cls(
-            block.data, block.recipe, options, block.label_column, block.combination, settings, strategy, overrides,
-            block.weight, block.k, block.calibration, block.tuning_share, block.generations, block.cost_ratio,
-            block.max_models,
+            block.data, block.recipe, dict(block.recipe_options), block.label_column, block.combination, settings,
+            strategy, overrides, options, block.calibration, block.tuning_share, block.max_models,
         )  # fmt: skip
+
+
+def _options(block: RemediationBlock, source: str) -> dict[str, Options]:
+    """Each method's checked options: its ``options:`` sub-block, with the block's short forms
+    (:data:`SHORT_FORMS`) in it; a key given both ways is a UsageError."""
+    blocks = {resolve(name).name: dict(options) for name, options in block.options.items()}
+    for key, method in SHORT_FORMS.items():
+        value = getattr(block, key)
+        if value is None:
+            continue
+        if key in blocks.get(method, {}):
+            raise UsageError(
+                f"{source}: remediation: {key}: and options: {method}: {key}: both set {method}'s {key}; keep one"
+            )
+        blocks.setdefault(method, {})[key] = value
+    return {name: method_options(name, options) for name, options in blocks.items()}
 
 
 def _strategy(block: RemediationBlock, source: str) -> tuple[str, ...]:
@@ -307,15 +392,13 @@ def _strategy(block: RemediationBlock, source: str) -> tuple[str, ...]:
         return ()
     if block.strategy == "cheapest":
         return cheapest_order(block.method)
-    unknown = [m for m in block.strategy if m not in METHODS]
-    if unknown:
-        raise UsageError(
-            f"{source}: remediation strategy: method '{unknown[0]}' is unknown; use 'cheapest' or a list of "
-            f"{', '.join(METHODS)}"
-        )
-    if len(set(block.strategy)) < len(block.strategy):
+    try:
+        names = [resolve(m).name for m in block.strategy]
+    except UsageError as exc:
+        raise UsageError(f"{source}: remediation strategy: {exc}; or 'cheapest'") from None
+    if len(set(names)) < len(names):
         raise UsageError(f"{source}: remediation strategy names a method twice: {block.strategy}")
-    return tuple(block.strategy)
+    return tuple(names)
 
 
 def _settings(block: RemediationBlock) -> TrainSettings:

@@ -4,8 +4,14 @@ The gate's remediation (:mod:`consistency_gate.gate.remediate`) reads this table
 a method: it skips a method whose needs the gate cannot meet (with the reason), tries the others in
 turn, and puts what each builds through one tail that reloads it, checks it predicts what was gated,
 measures its serving cost, judges it with the gate's rules and registers it if it passes.
-``strategy: cheapest`` orders the methods by their declared ``cost``. Adding a method is one entry of
-:data:`METHODS` and its builder.
+``strategy: cheapest`` orders the methods by their declared ``cost``.
+
+A method owns everything that is particular to it: its options (the ``remediation: options: <name>:``
+sub-block, a pydantic model), its builder, the model it serves, and ``describe(name, built)``, the words
+the report, the run and the version's description use for what it built (stored in the report, so
+nothing outside the method reads its setting's keys). Adding a method is one module (its builder) and
+one entry: in :data:`METHODS`, or, for a method of your own, named in the config as ``"module:ENTRY"``
+(:func:`resolve`), which registers it.
 
 A builder is ``build(inputs, remediation) -> Built``: it receives the gate's :class:`Inputs` and the
 method's :class:`~consistency_gate.ensembles.config.RemediationConfig`, runs inside the attempt's MLflow
@@ -15,7 +21,7 @@ training recipes are) and imported when a method runs, so that reading a config 
 >>> METHODS["rerank"].kind, METHODS["rerank"].cost < METHODS["dynsnap-cyc"].cost
 ('rerank', True)
 >>> [m.name for m in METHODS.values() if not m.trains]
-['blend', 'rerank', 'bayesian-update']
+['blend', 'rerank', 'bayesian-update', 'memory']
 """
 
 from __future__ import annotations
@@ -26,7 +32,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
-from consistency_gate.errors import DataError
+from pydantic import BaseModel, ConfigDict, Field
+
+from consistency_gate.errors import DataError, UsageError
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -51,14 +59,16 @@ class RemediationConfig(Protocol):
     calibration: Path | None
     tuning_share: float | None  # the share of the evaluation set held out to tune on
     label_column: str
-    k: int | None
-    generations: int | None  # bayesian-update's K (None: DEFAULT_GENERATIONS)
     max_models: int | None  # the most models what remediation registers may carry (None: no bound)
     settings: object  # its TrainSettings (``m``: an ensemble's members)
 
     @property
     def can_train(self) -> bool:
         """Whether there is data to train on."""
+
+    @property
+    def own(self) -> BaseModel:
+        """The options of the method this config is for (its ``options:`` sub-block, checked)."""
 
 
 @dataclass(frozen=True)
@@ -119,6 +129,7 @@ class Inputs:
     held_out: TuningData | None = None  # the share of the evaluation set held out to tune on (tuning_share:)
     no_held_out: str | None = None  # why the share the config asks for was not held out
     label_column: str = "label"  # the evaluation set's true class
+    id_column: str | None = None  # the evaluation set's id column (--id-column)
 
 
 def tuning_data(inputs: Inputs, remediation: RemediationConfig) -> TuningData | None:
@@ -147,9 +158,69 @@ class Built:
     members: int  # the models it carries (its serving cost grows with them)
     seconds: float  # the time it took to build
     features: list[str] | None  # the columns it reads (None: every column but the non-features)
-    setting: dict | None = None  # a no-training repair's setting, as the report shows it
+    setting: dict | None = None  # a no-training repair's setting, as the report shows it (its describe reads it)
     runs: int = 0  # training runs (a snapshot ensemble's)
     kappa: float = 0.0  # the ensemble's diversity
+
+
+@dataclass(frozen=True)
+class Described:
+    """What a method built, in the words every record uses (a method's ``describe`` returns it; the report
+    stores it as ``described``): ``noun`` ("rerank repair", "ensemble"), ``title`` (the verdict's section
+    title: the noun, its setting and what it cost to build) and ``served`` (the cost line's subject: what
+    serves, with the models it carries).
+
+    >>> Described("toy repair", "toy repair (margin 0.2)", "the toy repair").to_dict()["noun"]
+    'toy repair'
+    """
+
+    noun: str
+    title: str
+    served: str
+
+    def to_dict(self) -> dict:
+        """As the report holds it."""
+        return {"noun": self.noun, "title": self.title, "served": self.served}
+
+
+class Options(BaseModel):
+    """A method's ``remediation: options: <method>:`` sub-block; a method without options has this one,
+    which takes no key (pydantic: an unknown key or a wrong type is refused with its path)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class BlendOptions(Options):
+    """``blend``: the previous generation's share, fixed (None: tuned on data other than the evaluation set,
+    else 0.5)."""
+
+    weight: float | None = Field(default=None, strict=True, ge=0, le=1)
+
+
+class RerankOptions(Options):
+    """``rerank``: how many of the candidate's first choices the previous generation picks among, fixed
+    (None: tuned, else 3)."""
+
+    k: int | None = Field(default=None, strict=True, ge=2)
+
+
+class MemoryOptions(Options):
+    """``memory``: the population the model serves (a CSV or Parquet file, or a folder of Parquet files: ids and
+    features, no labels), its id column (None: the gate's ``--id-column``), the cost ratio, fixed (None: tuned
+    on the tuning data), and ids to forget at this gate."""
+
+    population: Path | None = None
+    id_column: str | None = Field(default=None, strict=True, min_length=1)
+    forget: Path | None = None  # a file of ids (CSV with the id column, or one id per line) the memory drops
+    cost_ratio: float | None = Field(default=None, strict=True, ge=1)
+
+
+class BayesOptions(Options):
+    """``bayesian-update``: K, the generations it combines (the candidate and the baseline included), and
+    the cost ratio, fixed (None: tuned on the tuning data)."""
+
+    generations: int | None = Field(default=None, strict=True, ge=2)
+    cost_ratio: float | None = Field(default=None, strict=True, ge=1)
 
 
 @dataclass(frozen=True)
@@ -181,6 +252,12 @@ class Method:
     check: Callable[[RemediationConfig, int], str | None] | None = None
     models: Callable[[Inputs, RemediationConfig], int] = lambda inputs, remediation: 1  # one model: a distilled one
     flattens: bool = False  # over the budget, it may combine the generations repaired champions stand in for
+    options: type[Options] = Options
+    describe: Callable[[str, Built], Described] = lambda name, built: _one_model(name, built)
+    always: bool = False  # deployed in place of every candidate, passed or not (the memory of what users saw)
+    # answers equal to the baseline's on every sample make it a rollback at the cost of more models, never
+    # registered; False for what deploys something new all the same (the memory: a new model for new items)
+    same_is_rollback: bool = True
 
     def build(self, inputs: Inputs, remediation: RemediationConfig) -> Built:
         """Run the builder (imported now when named ``"module:function"``)."""
@@ -243,7 +320,7 @@ class Method:
 def _rerank_fits(remediation: RemediationConfig, n_classes: int) -> str | None:
     """Re-ranking picks among k < the number of classes (of all of them, the previous generation's pick
     is its own answer: a rollback)."""
-    k = remediation.k if remediation.k is not None else min(KS)
+    k = remediation.own.k if remediation.own.k is not None else min(KS)
     if n_classes <= min(KS) or k >= n_classes:
         return (
             f"rerank needs k < the number of classes, and k is {k} for {n_classes} classes: re-ranking every class "
@@ -265,7 +342,7 @@ def _pair(inputs: Inputs, remediation: RemediationConfig) -> int:
 
 def _generations(inputs: Inputs, remediation: RemediationConfig) -> int:
     """The Bayesian update of its K generations."""
-    past = inputs.past((remediation.generations or DEFAULT_GENERATIONS) - 2)
+    past = inputs.past((remediation.own.generations or DEFAULT_GENERATIONS) - 2)
     return models_of(inputs, [*(v for v, _ in past), *inputs.versions])
 
 
@@ -286,6 +363,103 @@ def _ensemble_plan(method: str, m: int) -> str:
     return f"training a {method} ensemble of {m} members to gate in its place"
 
 
+def _tuned(setting: dict) -> str:
+    """Where a repair's setting came from, as a title says it."""
+    where = setting.get("tuned_on", "defaults")
+    return "default" if where == "defaults" else f"from {where}"
+
+
+_BOTH_IN_ONE = "both generations' models in one, no training"
+
+
+def _carried(built: Built) -> str:
+    return f"{built.members} generations' models"
+
+
+def _describe_blend(name: str, built: Built) -> Described:
+    """blend: its weight.
+
+    >>> built = Built(None, None, 2, 0.0, None, setting={"weight": 0.3, "tuned_on": "calib.csv"})
+    >>> _describe_blend("blend", built).title
+    "blend repair (w 0.3, from calib.csv): both generations' models in one, no training"
+    """
+    noun = f"{name} repair"
+    title = (
+        f"{noun} (w {built.setting['weight']}, {_tuned(built.setting)}): both generations' models in one, no training"
+    )
+    return Described(noun, title, f"the {noun} ({_carried(built)})")
+
+
+def _describe_rerank(name: str, built: Built) -> Described:
+    """rerank: its k.
+
+    >>> _describe_rerank("rerank", Built(None, None, 2, 0.0, None, setting={"k": 3, "tuned_on": "defaults"})).served
+    "the rerank repair (2 generations' models)"
+    """
+    noun = f"{name} repair"
+    title = f"{noun} (k {built.setting['k']}, {_tuned(built.setting)}): {_BOTH_IN_ONE}"
+    return Described(noun, title, f"the {noun} ({_carried(built)})")
+
+
+def _describe_update(name: str, built: Built) -> Described:
+    """bayesian-update: its cost ratio and the versions it combines.
+
+    >>> setting = {"cost_ratio": 2.0, "tuned_on": "config", "versions": ["1", "2", "3"]}
+    >>> _describe_update("bayesian-update", Built(None, None, 3, 0.0, None, setting=setting)).title
+    'bayesian-update repair (cost ratio 2, from config): v1, v2, v3 in one, no training'
+    """
+    noun = f"{name} repair"
+    versions = ", ".join(f"v{v}" for v in built.setting["versions"])
+    title = (
+        f"{noun} (cost ratio {built.setting['cost_ratio']:g}, {_tuned(built.setting)}): {versions} in one, no training"
+    )
+    return Described(noun, title, f"the {noun} ({_carried(built)})")
+
+
+def _describe_memory(name: str, built: Built) -> Described:
+    """memory: the table it carries beside its one model.
+
+    >>> setting = {"rows": 1200, "bytes": 52000, "cost_ratio": 2.0, "tuned_on": "config", "changed": 3,
+    ...     "from": "v2's memory"}
+    >>> _describe_memory("memory", Built(None, None, 1, 0.0, None, setting=setting)).title
+    "memory of 1,200 ids (0.052 MB; cost ratio 2, from config), updated from v2's memory: 3 answers changed, one model"
+    """
+    s = built.setting
+    ratio = f"cost ratio {s['cost_ratio']:g}, {_tuned(s)}"
+    title = (
+        f"{name} of {s['rows']:,} ids ({s['bytes'] / 1e6:.2g} MB; {ratio}), updated from {s['from']}: "
+        f"{s['changed']:,} answers changed, one model"
+    )
+    return Described(name, title, f"the model and its memory ({s['rows']:,} ids)")
+
+
+def _population(remediation: RemediationConfig, n_classes: int) -> str | None:
+    """A memory needs the population it serves."""
+    if remediation.own.population is None:
+        return "it remembers the answers of a population: name it with options: memory: population: <file>"
+    return None
+
+
+def _one_model(name: str, built: Built) -> Described:
+    """A distilled model (and the default for a method of one model).
+
+    >>> _one_model("ensemble-distillation", Built(None, None, 1, 0.0, None, runs=5, kappa=5.0)).title
+    'ensemble-distillation model, one model from 5 runs (kappa 5.0)'
+    """
+    noun = f"{name} model"
+    return Described(noun, f"{noun}, one model from {built.runs} runs (kappa {built.kappa:.1f})", f"the {noun}")
+
+
+def _describe_ensemble(name: str, built: Built) -> Described:
+    """An ensemble: its members and the runs it took.
+
+    >>> _describe_ensemble("dynsnap-cyc", Built(None, None, 4, 0.0, None, runs=2, kappa=2.0)).title
+    'dynsnap-cyc ensemble of 4 members from 2 runs (kappa 2.0)'
+    """
+    title = f"{name} ensemble of {built.members} members from {built.runs} runs (kappa {built.kappa:.1f})"
+    return Described("ensemble", title, f"the ensemble of {built.members} members")
+
+
 _REPAIRS = "consistency_gate.ensembles.repair:build_repair"
 _BAYES = "consistency_gate.ensembles.bayes:build_bayes"
 _BOTH = ("previous", "candidate")
@@ -298,28 +472,72 @@ def _repair(
     return Method(name, name, cost, builder, _repair_plan, previous=True, models=models, **needs)
 
 
-def _trained(name: str, kind: str, cost: int, **needs: object) -> Method:
-    if kind == "distilled":
-        return Method(name, kind, cost, TRAINED, _distil_plan, trains=True, **needs)
-    return Method(name, kind, cost, TRAINED, _ensemble_plan, trains=True, models=_members, **needs)
+def _distilled(name: str, cost: int, **needs: object) -> Method:
+    """A method that trains one model."""
+    return Method(name, "distilled", cost, TRAINED, _distil_plan, trains=True, **needs)
+
+
+def _ensemble(name: str) -> Method:
+    """A method that trains an ensemble of ``m`` members."""
+    return Method(
+        name, "ensemble", 100, TRAINED, _ensemble_plan, trains=True, models=_members, describe=_describe_ensemble
+    )
 
 
 METHODS: dict[str, Method] = {
     m.name: m
     for m in (
-        _repair("blend", 10, _REPAIRS, _pair, scores=_BOTH, flattens=True),
-        _repair("rerank", 20, _REPAIRS, _pair, scores=_BOTH, check=_rerank_fits, flattens=True),
-        _repair("bayesian-update", 30, _BAYES, _generations, labelled=True, flattens=True),
-        _trained("focal-distillation", "distilled", 40, previous=True, scores=("previous",)),
-        _trained("ensemble-distillation", "distilled", 50),
-        _trained("dynsnap-cyc", "ensemble", 100),
-        _trained("dynsnap-step", "ensemble", 100),
-        _trained("snapshot", "ensemble", 100),
-        _trained("extbagging", "ensemble", 100),
-        _trained("mcdropout", "ensemble", 100),
-        _trained("singlebase", "ensemble", 100),
+        _repair("blend", 10, _REPAIRS, _pair, scores=_BOTH, flattens=True, options=BlendOptions,
+                describe=_describe_blend),
+        _repair("rerank", 20, _REPAIRS, _pair, scores=_BOTH, check=_rerank_fits, flattens=True,
+                options=RerankOptions, describe=_describe_rerank),
+        _repair("bayesian-update", 30, _BAYES, _generations, labelled=True, flattens=True, options=BayesOptions,
+                describe=_describe_update),
+        Method("memory", "memory", 35, "consistency_gate.ensembles.memory:build_memory",
+               lambda name, m: "updating the memory of what users saw with its answers, to deploy in its place",
+               previous=True, labelled=True, check=_population, options=MemoryOptions, describe=_describe_memory,
+               always=True, same_is_rollback=False),
+        _distilled("focal-distillation", 40, previous=True, scores=("previous",)),
+        _distilled("ensemble-distillation", 50),
+        *map(_ensemble, ("dynsnap-cyc", "dynsnap-step", "snapshot", "extbagging", "mcdropout", "singlebase")),
     )
-}
+}  # fmt: skip
+
+
+def resolve(name: str) -> Method:
+    """The method a config names: an entry of :data:`METHODS`, or ``"module:ENTRY"``, a :class:`Method` of
+    your own in an importable module, which is registered (under its ``name``) on first use; a UsageError
+    (exit 2) names what is wrong.
+
+    >>> resolve("rerank").kind
+    'rerank'
+    >>> resolve("no-such")
+    Traceback (most recent call last):
+    ...
+    consistency_gate.errors.UsageError: remediation method 'no-such' is unknown; use one of blend, rerank, ...
+    """
+    if name in METHODS:
+        return METHODS[name]
+    module, colon, attribute = name.partition(":")
+    if not colon:
+        raise UsageError(
+            f"remediation method '{name}' is unknown; use one of {', '.join(METHODS)}, or 'module:ENTRY' naming a "
+            "Method of your own"
+        )
+    try:
+        entry = getattr(importlib.import_module(module), attribute)
+    except (ImportError, AttributeError) as exc:
+        raise UsageError(
+            f"remediation method '{name}': cannot import it ({exc}); check the module and the name"
+        ) from None
+    if not isinstance(entry, Method):
+        raise UsageError(
+            f"remediation method '{name}' is a {type(entry).__name__}, not a consistency_gate.ensembles.methods.Method"
+        )
+    known = METHODS.setdefault(entry.name, entry)
+    if known is not entry:
+        raise UsageError(f"remediation method '{name}' is named '{entry.name}', which another method already has")
+    return entry
 
 
 def cheapest_order(configured: str) -> tuple[str, ...]:
@@ -330,7 +548,7 @@ def cheapest_order(configured: str) -> tuple[str, ...]:
     >>> cheapest_order("focal-distillation")
     ('blend', 'rerank', 'bayesian-update', 'focal-distillation', 'ensemble-distillation', 'dynsnap-cyc')
     """
-    cheaper = sorted((m for m in METHODS.values() if m.kind != "ensemble"), key=lambda m: m.cost)
+    cheaper = sorted((m for m in METHODS.values() if m.kind != "ensemble" and not m.always), key=lambda m: m.cost)
     names = tuple(m.name for m in cheaper)
     return (*names, "dynsnap-cyc" if configured in names else configured)
 
@@ -339,7 +557,7 @@ def no_training() -> tuple[str, ...]:
     """The methods that build without training (a repair of the generations' answers).
 
     >>> no_training()
-    ('blend', 'rerank', 'bayesian-update')
+    ('blend', 'rerank', 'bayesian-update', 'memory')
     """
     return tuple(m.name for m in METHODS.values() if not m.trains)
 
@@ -348,6 +566,6 @@ def kinds() -> tuple[str, ...]:
     """Every ``consistency_gate.kind`` a remediation can tag a version with.
 
     >>> kinds()
-    ('blend', 'rerank', 'bayesian-update', 'distilled', 'ensemble')
+    ('blend', 'rerank', 'bayesian-update', 'memory', 'distilled', 'ensemble')
     """
     return tuple(dict.fromkeys(m.kind for m in METHODS.values()))

@@ -225,16 +225,25 @@ def input_frame(model_input: pd.DataFrame | np.ndarray) -> pd.DataFrame:
     return pd.DataFrame(model_input)
 
 
-def log_carrying(code: str, generations: dict[str, dict], config: dict, metadata: dict, name: str) -> ModelInfo:
+def log_carrying(
+    code: str | Path,
+    generations: dict[str, dict],
+    config: dict,
+    metadata: dict,
+    name: str = "repair",
+    signature: object | None = None,
+    extra: dict[str, str] | None = None,
+) -> ModelInfo:
     """Log a repair that needs no training as one pyfunc model in the active run ("models from code":
-    ``code``, a file beside this module; nothing pickled), carrying ``generations`` (role -> a dict with
-    the model's ``uri``, its ``classes`` and its ``tags``, which go into ``config``); the last role's
-    signature is the repair's input. Returns MLflow's ModelInfo."""
+    ``code``, the name of a file beside this module or the path of a repair's own; nothing pickled),
+    carrying ``generations`` (role -> a dict with the model's ``uri``, its ``classes`` and its ``tags``,
+    which go into ``config``); the last role's signature is the repair's input unless ``signature`` gives
+    one; ``extra``: more artifacts (name -> local path), such as a table. Returns MLflow's ModelInfo."""
     import warnings
 
     import mlflow
 
-    signature = mlflow.models.get_model_info(list(generations.values())[-1]["uri"]).signature
+    signature = signature or mlflow.models.get_model_info(list(generations.values())[-1]["uri"]).signature
     config = {
         **config,
         "classes": {role: g["classes"] for role, g in generations.items()},
@@ -244,8 +253,8 @@ def log_carrying(code: str, generations: dict[str, dict], config: dict, metadata
         warnings.filterwarnings("ignore", message=".*input example was not provided", category=UserWarning)
         return mlflow.pyfunc.log_model(
             name=name,
-            python_model=str(Path(__file__).with_name(code)),
-            artifacts={role: g["uri"] for role, g in generations.items()},
+            python_model=str(code if isinstance(code, Path) else Path(__file__).with_name(code)),
+            artifacts={**{role: g["uri"] for role, g in generations.items()}, **(extra or {})},
             model_config=config,
             signature=signature,
             metadata=metadata,
@@ -306,11 +315,9 @@ def setting_for(inputs: Inputs, remediation: RemediationConfig) -> Repair:
     never on the samples it is judged on; else the default."""
     from consistency_gate.mlops.scoring import predict
 
-    method = remediation.settings.method
-    if method == "blend" and remediation.weight is not None:
-        return Repair("blend", weight=remediation.weight, tuned_on="config")
-    if method == "rerank" and remediation.k is not None:
-        return Repair("rerank", k=remediation.k, tuned_on="config")
+    method, fixed = remediation.settings.method, remediation.own.model_dump(exclude_none=True)
+    if fixed:  # blend's weight, rerank's k
+        return Repair(method, **fixed, tuned_on="config")
     tuning = tuning_data(inputs, remediation)
     if tuning is None:
         return Repair(method)

@@ -102,13 +102,13 @@ class GateRun:
         with self.timed("cost"):
             self.cost = serving_cost(predict, self.frame, self.cand_ref.uri)
 
-    def describe(self, version: str, decision: Decision, replaces: str = "") -> None:
+    def describe(self, version: str, decision: Decision, replaces: str = "", noun: str = "repair") -> None:
         """Lead registered ``version``'s description with what ``decision`` found (see
-        :func:`~consistency_gate.gate.session.version_description`)."""
+        :func:`~consistency_gate.gate.session.version_description`); ``noun``: what a repair is, in words."""
         base = self.base_ref.to_dict() if self.base_ref else None
         text = version_description(
             decision.verdict, decision.rules, (version, base), Path(self.data_path).name, decision.comparison.n,
-            replaces,
+            replaces, noun,
         )  # fmt: skip
         registry.describe_version(self.client, registry.ModelRef(self.cand_ref.name, version), text, self.run_id)
 

@@ -40,6 +40,12 @@ def plan(remediation: RemediationConfig) -> str:
     return METHODS[methods[0]].plan_line(remediation)
 
 
+def always(remediation: RemediationConfig | None) -> bool:
+    """Whether remediation runs at every gate, the candidate passed or not: a method it tries is deployed in
+    place of every candidate (the memory of what users saw)."""
+    return remediation is not None and any(METHODS[name].always for name in remediation.methods)
+
+
 def remediate(
     gate: GateRun, comparer: Comparer, cand_model: scoring.LoadedModel, cand_scores: pd.DataFrame | pd.Series
 ) -> tuple[dict | None, list[dict]]:
@@ -57,7 +63,7 @@ def remediate(
     for name in methods:
         entry, config = METHODS[name], remediation.for_method(name)
         has_previous = comparer.baseline is not None
-        skipped = entry.missing(remediation, len(inputs.classes), has_previous, scoreless, inputs.no_held_out)
+        skipped = entry.missing(config, len(inputs.classes), has_previous, scoreless, inputs.no_held_out)
         attempted, over, note = (inputs, None, None) if skipped else _within_budget(gate, inputs, entry, config)
         skipped = skipped or over
         if skipped:
@@ -92,7 +98,7 @@ def _inputs(
         comparer.base_scores, (base_version, gate.cand_ref.version),
         _classes_of(cand_scores, gate.frame[gate.label_column]), gate.decision, gate.quiet,
         partial(_calibration_judge, gate), cache(past), carried,
-        split.held_out if split else None, split.why_not if split else None, gate.label_column,
+        split.held_out if split else None, split.why_not if split else None, gate.label_column, gate.id_column,
     )  # fmt: skip
 
 
@@ -219,7 +225,7 @@ def _judge(
     model_info, scores = built.model_info, built.scores
     spark_model = SparkModel(model_info.model_uri, "python_function", list(scores.columns), list(built.features or []))
     decision = comparer.decide(scores, spark_model, cost.metrics(gate.cost))
-    rollback = comparer.baseline is not None and decision.metrics.get("con") == 1.0
+    rollback = entry.same_is_rollback and comparer.baseline is not None and decision.metrics.get("con") == 1.0
     report = {
         "verdict": "rollback" if rollback else decision.verdict,
         **(
@@ -246,6 +252,7 @@ def _judge(
         "kappa": built.kappa,
         "train_seconds": built.seconds,
         **({"setting": built.setting} if built.setting is not None else {}),
+        "described": entry.describe(entry.name, built).to_dict(),
         "run_id": run_id,
         "registered_version": None,
     }
@@ -257,7 +264,7 @@ def _judge(
             gate.client, registry.ModelRef(cand_ref.name, version), "passed", report["kind"], gate.run_id,
             replaces=cand_ref.version, models=built.members,
         )  # fmt: skip
-        gate.describe(version, decision, replaces=cand_ref.version)
+        gate.describe(version, decision, replaces=cand_ref.version, noun=report["described"]["noun"])
         report["registered_version"] = version
     tracking.log_json(report, "gate/report.json")
     return report

@@ -96,13 +96,14 @@ class GateResult:
 
     @property
     def outcome(self) -> str:
-        """What happened, in one word: passed (the candidate), remediated (an ensemble passed and was
-        registered in its place) or failed."""
+        """What happened, in one word: remediated (what remediation built passed and was registered in the
+        candidate's place: a repair of a failed candidate, or the memory deployed with every candidate), passed
+        (the candidate) or failed."""
         if self.verdict == NOTHING_TO_DECIDE:
             return NOTHING_TO_DECIDE
-        if self.candidate_verdict == "passed":
-            return "passed"
-        return "remediated" if self.registered_version is not None else "failed"
+        if self.registered_version is not None:
+            return "remediated"
+        return "passed" if self.candidate_verdict == "passed" else "failed"
 
     @property
     def passed_version(self) -> str | None:

@@ -240,23 +240,27 @@ def _gate_in_run(gate: GateRun) -> GateResult:
             registry.tag_version(gate.client, cand_ref, single.verdict, _kind(cand_ref), gate.run_id)
             gate.describe(cand_ref.version, single)
     promoted_version = cand_ref.version if single.verdict == "passed" else None
-    if single.verdict == "failed" and cfg.remediation is not None:
+    always = remediate.always(cfg.remediation) and base_ref is not None
+    if cfg.remediation is not None and (single.verdict == "failed" or always):
         if not gate.quiet:  # why remediation runs now, before it does (the rule table comes with the verdict)
             failed = "; ".join(r.rule.describe() for r in single.rules if r.blocks)
-            print(
-                f"The candidate failed: {remediate.plan(cfg.remediation)} ... (failed rules: {failed})",
-                file=sys.stderr,
-                flush=True,
+            why = (
+                f"failed: {remediate.plan(cfg.remediation)} ... (failed rules: {failed})"
+                if failed
+                else (f"passed: {remediate.plan(cfg.remediation)} ...")
             )
+            print(f"The candidate {why}", file=sys.stderr, flush=True)
         if gate.cost is None:  # what remediation builds is weighed against the candidate's cost
             gate.measure_candidate_cost(models[-1])
             result.cost = gate.cost.metrics(gate.cost)
         with gate.timed("remediation"):
             result.ensemble, result.attempts = remediate.remediate(gate, comparer, models[-1], frames[-1])
         if result.ensemble is not None:  # None: every method was skipped (the attempts say why)
-            result.verdict = "passed" if result.ensemble["verdict"] == "passed" else "failed"
+            passed = result.ensemble["verdict"] == "passed"
+            result.verdict = "passed" if passed or single.verdict == "passed" else "failed"
             result.registered_version = result.ensemble["registered_version"]
-        promoted_version = result.registered_version
+        if result.registered_version is not None or single.verdict == "failed":  # else: the candidate, alone
+            promoted_version = result.registered_version
     with gate.timed("logging"):
         versions = {"candidate": cand_ref.version, "baseline": base_ref.version if base_ref else None}
         result.links = tracking.ui_links(

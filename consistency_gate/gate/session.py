@@ -77,24 +77,30 @@ def run_title(result: GateResult, started_as: str) -> str:
 
 
 def version_description(
-    verdict: str, rules: list[RuleResult], versions: tuple[str, dict | None], data: str, n: int, replaces: str = ""
+    verdict: str,
+    rules: list[RuleResult],
+    versions: tuple[str, dict | None],
+    data: str,
+    n: int,
+    replaces: str = "",
+    noun: str = "repair",
 ) -> str:
     """What the gate found, as the first paragraph of a version's description in the registry (the
     versions table shows its first characters, the version page all of it above the tags): the verdict
     and the versions first, as the run names say them, then on which data, the failed rules with their
-    measured values, and for a repair the version it stands in for. ``versions``: the version described
-    and its baseline. One paragraph, Markdown-escaped; :func:`~consistency_gate.mlops.registry.describe_version`
-    signs it with the run.
+    measured values, and for a repair (``noun``: what it is, as its method describes it) the version it
+    stands in for. ``versions``: the version described and its baseline. One paragraph, Markdown-escaped;
+    :func:`~consistency_gate.mlops.registry.describe_version` signs it with the run.
 
     >>> from consistency_gate.gate.rules import Rule, RuleResult
     >>> failed = [RuleResult(Rule("ctoi", "max", 0.02), 0.0517, False), RuleResult(Rule("con", "min", 0.9), 0.95, True)]
     >>> print(version_description("failed", failed, ("2", {"version": "1", "alias": "champion"}), "eval.csv", 500))
     FAILED v2 vs v1 (@champion) on eval.csv (500 samples): ctoi <= 0.02 failed (0.0517).
-    >>> version_description("passed", failed[1:], ("3", {"version": "1"}), "eval.csv", 500, replaces="2")[:43]
-    'PASSED v3 (repair of v2) vs v1 on eval.csv '
+    >>> version_description("passed", failed[1:], ("3", {"version": "1"}), "eval.csv", 500, "2", "rerank repair")[:50]
+    'PASSED v3 (rerank repair of v2) vs v1 on eval.csv '
     """
     version, baseline = versions
-    repair = f" (repair of v{replaces})" if replaces else ""
+    repair = f" ({noun} of v{replaces})" if replaces else ""
     against = " as the first generation (no baseline)"
     if baseline and baseline.get("version"):
         against = f" vs v{baseline['version']}" + (f" (@{baseline['alias']})" if baseline.get("alias") else "")

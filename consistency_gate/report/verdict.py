@@ -27,52 +27,33 @@ def verdict_headline(report: dict) -> str:
     >>> cand = {"name": "clf", "version": "2"}
     >>> verdict_headline({"candidate": cand, "verdict": "passed", "outcome": "passed"})
     'clf v2 PASSED'
-    >>> verdict_headline({"candidate": cand, "verdict": "passed", "outcome": "remediated", "registered_version": "3"})
+    >>> ens = {"described": {"noun": "ensemble", "title": "", "served": ""}}
+    >>> verdict_headline({"candidate": cand, "verdict": "passed", "outcome": "remediated", "registered_version": "3",
+    ...     "ensemble": ens})
     'clf v2 FAILED; the ensemble v3 PASSED in its place'
     """
     cand = report["candidate"]
     name = f"{cand['name']} {generation_name(cand)}"
     if report.get("outcome") == "remediated":
-        noun = remedy_noun(report.get("ensemble") or {})
-        return f"{name} FAILED; the {noun} v{report['registered_version']} PASSED in its place"
+        noun = described(report.get("ensemble") or {})["noun"]
+        alone = report.get("candidate_verdict", "failed").upper()
+        return f"{name} {alone}; the {noun} v{report['registered_version']} PASSED in its place"
     return f"{name} {report['verdict'].upper()}"
 
 
-def remedy_noun(remedy: dict) -> str:
-    """What remediation built, as a noun: 'ensemble', or '<method> model' for a single model
-    (a report's ``ensemble`` entry with ``kind`` 'distilled').
+def described(remedy: dict) -> dict:
+    """What remediation built, in words, as its method described it (the report's ``described``:
+    ``noun``, ``title``, ``served``); a report written before methods described themselves says the method.
 
-    >>> remedy_noun({"method": "focal-distillation", "kind": "distilled"}), remedy_noun({"method": "dynsnap-cyc"})
-    ('focal-distillation model', 'ensemble')
-    >>> remedy_noun({"method": "rerank", "kind": "rerank", "setting": {"k": 3, "tuned_on": "defaults"}})
+    >>> described({"method": "rerank", "described": {"noun": "rerank repair", "title": "t", "served": "s"}})["noun"]
     'rerank repair'
+    >>> described({"method": "dynsnap-cyc"})["title"]
+    'dynsnap-cyc'
     """
-    if remedy.get("setting"):  # a repair that needs no training carries its setting
-        return f"{remedy['method']} repair"
-    return f"{remedy['method']} model" if remedy.get("kind") == "distilled" else "ensemble"
-
-
-def remedy_title(remedy: dict) -> str:
-    """What remediation built and what it cost to train, for a section title.
-
-    >>> remedy_title({"method": "dynsnap-cyc", "members": 4, "runs": 2, "kappa": 2.0})
-    'dynsnap-cyc ensemble of 4 members from 2 runs (kappa 2.0)'
-    >>> remedy_title({"method": "ensemble-distillation", "kind": "distilled", "members": 1, "runs": 5, "kappa": 5.0})
-    'ensemble-distillation model, one model from 5 runs (kappa 5.0)'
-    """
-    if remedy.get("setting"):  # a repair that needs no training
-        setting = remedy["setting"]
-        where = "default" if setting["tuned_on"] == "defaults" else f"from {setting['tuned_on']}"
-        if "cost_ratio" in setting:
-            versions = ", ".join(f"v{v}" for v in setting["versions"])
-            ratio = f"cost ratio {setting['cost_ratio']:g}"
-            return f"{remedy_noun(remedy)} ({ratio}, {where}): {versions} in one, no training"
-        value = f"w {setting['weight']}" if "weight" in setting else f"k {setting['k']}"
-        return f"{remedy_noun(remedy)} ({value}, {where}): both generations' models in one, no training"
-    trained = f"from {remedy['runs']} runs (kappa {remedy['kappa']:.1f})"
-    if remedy.get("kind") == "distilled":
-        return f"{remedy_noun(remedy)}, one model {trained}"
-    return f"{remedy['method']} ensemble of {remedy['members']} members {trained}"
+    if remedy.get("described"):
+        return remedy["described"]
+    method = remedy.get("method", "remediation")
+    return {"noun": method, "title": method, "served": f"the {method}"}
 
 
 @dataclass
@@ -125,11 +106,11 @@ class Verdict:
             sections.append(VerdictSection("The candidate", single, [rule_row(r) for r in rules]))
         ens, registered = report.get("ensemble"), None
         if ens:
-            title = f"Remediation: {remedy_title(ens)}"
+            title = f"Remediation: {described(ens)['title']}"
             sections.append(VerdictSection(title, ens["verdict"].upper(), [rule_row(r) for r in ens["rules"]]))
             if ens.get("registered_version"):
                 registered = (
-                    f"Registered the {remedy_noun(ens)} as v{ens['registered_version']} (tags "
+                    f"Registered the {described(ens)['noun']} as v{ens['registered_version']} (tags "
                     f"consistency_gate.kind={ens.get('kind', 'ensemble')}, consistency_gate.verdict=passed)."
                 )
         promotion = report.get("promotion")
@@ -285,7 +266,8 @@ def cost_line(report: dict) -> str:
 
     >>> report = {"metrics": {"ctoi": 0.1, "con": 0.88}, "cost": {"latency_ms_per_1000": 10.0, "size_mb": 0.03},
     ...     "ensemble": {"members": 4, "metrics": {"ctoi": 0.02, "con": 0.95}, "cost": {"latency_ms_per_1000": 38.0,
-    ...     "latency_ratio": 3.8, "size_mb": 0.12, "size_ratio": 4.0}}}
+    ...     "latency_ratio": 3.8, "size_mb": 0.12, "size_ratio": 4.0},
+    ...     "described": {"served": "the ensemble of 4 members"}}}
     >>> print(cost_line(report))
     Serving cost: the ensemble of 4 members predicts in 38.0 ms per 1,000 samples (3.8x the candidate's 10.0 ms) ...
     >>> cost_line(report).endswith("(4.0x), for CtoI 0.1000 -> 0.0200 and CON 0.8800 -> 0.9500.")
@@ -306,18 +288,11 @@ def cost_line(report: dict) -> str:
         if single.get(key) is not None and ensemble.get(key) is not None
     ]
     return (
-        f"Serving cost: {_served(ens)} predicts in {milliseconds(cost['latency_ms_per_1000'])} per 1,000 samples "
+        f"Serving cost: {described(ens)['served']} predicts in {milliseconds(cost['latency_ms_per_1000'])} per 1,000 "
+        "samples "
         f"({cost['latency_ratio']:.1f}x the candidate's {milliseconds(single_cost['latency_ms_per_1000'])})"
         f"{size}" + (f", for {' and '.join(gains)}." if gains else ".")
     )
-
-
-def _served(remedy: dict) -> str:
-    if remedy.get("setting"):
-        return f"the {remedy_noun(remedy)} ({remedy.get('members', 2)} generations' models)"
-    if remedy.get("kind") == "distilled":
-        return f"the {remedy_noun(remedy)}"
-    return f"the ensemble of {remedy['members']} members"
 
 
 RULE_HEADER = ["rule", "value", "outcome", "false pass", "note"]

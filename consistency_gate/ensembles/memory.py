@@ -1,0 +1,297 @@
+"""``memory``: one model served plus a belief per item of the population it scores again and again
+(the specification's "Population and memory"; Traeuble et al. 2021; the belief update of
+:mod:`consistency_gate.core.memory`).
+
+A remediation method that is built at every gate of a model with a population (``options: memory:
+population: <file>``), whether or not the candidate passes alone: what deploys is the candidate and the
+memory, updated with the candidate's answers on the population. The previous memory comes from the
+champion when it is a memory version (else the memory starts from the champion's answers: what users saw);
+each generation's confusion matrix is estimated on the tuning data (the ``tuning_share:`` held out of the
+evaluation set, or a ``calibration:`` file), never on the samples the gate judges. The evaluation set's ids
+are added to the population when missing, so the gate judges what users would see on them.
+
+It is served as one MLflow pyfunc (:class:`MemoryPyfunc`): the candidate's model and the memory table as
+artifacts. A request whose id is in the memory gets the remembered answer (its class scores: the belief, with
+that answer on top); an unknown id gets the model's answer. ``mlflow models serve``, ``shadow serve``, batch
+scoring and ``spark_udf`` load it like any pyfunc; its input is the model's columns and the id column.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pandas as pd
+
+from consistency_gate.core.memory import Memory
+from consistency_gate.ensembles.bayes import COST_RATIOS, DEFAULT_COST_RATIO, answer_labels, class_indices, confusion
+from consistency_gate.ensembles.methods import Built, Inputs, tuning_data
+from consistency_gate.ensembles.repair import carried, carried_models, input_frame, log_carrying
+from consistency_gate.errors import DataError, ModelError
+
+if TYPE_CHECKING:
+    from mlflow.pyfunc import PythonModelContext
+
+    from consistency_gate.ensembles.config import RemediationConfig
+    from consistency_gate.mlops.scoring import LoadedModel
+
+try:
+    from mlflow.pyfunc import PythonModel
+except ImportError:  # pragma: no cover - mlflow is a dependency; keeps the core importable without it
+    PythonModel = object
+
+KIND = "memory"  # the consistency_gate.kind of a memory version
+CHUNK = 200_000  # population rows scored at a time
+
+
+class MemoryPyfunc(PythonModel):
+    """MLflow pyfunc of a model and its memory: the model (artifact ``model``), the memory table (artifact
+    ``memory``), the id column, the classes and the model's confusion matrix in its model config."""
+
+    def load_context(self, context: PythonModelContext) -> None:
+        """Load the model and the table from the model's own artifacts (no registry needed)."""
+        config = context.model_config
+        self.classes = list(config["memory_classes"])
+        self.id_column = config["id_column"]
+        self.confusion = np.array(config["confusion"])
+        self.model = carried_models(context, ("model",))[0]
+        self.memory = Memory.read(Path(context.artifacts["memory"]), self.classes)
+
+    def predict(self, context, model_input: pd.DataFrame, params=None) -> pd.DataFrame:  # noqa: ANN001
+        """One score column per class: the remembered answer's on top for a known id, the model's for another."""
+        frame = input_frame(model_input)
+        if self.id_column not in frame.columns:
+            raise DataError(f"the request has no '{self.id_column}' column: a memory answers by id")
+        return served(self.memory, self.model, frame, self.id_column)
+
+
+def served(memory: Memory, model: LoadedModel, frame: pd.DataFrame, id_column: str) -> pd.DataFrame:
+    """What users see for ``frame``'s rows: the memory's answer where it knows the id, else the model's scores."""
+    from consistency_gate.mlops.scoring import predict
+
+    rows = memory.find(frame[id_column].astype(str).to_numpy())
+    out = np.zeros((len(frame), len(memory.classes)))
+    known = rows >= 0
+    if known.any():
+        out[known] = memory.scores(rows[known])
+    if not known.all():
+        scores = predict(model, frame.loc[~known], (id_column,))
+        out[~known] = _over(scores, memory.classes)
+    return pd.DataFrame(out, columns=memory.classes, index=frame.index)
+
+
+def _over(scores: pd.DataFrame | pd.Series, classes: list[str]) -> np.ndarray:
+    """A model's output as scores over ``classes`` (a label-only model's answers as 1 and 0)."""
+    if isinstance(scores, pd.Series):
+        return np.eye(len(classes))[np.maximum(class_indices(scores, classes), 0)]
+    frame = scores.set_axis([str(c) for c in scores.columns], axis=1)
+    return frame.reindex(columns=classes, fill_value=0.0).to_numpy(dtype=np.float64)
+
+
+def read_population(path: Path, id_column: str, features: pd.DataFrame) -> pd.DataFrame:
+    """The population a memory serves (CSV or Parquet, a file or a folder of Parquet files): its id column
+    and the model's columns, with ``features``' rows (the evaluation set's) added where their ids are missing.
+    A DataError names the file and what is wrong: no such file, no id column, a repeated or empty id, or a
+    column of the evaluation set it lacks."""
+    from consistency_gate.core.memory import unique_ids
+
+    path = Path(path)
+    if not path.exists():
+        raise DataError(f"{path}: the population file does not exist; check options: memory: population:")
+    try:
+        frame = pd.read_csv(path) if path.suffix.lower() == ".csv" else pd.read_parquet(path)
+    except Exception as exc:  # noqa: BLE001 - pandas and pyarrow raise several kinds for an unreadable file
+        raise DataError(f"{path}: the population cannot be read ({type(exc).__name__}: {exc})") from None
+    if id_column not in frame.columns:
+        columns = ", ".join(map(str, frame.columns[:8]))
+        raise DataError(
+            f"{path}: the population has no id column '{id_column}' (columns: {columns}); "
+            "a memory remembers items by id: add it, or name it with options: memory: id_column:"
+        )
+    missing = [c for c in features.columns if c not in frame.columns]
+    if missing:
+        raise DataError(
+            f"{path}: the population lacks the column '{missing[0]}' the model reads (its columns must be the "
+            "evaluation set's, less the label)"
+        )
+    frame = frame[list(features.columns)]
+    unique_ids(frame[id_column], str(path))
+    ids = frame[id_column].astype(str)
+    extra = features[~features[id_column].astype(str).isin(set(ids))]
+    return pd.concat([frame, extra], ignore_index=True) if len(extra) else frame
+
+
+def _forgotten(path: Path, id_column: str) -> list[str]:
+    """The ids ``options: memory: forget:`` names: a CSV with the id column, or a text file of one id per line."""
+    path = Path(path)
+    if not path.is_file():
+        raise DataError(f"{path}: the file of ids to forget does not exist; check options: memory: forget:")
+    if path.suffix.lower() == ".csv":
+        frame = pd.read_csv(path, dtype=str)
+        if id_column not in frame.columns:
+            raise DataError(f"{path}: no column '{id_column}': the ids to forget are in the population's id column")
+        return frame[id_column].dropna().tolist()
+    return [line.strip() for line in path.read_text().splitlines() if line.strip()]
+
+
+def _answers(model: LoadedModel, frame: pd.DataFrame, id_column: str, classes: list[str], decision) -> np.ndarray:  # noqa: ANN001
+    """The model's answers for ``frame``'s rows as class indices, scored ``CHUNK`` rows at a time."""
+    from consistency_gate.mlops.scoring import predict
+
+    parts = []
+    for start in range(0, len(frame), CHUNK):
+        scores = predict(model, frame.iloc[start : start + CHUNK], (id_column,))
+        parts.append(class_indices(answer_labels(scores, decision), classes))
+    return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+
+
+def _previous(inputs: Inputs) -> MemoryPyfunc | None:
+    """The champion's memory when the champion is a memory version (None: it is a plain model)."""
+    if inputs.baseline is None or inputs.baseline.ref.tags.get("consistency_gate.kind") != KIND:
+        return None
+    import mlflow
+
+    uri = inputs.baseline.ref.uri
+    try:
+        return mlflow.pyfunc.load_model(uri).unwrap_python_model()
+    except DataError as exc:  # its table: damaged, missing, of other classes
+        raise ModelError(f"{uri}: the champion's memory cannot be updated: {exc}") from None
+    except Exception as exc:  # noqa: BLE001 - MLflow raises several kinds for a damaged model
+        raise ModelError(
+            f"{uri}: the champion's memory cannot be loaded ({type(exc).__name__}: {exc}); roll back to the version "
+            "before it"
+        ) from None
+
+
+def build_memory(inputs: Inputs, remediation: RemediationConfig) -> Built:
+    """The candidate plus the memory updated with its answers on the population (the builder of
+    :data:`~consistency_gate.ensembles.methods.METHODS`' ``memory``): the previous memory (the champion's, or
+    the champion's answers), each generation's confusion matrix and the cost ratio from the tuning data, logged
+    as one pyfunc carrying the candidate's model and the table."""
+    import mlflow
+
+    start = time.perf_counter()
+    options = remediation.own
+    id_column = options.id_column or inputs.id_column
+    if id_column is None or id_column not in inputs.frame.columns:
+        raise DataError(
+            f"{inputs.data_path}: a memory judges what users saw by id: give the gate --id-column (the ids of the "
+            "population)"
+        )
+    classes = list(inputs.classes)
+    keep = [c for c in inputs.frame.columns if c not in inputs.non_features or c == id_column]
+    population = read_population(options.population, id_column, inputs.frame[keep])
+    ids = population[id_column].astype(str).to_numpy(dtype=object)
+    held = tuning_data(inputs, remediation)  # the method's entry needs one (labelled=True)
+    previous = _previous(inputs)
+    before = previous.model if previous is not None else inputs.baseline
+    if previous is not None and previous.classes != classes:
+        raise DataError(
+            f"{inputs.baseline.ref.uri}: the champion's memory is of the classes {previous.classes[:6]}, the "
+            f"candidate answers {classes[:6]}: a memory of other classes cannot be updated"
+        )
+    said = {name: _answers(m, held.frame, id_column if id_column in held.frame else "", classes, inputs.decision)
+            for name, m in (("before", before), ("candidate", inputs.candidate))}  # fmt: skip
+    matrices = {name: confusion(held.frame[held.label_column], np.array(classes, dtype=object)[np.maximum(a, 0)],
+                                classes) for name, a in said.items()}  # fmt: skip
+    if previous is not None:
+        matrices["before"] = previous.confusion
+    memory, forgotten = previous.memory if previous is not None else None, 0
+    if memory is not None and options.forget is not None:
+        memory, forgotten = memory.without(_forgotten(options.forget, id_column))
+    new = np.ones(len(ids), dtype=bool) if memory is None else memory.find(ids) < 0
+    shown_before = np.full(len(ids), -1, dtype=np.int64)
+    shown_before[new] = _answers(before, population.loc[new], id_column, classes, inputs.decision)
+    if memory is None:
+        memory = Memory.first(classes, ids, shown_before, matrices["before"])
+    else:
+        memory = memory.extended(ids, shown_before, matrices["before"])
+    answers = _answers(inputs.candidate, population, id_column, classes, inputs.decision)
+    cost_ratio, tuned_on = _cost_ratio(inputs, options.cost_ratio, memory, held, id_column, said, matrices)
+    updated, changed = memory.update(ids, answers, matrices["candidate"], cost_ratio)
+    rows = updated.find(inputs.frame[id_column].astype(str).to_numpy())
+    scores = pd.DataFrame(updated.scores(rows), columns=classes, index=inputs.frame.index)
+    seconds = time.perf_counter() - start
+    with tempfile.TemporaryDirectory() as folder:
+        table = Path(folder) / "memory.parquet"
+        size = updated.write(table)
+        info = _log(inputs, updated, table, id_column, matrices["candidate"], population)
+    setting = {
+        "cost_ratio": cost_ratio, "tuned_on": tuned_on, "population": str(options.population), "rows": len(updated),
+        "bytes": size, "added": int(new.sum()), "changed": changed, "forgotten": forgotten, "id_column": id_column,
+        "from": f"v{inputs.versions[0]}'s memory" if previous is not None else f"v{inputs.versions[0]}'s answers",
+    }  # fmt: skip
+    setting.update(_latency(info.model_uri, inputs.candidate, population, id_column))
+    mlflow.log_params({k: v for k, v in setting.items() if not isinstance(v, dict)})
+    return Built(info, scores, 1, seconds, [id_column, *(inputs.candidate.features or [])], setting)
+
+
+def _cost_ratio(inputs, fixed, memory, held, id_column, said, matrices) -> tuple[float, str]:  # noqa: ANN001
+    """The cost ratio: as the config fixes it, else the smallest of :data:`COST_RATIOS` whose memory passes the
+    gate's rules on the tuning data (each rule on its strict bound), else the one with the fewest negative flips
+    there; the default when the tuning rows have no ids in the memory."""
+    if fixed is not None:
+        return float(fixed), "config"
+    if id_column not in held.frame.columns:
+        return DEFAULT_COST_RATIO, "defaults"
+    rows = memory.find(held.frame[id_column].astype(str).to_numpy())
+    if (rows < 0).any():
+        return DEFAULT_COST_RATIO, "defaults"
+    classes = memory.classes
+    seen = np.eye(len(classes))[memory.shown[rows]]
+    judge = inputs.calibration_judge(
+        held.frame[held.label_column], pd.DataFrame(seen, columns=classes), classes, held.source
+    )
+    tuning_ids = memory.ids[rows]
+    judged = []
+    for ratio in COST_RATIOS:
+        after, _ = memory.update(tuning_ids, said["candidate"], matrices["candidate"], ratio)
+        judged.append((ratio, *judge(after.scores(after.find(tuning_ids)))))
+    passing = [ratio for ratio, passed, _ in judged if passed]
+    return (passing[0] if passing else min(judged, key=lambda item: item[2])[0]), held.source
+
+
+def _log(inputs: Inputs, memory: Memory, table: Path, id_column: str, matrix: np.ndarray, population: pd.DataFrame):  # noqa: ANN202
+    """Log the candidate's model and the memory table as one pyfunc in the active run; its input is the id
+    column and the model's columns."""
+    import mlflow
+    from mlflow.models import ModelSignature
+    from mlflow.types.schema import ColSpec, Schema
+
+    model = carried(inputs.candidate, inputs.cand_scores)
+    signature = mlflow.models.get_model_info(model["uri"]).signature
+    if signature is None or signature.inputs is None or not signature.inputs.has_input_names():
+        raise ModelError(
+            f"{model['uri']}: a memory serves a model whose signature names its columns (the id column goes beside "
+            "them); log the model with a column signature"
+        )
+    id_type = "long" if pd.api.types.is_integer_dtype(population[id_column]) else "string"
+    inputs_schema = Schema([ColSpec(id_type, id_column), *signature.inputs.inputs])
+    config = {"memory_classes": memory.classes, "id_column": id_column, "confusion": np.asarray(matrix).tolist()}
+    return log_carrying(
+        "memory_code.py", {"model": model}, config, {"method": KIND, "rows": len(memory)}, "memory",
+        signature=ModelSignature(inputs=inputs_schema, outputs=signature.outputs), extra={"memory": str(table)},
+    )  # fmt: skip
+
+
+def _latency(uri: str, model: LoadedModel, population: pd.DataFrame, id_column: str) -> dict:
+    """The served memory's latency against the model alone, at a batch of 1 and of 1,000 (medians of 7)."""
+    import mlflow
+
+    from consistency_gate.mlops.scoring import predict
+
+    served_model = mlflow.pyfunc.load_model(uri)
+    ratios = {}
+    for size in (1, 1000):
+        batch = population.iloc[:size]
+        times = {"memory": [], "model": []}
+        for _ in range(7):  # alternating, so that both see the same machine
+            for name in times:
+                begin = time.perf_counter()
+                served_model.predict(batch) if name == "memory" else predict(model, batch, (id_column,))
+                times[name].append(time.perf_counter() - begin)
+        ratios[f"latency_ratio_{size}"] = round(float(np.median(times["memory"]) / np.median(times["model"])), 2)
+    return ratios

@@ -1,0 +1,128 @@
+"""The memory of what users saw (consistency_gate.core.memory): Traeuble et al.'s update with the previous
+step's posterior as the next step's prior, as properties (hypothesis), small cases by hand, and a cross-check
+against the batch form of the Bayesian update (consistency_gate.ensembles.bayes.BayesUpdate), an independent
+implementation that keeps every generation."""
+
+import numpy as np
+import pandas as pd
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from consistency_gate.core.memory import Memory, unique_ids
+from consistency_gate.ensembles.bayes import BayesUpdate
+from consistency_gate.errors import DataError
+
+GOOD = np.array([[0.9, 0.1], [0.2, 0.8]])
+
+
+@st.composite
+def histories(draw):
+    """Classes, ids, then K generations: each a row-stochastic confusion matrix and its answers."""
+    p = draw(st.integers(2, 4))
+    n = draw(st.integers(1, 12))
+    k = draw(st.integers(1, 5))
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    confusions = [rng.dirichlet(np.ones(p) * 0.7, size=p) * 0.98 + 0.02 / p for _ in range(k)]
+    answers = [rng.integers(0, p, size=n) for _ in range(k)]
+    ratio = draw(st.sampled_from([1.0, 1.5, 2.0, 10.0]))
+    return [f"c{i}" for i in range(p)], [f"id{i}" for i in range(n)], confusions, answers, ratio
+
+
+def _sequence(classes, ids, confusions, answers, ratio):
+    memory = Memory.first(classes, ids, answers[0], confusions[0])
+    for matrix, said in zip(confusions[1:], answers[1:], strict=True):
+        memory, _ = memory.update(ids, said, matrix, ratio)
+    return memory
+
+
+@settings(max_examples=60, deadline=None)
+@given(histories())
+def test_the_belief_is_the_product_of_every_generations_likelihood(history):
+    """The previous posterior as the prior: after K steps the belief is the batch product of the K likelihoods."""
+    classes, ids, confusions, answers, ratio = history
+    memory = _sequence(classes, ids, confusions, answers, ratio)
+    belief = np.exp(memory.log_belief[memory.find(ids)].astype(np.float64))  # in the order of ids
+    belief /= belief.sum(axis=1, keepdims=True)
+    batch = BayesUpdate(classes, confusions, ratio).belief(answers)
+    assert np.allclose(belief, batch, atol=1e-4)
+
+
+@settings(max_examples=60, deadline=None)
+@given(histories())
+def test_the_answer_users_see_follows_the_cost_ratio_rule_at_every_step(history):
+    """Each step is the batch update's answer with the answer kept so far (BayesUpdate.answers(..., kept))."""
+    classes, ids, confusions, answers, ratio = history
+    kept = answers[0]
+    for step in range(2, len(answers) + 1):
+        kept = BayesUpdate(classes, confusions[:step], ratio).answers(answers[:step], kept)
+    memory = _sequence(classes, ids, confusions, answers, ratio)
+    at = memory.find(ids)  # in the order of ids
+    near_tie = np.abs(-memory.log_belief[at, kept] - np.log(ratio)) < 1e-4  # float32 against float64 at the boundary
+    assert (memory.shown[at] == kept)[~near_tie].all()
+
+
+@settings(max_examples=40, deadline=None)
+@given(histories())
+def test_an_answer_changes_only_for_a_belief_more_than_the_cost_ratio_times_the_answer_seen(history):
+    classes, ids, confusions, answers, ratio = history
+    before = Memory.first(classes, ids, answers[0], confusions[0])
+    after, changed = before.update(ids, answers[-1], confusions[-1], ratio)  # rows in the memory's (sorted) order
+    moved = after.shown != before.shown
+    assert changed == int(moved.sum())
+    odds = -after.log_belief[moved, before.shown[moved]]  # log(best / seen): the best is 0
+    assert (odds > np.log(ratio) - 1e-5).all()
+    assert (after.shown[moved] == after.log_belief[moved].argmax(axis=1)).all()  # to the most likely class
+    never, _ = before.update(ids, answers[-1], confusions[-1], 1e12)  # a cost no belief pays: nothing changes
+    assert (never.shown == before.shown).all()
+
+
+def test_by_hand_two_even_answers_keep_what_users_saw_and_a_second_vote_changes_it():
+    memory = Memory.first(["a", "b"], ["x"], np.array([0]), GOOD)  # belief (0.9, 0.2) ∝ (0.82, 0.18)
+    once, changed = memory.update(["x"], np.array([1]), GOOD, 2.0)  # (0.9*0.1, 0.2*0.8) = (0.09, 0.16): 1.8x
+    assert once.shown.tolist() == [0] and changed == 0
+    twice, changed = once.update(["x"], np.array([1]), GOOD, 2.0)  # (0.009, 0.128): 14x > 2
+    assert twice.shown.tolist() == [1] and changed == 1
+
+
+def test_new_ids_start_from_what_users_saw_and_known_ones_keep_their_belief():
+    memory = Memory.first(["a", "b"], ["x"], np.array([1]), GOOD)
+    grown = memory.extended(["y", "x", "w"], np.array([0, 0, 1]), GOOD)
+    assert grown.ids.tolist() == ["w", "x", "y"] and grown.shown.tolist() == [1, 1, 0]
+    assert np.allclose(grown.log_belief[1], memory.log_belief[0])
+    with pytest.raises(ValueError, match="id 'z' is not in the memory"):
+        grown.update(["z"], np.array([0]), GOOD, 2.0)
+
+
+def test_the_table_round_trips_and_a_bad_one_is_one_line_naming_the_file(tmp_path):
+    memory = Memory.first(["a", "b"], [3, 1, 2], np.array([0, 1, 1]), GOOD)
+    path = tmp_path / "memory.parquet"
+    assert memory.write(path) > 0
+    back = Memory.read(path, ["a", "b"])
+    assert back.ids.tolist() == ["1", "2", "3"] and np.array_equal(back.shown, memory.shown)
+    with pytest.raises(DataError, match=r"memory's classes \['a', 'b'\] are not the model's \['a', 'c'\]"):
+        Memory.read(path, ["a", "c"])
+    path.write_bytes(path.read_bytes()[:40])
+    with pytest.raises(DataError, match="memory.parquet: the memory table cannot be read .* it is damaged"):
+        Memory.read(path)
+    frame = memory.to_frame().assign(shown=["a", "z", "b"])
+    frame.to_parquet(path)
+    with pytest.raises(DataError, match="row 2: answer 'z' is not one of its classes"):
+        Memory.read(path)
+
+
+def test_a_population_names_each_item_once():
+    with pytest.raises(DataError, match="pop.csv: id '7' appears 2 times .rows 1 and 3.; a population names"):
+        unique_ids(pd.Series([7, 8, 7]), "pop.csv")
+    with pytest.raises(DataError, match="pop.csv: row 2: the id is empty"):
+        unique_ids(pd.Series(["a", None]), "pop.csv")
+
+
+def test_forgetting_ids_drops_their_belief_and_an_id_added_again_starts_afresh():
+    memory = Memory.first(["a", "b"], ["x", "y"], np.array([0, 0]), GOOD)
+    memory, _ = memory.update(["x", "y"], np.array([0, 0]), GOOD, 2.0)  # a strong belief in 'a'
+    fewer, forgotten = memory.without(["x", "unknown"])
+    assert fewer.ids.tolist() == ["y"] and forgotten == 1
+    again = fewer.extended(["x"], np.array([1]), GOOD)
+    assert again.shown[again.find(["x"])].tolist() == [1]  # what users see now: the model's answer
+    assert np.allclose(again.log_belief[again.find(["x"])], np.log(GOOD[:, 1] / GOOD[:, 1].max()))
