@@ -93,6 +93,10 @@ def one_seed(data: str, seed: int, generations: int, cost_ratio: float | None) -
     import mlflow
     from mlflow import MlflowClient
 
+    from consistency_gate.mlops.registry import ModelRef
+    from consistency_gate.mlops.scoring import load_model
+    from consistency_gate.mlops.scoring import predict as predict_with
+
     splits = splits_of(data, seed)
     (x_fit, y_fit), (x_pop, y_pop) = splits["fit"], splits["test"]
     columns = list(x_fit.columns) if isinstance(x_fit, pd.DataFrame) else [f"p{i}" for i in range(x_fit.shape[1])]
@@ -142,8 +146,8 @@ def one_seed(data: str, seed: int, generations: int, cost_ratio: float | None) -
             report = json.loads((folder / "report.json").read_text())
             outcomes.append(report["outcome"])
             setting = (report.get("ensemble") or {}).get("setting") or setting
-        champion = client.get_model_version_by_alias(name, "champion")
-        answers = mlflow.pyfunc.load_model(f"models:/{name}/{champion.version}").predict(population)
+        champion = str(client.get_model_version_by_alias(name, "champion").version)
+        answers = predict_with(load_model(ModelRef(name, champion)), population, ("id",))  # as the gate loads it
         served.append(answers.idxmax(axis=1).astype(str).to_numpy() if t else raw.astype(str))
 
     def flips(sequence: list[np.ndarray]) -> list[int]:

@@ -4,6 +4,8 @@ version, and served; its options are checked by its own model; a setting no one 
 
 import json
 
+import mlflow
+import pandas as pd
 import pytest
 from conftest import read_report, run_cli
 from mlflow import MlflowClient
@@ -13,6 +15,17 @@ from consistency_gate.ensembles.methods import METHODS, Built, resolve
 from consistency_gate.errors import UsageError
 from consistency_gate.gate.config import parse_config
 from consistency_gate.report.verdict import verdict_markdown, verdict_table
+
+
+@pytest.fixture(autouse=True)
+def _methods_as_shipped():
+    """A method of our own registers itself in the process's table: each test leaves the table as it found it,
+    so that other tests in this worker see the methods the package ships."""
+    shipped = dict(METHODS)
+    yield
+    METHODS.clear()
+    METHODS.update(shipped)
+
 
 LENIENT = "rules:\n  - {metric: ctoi, max: 0.1}\n  - {metric: acc, min_delta: -0.1}\nks: [1]\n"
 TOY = 'remediation:\n  strategy: ["toy_repair:ABSTAIN"]\n  options:\n    abstain: {margin: 0.7}\n'
@@ -41,11 +54,7 @@ def test_a_repair_of_our_own_is_gated_registered_and_described_in_its_own_words(
     assert version.description.startswith(f"PASSED v{version.version} (abstain repair of v3) vs v1 (@champion)")
     run = client.get_run(report["run_id"])
     assert title in run.data.tags["mlflow.note.content"]  # the run's description
-    import mlflow
-
     mlflow.set_tracking_uri(store["uri"])
-    import pandas as pd
-
     frame = pd.read_csv(store["data"])
     served = mlflow.pyfunc.load_model(f"models:/{MODEL}/{version.version}").predict(frame.drop(columns=["label", "id"]))
     flips = pd.read_csv(client.download_artifacts(repair["run_id"], "gate/flips.csv", str(tmp_path)))

@@ -7,13 +7,17 @@ population: <file>``), whether or not the candidate passes alone: what deploys i
 memory, updated with the candidate's answers on the population. The previous memory comes from the
 champion when it is a memory version (else the memory starts from the champion's answers: what users saw);
 each generation's confusion matrix is estimated on the tuning data (the ``tuning_share:`` held out of the
-evaluation set, or a ``calibration:`` file), never on the samples the gate judges. The evaluation set's ids
+evaluation set, or a ``calibration:`` file), never on the samples the gate judges. The cost ratio is the
+team's (``cost_ratio:``, default 3: a negative flip costs three positive ones); it is not tuned, since the
+gate's rules pass every ratio of a memory and the smallest (tuned as the Bayesian update's is) changes the
+most answers: 4-5x fewer negative flips than replacing on digits, against 32x at 3
+(``benchmarks/memory_generations.py``). The evaluation set's ids
 are added to the population when missing, so the gate judges what users would see on them.
 
 It is served as one MLflow pyfunc (:class:`MemoryPyfunc`): the candidate's model and the memory table as
 artifacts. A request whose id is in the memory gets the remembered answer (its class scores: the belief, with
-that answer on top); an unknown id gets the model's answer. ``mlflow models serve``, ``shadow serve``, batch
-scoring and ``spark_udf`` load it like any pyfunc; its input is the model's columns and the id column.
+that answer on top); an unknown id gets the model's answer. Whatever loads a pyfunc (``mlflow models serve``,
+batch scoring) asks it by id: its input is the model's columns and the id column.
 """
 
 from __future__ import annotations
@@ -27,14 +31,16 @@ import numpy as np
 import pandas as pd
 
 from consistency_gate.core.memory import Memory
-from consistency_gate.ensembles.bayes import COST_RATIOS, DEFAULT_COST_RATIO, answer_labels, class_indices, confusion
+from consistency_gate.ensembles.bayes import answer_labels, class_indices, confusion
 from consistency_gate.ensembles.methods import Built, Inputs, tuning_data
 from consistency_gate.ensembles.repair import carried, carried_models, input_frame, log_carrying
 from consistency_gate.errors import DataError, ModelError
 
 if TYPE_CHECKING:
+    from mlflow.models.model import ModelInfo
     from mlflow.pyfunc import PythonModelContext
 
+    from consistency_gate.core.threshold import BinaryDecision
     from consistency_gate.ensembles.config import RemediationConfig
     from consistency_gate.mlops.scoring import LoadedModel
 
@@ -137,7 +143,9 @@ def _forgotten(path: Path, id_column: str) -> list[str]:
     return [line.strip() for line in path.read_text().splitlines() if line.strip()]
 
 
-def _answers(model: LoadedModel, frame: pd.DataFrame, id_column: str, classes: list[str], decision) -> np.ndarray:  # noqa: ANN001
+def _answers(
+    model: LoadedModel, frame: pd.DataFrame, id_column: str, classes: list[str], decision: BinaryDecision | None
+) -> np.ndarray:
     """The model's answers for ``frame``'s rows as class indices, scored ``CHUNK`` rows at a time."""
     from consistency_gate.mlops.scoring import predict
 
@@ -182,7 +190,8 @@ def build_memory(inputs: Inputs, remediation: RemediationConfig) -> Built:
             "population)"
         )
     classes = list(inputs.classes)
-    keep = [c for c in inputs.frame.columns if c not in inputs.non_features or c == id_column]
+    reads = inputs.candidate.features or [c for c in inputs.frame.columns if c not in inputs.non_features]
+    keep = [id_column, *(c for c in reads if c != id_column)]  # the columns the candidate reads, and the ids
     population = read_population(options.population, id_column, inputs.frame[keep])
     ids = population[id_column].astype(str).to_numpy(dtype=object)
     held = tuning_data(inputs, remediation)  # the method's entry needs one (labelled=True)
@@ -210,8 +219,7 @@ def build_memory(inputs: Inputs, remediation: RemediationConfig) -> Built:
     else:
         memory = memory.extended(ids, shown_before, matrices["before"])
     answers = _answers(inputs.candidate, population, id_column, classes, inputs.decision)
-    cost_ratio, tuned_on = _cost_ratio(inputs, options.cost_ratio, memory, held, id_column, said, matrices)
-    updated, changed = memory.update(ids, answers, matrices["candidate"], cost_ratio)
+    updated, changed = memory.update(ids, answers, matrices["candidate"], options.cost_ratio)
     rows = updated.find(inputs.frame[id_column].astype(str).to_numpy())
     scores = pd.DataFrame(updated.scores(rows), columns=classes, index=inputs.frame.index)
     seconds = time.perf_counter() - start
@@ -220,7 +228,8 @@ def build_memory(inputs: Inputs, remediation: RemediationConfig) -> Built:
         size = updated.write(table)
         info = _log(inputs, updated, table, id_column, matrices["candidate"], population)
     setting = {
-        "cost_ratio": cost_ratio, "tuned_on": tuned_on, "population": str(options.population), "rows": len(updated),
+        "cost_ratio": options.cost_ratio, "confusions_from": held.source, "population": str(options.population),
+        "rows": len(updated),
         "bytes": size, "added": int(new.sum()), "changed": changed, "forgotten": forgotten, "id_column": id_column,
         "from": f"v{inputs.versions[0]}'s memory" if previous is not None else f"v{inputs.versions[0]}'s answers",
     }  # fmt: skip
@@ -229,32 +238,9 @@ def build_memory(inputs: Inputs, remediation: RemediationConfig) -> Built:
     return Built(info, scores, 1, seconds, [id_column, *(inputs.candidate.features or [])], setting)
 
 
-def _cost_ratio(inputs, fixed, memory, held, id_column, said, matrices) -> tuple[float, str]:  # noqa: ANN001
-    """The cost ratio: as the config fixes it, else the smallest of :data:`COST_RATIOS` whose memory passes the
-    gate's rules on the tuning data (each rule on its strict bound), else the one with the fewest negative flips
-    there; the default when the tuning rows have no ids in the memory."""
-    if fixed is not None:
-        return float(fixed), "config"
-    if id_column not in held.frame.columns:
-        return DEFAULT_COST_RATIO, "defaults"
-    rows = memory.find(held.frame[id_column].astype(str).to_numpy())
-    if (rows < 0).any():
-        return DEFAULT_COST_RATIO, "defaults"
-    classes = memory.classes
-    seen = np.eye(len(classes))[memory.shown[rows]]
-    judge = inputs.calibration_judge(
-        held.frame[held.label_column], pd.DataFrame(seen, columns=classes), classes, held.source
-    )
-    tuning_ids = memory.ids[rows]
-    judged = []
-    for ratio in COST_RATIOS:
-        after, _ = memory.update(tuning_ids, said["candidate"], matrices["candidate"], ratio)
-        judged.append((ratio, *judge(after.scores(after.find(tuning_ids)))))
-    passing = [ratio for ratio, passed, _ in judged if passed]
-    return (passing[0] if passing else min(judged, key=lambda item: item[2])[0]), held.source
-
-
-def _log(inputs: Inputs, memory: Memory, table: Path, id_column: str, matrix: np.ndarray, population: pd.DataFrame):  # noqa: ANN202
+def _log(
+    inputs: Inputs, memory: Memory, table: Path, id_column: str, matrix: np.ndarray, population: pd.DataFrame
+) -> ModelInfo:
     """Log the candidate's model and the memory table as one pyfunc in the active run; its input is the id
     column and the model's columns."""
     import mlflow
@@ -279,11 +265,10 @@ def _log(inputs: Inputs, memory: Memory, table: Path, id_column: str, matrix: np
 
 def _latency(uri: str, model: LoadedModel, population: pd.DataFrame, id_column: str) -> dict:
     """The served memory's latency against the model alone, at a batch of 1 and of 1,000 (medians of 7)."""
-    import mlflow
+    from consistency_gate.mlops.registry import ModelRef
+    from consistency_gate.mlops.scoring import load_model, predict
 
-    from consistency_gate.mlops.scoring import predict
-
-    served_model = mlflow.pyfunc.load_model(uri)
+    served_model = load_model(ModelRef(uri, "", source=uri))  # as a server loads it, its inputs cast to its signature
     ratios = {}
     for size in (1, 1000):
         batch = population.iloc[:size]
@@ -291,7 +276,7 @@ def _latency(uri: str, model: LoadedModel, population: pd.DataFrame, id_column: 
         for _ in range(7):  # alternating, so that both see the same machine
             for name in times:
                 begin = time.perf_counter()
-                served_model.predict(batch) if name == "memory" else predict(model, batch, (id_column,))
+                predict(served_model, batch, ()) if name == "memory" else predict(model, batch, (id_column,))
                 times[name].append(time.perf_counter() - begin)
         ratios[f"latency_ratio_{size}"] = round(float(np.median(times["memory"]) / np.median(times["model"])), 2)
     return ratios

@@ -206,13 +206,13 @@ class RerankOptions(Options):
 
 class MemoryOptions(Options):
     """``memory``: the population the model serves (a CSV or Parquet file, or a folder of Parquet files: ids and
-    features, no labels), its id column (None: the gate's ``--id-column``), the cost ratio, fixed (None: tuned
-    on the tuning data), and ids to forget at this gate."""
+    features, no labels), its id column (None: the gate's ``--id-column``), the cost ratio (the team's: how many
+    positive flips a negative flip costs; not tuned), and ids to forget at this gate."""
 
     population: Path | None = None
     id_column: str | None = Field(default=None, strict=True, min_length=1)
+    cost_ratio: float = Field(default=3.0, strict=True, ge=1)  # a negative flip costs this many positive ones
     forget: Path | None = None  # a file of ids (CSV with the id column, or one id per line) the memory drops
-    cost_ratio: float | None = Field(default=None, strict=True, ge=1)
 
 
 class BayesOptions(Options):
@@ -419,16 +419,14 @@ def _describe_update(name: str, built: Built) -> Described:
 def _describe_memory(name: str, built: Built) -> Described:
     """memory: the table it carries beside its one model.
 
-    >>> setting = {"rows": 1200, "bytes": 52000, "cost_ratio": 2.0, "tuned_on": "config", "changed": 3,
-    ...     "from": "v2's memory"}
+    >>> setting = {"rows": 1200, "bytes": 52000, "cost_ratio": 2.0, "changed": 3, "from": "v2's memory"}
     >>> _describe_memory("memory", Built(None, None, 1, 0.0, None, setting=setting)).title
-    "memory of 1,200 ids (0.052 MB; cost ratio 2, from config), updated from v2's memory: 3 answers changed, one model"
+    "memory of 1,200 ids (0.052 MB; cost ratio 2), updated from v2's memory: 3 answers changed, one model"
     """
     s = built.setting
-    ratio = f"cost ratio {s['cost_ratio']:g}, {_tuned(s)}"
     title = (
-        f"{name} of {s['rows']:,} ids ({s['bytes'] / 1e6:.2g} MB; {ratio}), updated from {s['from']}: "
-        f"{s['changed']:,} answers changed, one model"
+        f"{name} of {s['rows']:,} ids ({s['bytes'] / 1e6:.2g} MB; cost ratio {s['cost_ratio']:g}), updated from "
+        f"{s['from']}: {s['changed']:,} answers changed, one model"
     )
     return Described(name, title, f"the model and its memory ({s['rows']:,} ids)")
 
