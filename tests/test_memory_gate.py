@@ -244,3 +244,23 @@ def test_a_rollback_restores_the_previous_memory_table_and_model_together(histor
     population = history["x"].assign(id=history["ids"])
     answers = mlflow.pyfunc.load_model(f"models:/{MODEL}@champion").predict(population).idxmax(axis=1).to_numpy()
     assert int((answers != served_by_hand[-2]).sum()) <= 2  # what users saw before the last gate
+
+
+def test_a_memory_that_fails_keeps_the_champion_even_when_the_candidate_passed_alone(history, tmp_path):
+    """What deploys is the memory: a candidate that passes its rules is not deployed without it (here the memory
+    is over a size rule the candidate meets: the model and its table are larger than the model)."""
+    client = history["client"]
+    before = str(client.get_model_version_by_alias(MODEL, "champion").version)
+    config = _config(tmp_path, history["root"] / "population.csv")
+    config.write_text(config.read_text().replace("rules:\n", "rules:\n  - {metric: size_ratio, max: 1.0}\n", 1))
+    report_path = tmp_path / "report.json"
+    proc = run_cli(
+        "check", "--model", MODEL, "--candidate", history["raw"][-1][0], "--data", history["root"] / "eval.csv",
+        "--config", config, "--tracking-uri", history["uri"], "--id-column", "id", "--promote", "--report", report_path,
+    )  # fmt: skip
+    report = read_report(report_path)
+    assert proc.returncode == 1, proc.stderr
+    assert report["candidate_verdict"] == "passed" and report["verdict"] == "failed" and report["outcome"] == "failed"
+    assert report["ensemble"]["verdict"] == "failed" and report["passed_version"] is None and not report["promoted"]
+    assert f"{MODEL} v{history['raw'][-1][0]} PASSED; the memory FAILED, so nothing deploys" in proc.stdout
+    assert str(client.get_model_version_by_alias(MODEL, "champion").version) == before

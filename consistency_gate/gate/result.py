@@ -103,7 +103,7 @@ class GateResult:
             return NOTHING_TO_DECIDE
         if self.registered_version is not None:
             return "remediated"
-        return "passed" if self.candidate_verdict == "passed" else "failed"
+        return "passed" if self.verdict == "passed" else "failed"
 
     @property
     def passed_version(self) -> str | None:

@@ -244,11 +244,8 @@ def _gate_in_run(gate: GateRun) -> GateResult:
     if cfg.remediation is not None and (single.verdict == "failed" or always):
         if not gate.quiet:  # why remediation runs now, before it does (the rule table comes with the verdict)
             failed = "; ".join(r.rule.describe() for r in single.rules if r.blocks)
-            why = (
-                f"failed: {remediate.plan(cfg.remediation)} ... (failed rules: {failed})"
-                if failed
-                else (f"passed: {remediate.plan(cfg.remediation)} ...")
-            )
+            plan = remediate.plan(cfg.remediation)
+            why = f"failed: {plan} ... (failed rules: {failed})" if failed else f"passed: {plan} ..."
             print(f"The candidate {why}", file=sys.stderr, flush=True)
         if gate.cost is None:  # what remediation builds is weighed against the candidate's cost
             gate.measure_candidate_cost(models[-1])
@@ -256,10 +253,11 @@ def _gate_in_run(gate: GateRun) -> GateResult:
         with gate.timed("remediation"):
             result.ensemble, result.attempts = remediate.remediate(gate, comparer, models[-1], frames[-1])
         if result.ensemble is not None:  # None: every method was skipped (the attempts say why)
+            # what deploys in place of every candidate (the memory) decides alone: a candidate that passed is not
+            # deployed without it (its users would lose what they saw); a repair stands in for a failed one
             passed = result.ensemble["verdict"] == "passed"
-            result.verdict = "passed" if passed or single.verdict == "passed" else "failed"
+            result.verdict = "passed" if passed or (single.verdict == "passed" and not always) else "failed"
             result.registered_version = result.ensemble["registered_version"]
-        if result.registered_version is not None or single.verdict == "failed":  # else: the candidate, alone
             promoted_version = result.registered_version
     with gate.timed("logging"):
         versions = {"candidate": cand_ref.version, "baseline": base_ref.version if base_ref else None}

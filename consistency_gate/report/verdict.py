@@ -31,13 +31,18 @@ def verdict_headline(report: dict) -> str:
     >>> verdict_headline({"candidate": cand, "verdict": "passed", "outcome": "remediated", "registered_version": "3",
     ...     "ensemble": ens})
     'clf v2 FAILED; the ensemble v3 PASSED in its place'
+    >>> verdict_headline({"candidate": cand, "verdict": "failed", "candidate_verdict": "passed", "outcome": "failed",
+    ...     "ensemble": {"described": {"noun": "memory", "title": "", "served": ""}}})
+    'clf v2 PASSED; the memory FAILED, so nothing deploys'
     """
     cand = report["candidate"]
     name = f"{cand['name']} {generation_name(cand)}"
+    alone = report.get("candidate_verdict", "failed").upper()
     if report.get("outcome") == "remediated":
         noun = described(report.get("ensemble") or {})["noun"]
-        alone = report.get("candidate_verdict", "failed").upper()
         return f"{name} {alone}; the {noun} v{report['registered_version']} PASSED in its place"
+    if alone == "PASSED" and report["verdict"] == "failed":  # what deploys with every candidate failed
+        return f"{name} PASSED; the {described(report.get('ensemble') or {})['noun']} FAILED, so nothing deploys"
     return f"{name} {report['verdict'].upper()}"
 
 
