@@ -126,3 +126,21 @@ def test_forgetting_ids_drops_their_belief_and_an_id_added_again_starts_afresh()
     again = fewer.extended(["x"], np.array([1]), GOOD)
     assert again.shown[again.find(["x"])].tolist() == [1]  # what users see now: the model's answer
     assert np.allclose(again.log_belief[again.find(["x"])], np.log(GOOD[:, 1] / GOOD[:, 1].max()))
+
+
+def test_the_tuned_cost_ratio_is_the_largest_that_keeps_the_candidates_accuracy_on_the_tuning_share():
+    from consistency_gate.ensembles.memory import _tuned_ratio
+    from consistency_gate.ensembles.methods import TuningData
+
+    good = np.array([[0.8, 0.2], [0.2, 0.8]])
+    ids = [f"t{i}" for i in range(10)]
+    memory = Memory.first(["a", "b"], ids, np.zeros(10, dtype=np.int64), good)  # users saw 'a' everywhere
+    labels = ["b"] * 4 + ["a"] * 6
+    held = TuningData(pd.DataFrame({"id": ids, "label": labels}), "label", ("label", "id"), "held-out share")
+    said = np.array([1] * 4 + [0] * 6)  # the candidate is right everywhere: 100%; keeping 'a' is 60%
+    strong = np.array([[0.95, 0.05], [0.05, 0.95]])  # 'b' now 0.2 * 0.95 / (0.8 * 0.05) = 4.75x as likely as 'a'
+    assert _tuned_ratio(memory, held, "id", said, strong) == (3.0, "held-out share")  # the largest below 4.75
+    weak = np.array([[0.6, 0.4], [0.4, 0.6]])  # 'b' 0.375x as likely as 'a': no ratio changes it
+    assert _tuned_ratio(memory, held, "id", said, weak) == (1.0, "held-out share")  # none keeps it: the smallest
+    no_ids = TuningData(pd.DataFrame({"label": labels}), "label", ("label",), "calib.csv")
+    assert _tuned_ratio(memory, no_ids, "id", said, strong)[1] == "default (the tuning samples have no ids)"

@@ -31,8 +31,8 @@ import numpy as np
 import pandas as pd
 
 from consistency_gate.core.memory import Memory
-from consistency_gate.ensembles.bayes import answer_labels, class_indices, confusion
-from consistency_gate.ensembles.methods import Built, Inputs, tuning_data
+from consistency_gate.ensembles.bayes import COST_RATIOS, answer_labels, class_indices, confusion
+from consistency_gate.ensembles.methods import Built, Inputs, TuningData, tuning_data
 from consistency_gate.ensembles.repair import carried, carried_models, input_frame, log_carrying
 from consistency_gate.errors import DataError, ModelError
 
@@ -50,6 +50,8 @@ except ImportError:  # pragma: no cover - mlflow is a dependency; keeps the core
     PythonModel = object
 
 KIND = "memory"  # the consistency_gate.kind of a memory version
+DEFAULT_COST_RATIO = 3.0  # where it cannot be tuned: a negative flip costs three positive ones
+ACCURACY_MARGIN = 0.005  # a tuned cost ratio keeps the memory within half a point of the candidate's accuracy
 CHUNK = 200_000  # population rows scored at a time
 
 
@@ -219,7 +221,12 @@ def build_memory(inputs: Inputs, remediation: RemediationConfig) -> Built:
     else:
         memory = memory.extended(ids, shown_before, matrices["before"])
     answers = _answers(inputs.candidate, population, id_column, classes, inputs.decision)
-    updated, changed = memory.update(ids, answers, matrices["candidate"], options.cost_ratio)
+    cost_ratio, chosen = (
+        (options.cost_ratio, "config")
+        if options.cost_ratio is not None
+        else _tuned_ratio(memory, held, id_column, said["candidate"], matrices["candidate"])
+    )
+    updated, changed = memory.update(ids, answers, matrices["candidate"], cost_ratio)
     rows = updated.find(inputs.frame[id_column].astype(str).to_numpy())
     scores = pd.DataFrame(updated.scores(rows), columns=classes, index=inputs.frame.index)
     seconds = time.perf_counter() - start
@@ -228,7 +235,8 @@ def build_memory(inputs: Inputs, remediation: RemediationConfig) -> Built:
         size = updated.write(table)
         info = _log(inputs, updated, table, id_column, matrices["candidate"], population)
     setting = {
-        "cost_ratio": options.cost_ratio, "confusions_from": held.source, "population": str(options.population),
+        "cost_ratio": cost_ratio, "cost_ratio_from": chosen, "confusions_from": held.source,
+        "population": str(options.population),
         "rows": len(updated),
         "bytes": size, "added": int(new.sum()), "changed": changed, "forgotten": forgotten, "id_column": id_column,
         "from": f"v{inputs.versions[0]}'s memory" if previous is not None else f"v{inputs.versions[0]}'s answers",
@@ -236,6 +244,29 @@ def build_memory(inputs: Inputs, remediation: RemediationConfig) -> Built:
     setting.update(_latency(info.model_uri, inputs.candidate, population, id_column))
     mlflow.log_params({k: v for k, v in setting.items() if not isinstance(v, dict)})
     return Built(info, scores, 1, seconds, [id_column, *(inputs.candidate.features or [])], setting)
+
+
+def _tuned_ratio(
+    memory: Memory, held: TuningData, id_column: str, said: np.ndarray, matrix: np.ndarray
+) -> tuple[float, str]:
+    """The largest cost ratio of :data:`COST_RATIOS` whose memory, on the tuning samples, is at most
+    :data:`ACCURACY_MARGIN` less accurate than the candidate there (the fewest answers changed that keep the
+    candidate's accuracy); the default when the tuning samples have no ids in the population."""
+    if id_column not in held.frame.columns:
+        return DEFAULT_COST_RATIO, "default (the tuning samples have no ids)"
+    tuning_ids = held.frame[id_column].astype(str).to_numpy(dtype=object)
+    rows = memory.find(tuning_ids)
+    if (rows < 0).any():
+        return DEFAULT_COST_RATIO, "default (the tuning samples are not in the population)"
+    order = np.argsort(rows)
+    own = Memory(memory.classes, memory.ids[rows[order]], memory.log_belief[rows[order]], memory.shown[rows[order]])
+    truth = class_indices(held.frame[held.label_column].to_numpy()[order], memory.classes)
+    candidate = float((said[order] == truth).mean())
+    for ratio in sorted(COST_RATIOS, reverse=True):
+        after, _ = own.update(own.ids, said[order], matrix, ratio)
+        if float((after.shown == truth).mean()) >= candidate - ACCURACY_MARGIN:
+            return ratio, held.source
+    return min(COST_RATIOS), held.source
 
 
 def _log(

@@ -206,12 +206,13 @@ class RerankOptions(Options):
 
 class MemoryOptions(Options):
     """``memory``: the population the model serves (a CSV or Parquet file, or a folder of Parquet files: ids and
-    features, no labels), its id column (None: the gate's ``--id-column``), the cost ratio (the team's: how many
-    positive flips a negative flip costs; not tuned), and ids to forget at this gate."""
+    features, no labels), its id column (None: the gate's ``--id-column``), the cost ratio (how many positive
+    flips a negative flip costs: fixed, or None: the largest that keeps the candidate's accuracy on the tuning
+    share), and ids to forget at this gate."""
 
     population: Path | None = None
     id_column: str | None = Field(default=None, strict=True, min_length=1)
-    cost_ratio: float = Field(default=3.0, strict=True, ge=1)  # a negative flip costs this many positive ones
+    cost_ratio: float | None = Field(default=None, strict=True, ge=1)  # fixed; None: tuned on the tuning share
     forget: Path | None = None  # a file of ids (CSV with the id column, or one id per line) the memory drops
 
 
