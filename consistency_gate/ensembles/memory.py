@@ -7,11 +7,11 @@ population: <file>``), whether or not the candidate passes alone: what deploys i
 memory, updated with the candidate's answers on the population. The previous memory comes from the
 champion when it is a memory version (else the memory starts from the champion's answers: what users saw);
 each generation's confusion matrix is estimated on the tuning data (the ``tuning_share:`` held out of the
-evaluation set, or a ``calibration:`` file), never on the samples the gate judges. The cost ratio is the
-team's (``cost_ratio:``, default 3: a negative flip costs three positive ones); it is not tuned, since the
-gate's rules pass every ratio of a memory and the smallest (tuned as the Bayesian update's is) changes the
-most answers: 4-5x fewer negative flips than replacing on digits, against 32x at 3
-(``benchmarks/memory_generations.py``). The evaluation set's ids
+evaluation set, or a ``calibration:`` file), never on the samples the gate judges. The cost ratio is fixed
+(``cost_ratio:``) or the largest whose memory keeps the candidate's accuracy on the tuning share: not, as the
+Bayesian update's, the smallest that passes the gate's rules there, since a memory passes them at every ratio
+and the smallest changes the most answers (4-5x fewer negative flips than replacing on digits, against 32x at
+3: ``benchmarks/memory_generations.py``). The evaluation set's ids
 are added to the population when missing, so the gate judges what users would see on them.
 
 It is served as one MLflow pyfunc (:class:`MemoryPyfunc`): the candidate's model and the memory table as
