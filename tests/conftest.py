@@ -28,7 +28,7 @@ LONGEST_FIRST = (
     "test_shipping.py", "test_safety.py", "test_real_server.py", "test_shadow_server.py", "test_docs_pages.py",
     "test_correctness_gate.py", "test_reliability.py", "test_tensor_models.py", "test_spark.py", "test_docs.py",
     "test_gate.py", "test_repair_gate.py", "test_flavors.py", "test_remediation.py", "test_file_gate.py",
-    "test_history_registry.py", "test_generations_registry.py", "test_compare_cli.py",
+    "test_history_registry.py", "test_generations_registry.py", "test_memory_gate.py", "test_compare_cli.py",
 )  # fmt: skip
 
 
