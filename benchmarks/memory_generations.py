@@ -26,6 +26,7 @@ and what is served (one model and the table's rows and bytes).
 from __future__ import annotations
 
 import argparse
+import json
 import subprocess
 import sys
 import tempfile
@@ -141,8 +142,6 @@ def one_seed(data: str, seed: int, generations: int, cost_ratio: float | None) -
             proc = subprocess.run([sys.executable, "-m", "consistency_gate", *check], capture_output=True, text=True)
             if proc.returncode not in (0, 1):
                 raise RuntimeError(f"{data} generation {t}: exit {proc.returncode}: {proc.stderr.strip()[-400:]}")
-            import json
-
             report = json.loads((folder / "report.json").read_text())
             outcomes.append(report["outcome"])
             setting = (report.get("ensemble") or {}).get("setting") or setting

@@ -146,21 +146,28 @@ def _forgotten(path: Path, id_column: str) -> list[str]:
 
 
 def _answers(
-    model: LoadedModel, frame: pd.DataFrame, id_column: str, classes: list[str], decision: BinaryDecision | None
+    model: LoadedModel,
+    frame: pd.DataFrame,
+    exclude: tuple[str, ...],
+    classes: list[str],
+    decision: BinaryDecision | None,
 ) -> np.ndarray:
-    """The model's answers for ``frame``'s rows as class indices, scored ``CHUNK`` rows at a time."""
+    """The model's answers for ``frame``'s rows (less the columns no model reads, ``exclude``) as class indices,
+    scored ``CHUNK`` rows at a time."""
     from consistency_gate.mlops.scoring import predict
 
     parts = []
     for start in range(0, len(frame), CHUNK):
-        scores = predict(model, frame.iloc[start : start + CHUNK], (id_column,))
+        scores = predict(model, frame.iloc[start : start + CHUNK], exclude)
         parts.append(class_indices(answer_labels(scores, decision), classes))
     return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
 
 
 def _previous(inputs: Inputs) -> MemoryPyfunc | None:
     """The champion's memory when the champion is a memory version (None: it is a plain model)."""
-    if inputs.baseline is None or inputs.baseline.ref.tags.get("consistency_gate.kind") != KIND:
+    from consistency_gate.mlops.registry import TAG_KIND
+
+    if inputs.baseline is None or inputs.baseline.ref.tags.get(TAG_KIND) != KIND:
         return None
     import mlflow
 
@@ -204,7 +211,7 @@ def build_memory(inputs: Inputs, remediation: RemediationConfig) -> Built:
             f"{inputs.baseline.ref.uri}: the champion's memory is of the classes {previous.classes[:6]}, the "
             f"candidate answers {classes[:6]}: a memory of other classes cannot be updated"
         )
-    said = {name: _answers(m, held.frame, id_column if id_column in held.frame else "", classes, inputs.decision)
+    said = {name: _answers(m, held.frame, (*held.non_features, id_column), classes, inputs.decision)
             for name, m in (("before", before), ("candidate", inputs.candidate))}  # fmt: skip
     matrices = {name: confusion(held.frame[held.label_column], np.array(classes, dtype=object)[np.maximum(a, 0)],
                                 classes) for name, a in said.items()}  # fmt: skip
@@ -215,12 +222,12 @@ def build_memory(inputs: Inputs, remediation: RemediationConfig) -> Built:
         memory, forgotten = memory.without(_forgotten(options.forget, id_column))
     new = np.ones(len(ids), dtype=bool) if memory is None else memory.find(ids) < 0
     shown_before = np.full(len(ids), -1, dtype=np.int64)
-    shown_before[new] = _answers(before, population.loc[new], id_column, classes, inputs.decision)
+    shown_before[new] = _answers(before, population.loc[new], (id_column,), classes, inputs.decision)
     if memory is None:
         memory = Memory.first(classes, ids, shown_before, matrices["before"])
     else:
         memory = memory.extended(ids, shown_before, matrices["before"])
-    answers = _answers(inputs.candidate, population, id_column, classes, inputs.decision)
+    answers = _answers(inputs.candidate, population, (id_column,), classes, inputs.decision)
     cost_ratio, chosen = (
         (options.cost_ratio, "config")
         if options.cost_ratio is not None
