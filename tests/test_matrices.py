@@ -187,7 +187,7 @@ def test_ids_whose_hashes_collide_are_still_placed_exactly(tmp_path, monkeypatch
     labels = _write(pd.DataFrame({"id": [f"s{i}" for i in range(1, 6)], "label": "a"}), tmp_path / "labels.csv")
     moved = _ids_file(tmp_path, "moved", ["s4", "s2", "s5", "s1", "s3"], ".csv")
     (alignment,) = row_order(labels, [moved], "id")
-    monkeypatch.setattr(matrices, "_hashes", lambda ids: np.zeros(len(ids), dtype=np.uint64))
+    monkeypatch.setattr(matrices, "hash_ids", lambda ids: np.zeros(len(ids), dtype=np.uint64))
     read = np.vstack([m.copy() for m in matrices.score_chunks(moved, 2, alignment)])
     assert read[:, 0].tolist() == [1, 2, 3, 4, 5]
 

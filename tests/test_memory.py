@@ -9,7 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from consistency_gate.core.memory import Memory, unique_ids
+from consistency_gate.core.ids import as_text, sorted_keys
+from consistency_gate.core.memory import Memory
 from consistency_gate.ensembles.bayes import BayesUpdate
 from consistency_gate.errors import DataError
 
@@ -77,19 +78,47 @@ def test_an_answer_changes_only_for_a_belief_more_than_the_cost_ratio_times_the_
     assert (never.shown == before.shown).all()
 
 
+@settings(max_examples=60, deadline=None)
+@given(
+    old=st.sets(st.integers(0, 40), max_size=15),
+    new=st.lists(st.integers(0, 40), max_size=15, unique=True),
+    seed=st.integers(0, 2**16),
+)
+def test_a_memory_extended_holds_every_id_once_in_the_order_of_its_hashes(old, new, seed):
+    """Each old id keeps its row's belief and answer, each new one starts from its own; find is exact."""
+    rng = np.random.default_rng(seed)
+    old, shown_old, shown_new = sorted(old), rng.integers(0, 2, len(old)), rng.integers(0, 2, len(new))
+    memory = Memory.first(["a", "b"], [f"i{i}" for i in old], shown_old, GOOD)
+    grown = memory.extended([f"i{i}" for i in new], shown_new, GOOD)
+    assert sorted(grown.ids.to_pylist()) == sorted({f"i{i}" for i in [*old, *new]})
+    assert (np.diff(grown.keys.astype(np.float64)) >= 0).all() and (
+        grown.find(grown.ids) == np.arange(len(grown))
+    ).all()
+    expected = {f"i{i}": ["a", "b"][s] for i, s in zip(new, shown_new, strict=True)}
+    expected.update({f"i{i}": ["a", "b"][s] for i, s in zip(old, shown_old, strict=True)})  # the old rows stay
+    assert grown.seen(list(expected)) == list(expected.values())
+    assert grown.find(["i99"]).tolist() == [-1]
+    fresh = [f"i{i}" for i in new if i not in old]
+    block = Memory.first(["a", "b"], fresh, np.array([s for i, s in zip(new, shown_new, strict=True) if i not in old]),
+                         GOOD)  # fmt: skip
+    merged = memory.merged(block)  # what extended does: the new ids' memory merged in
+    assert merged.ids.equals(grown.ids) and np.array_equal(merged.keys, grown.keys)
+    assert np.array_equal(merged.log_belief, grown.log_belief) and np.array_equal(merged.shown, grown.shown)
+
+
 def test_by_hand_two_even_answers_keep_what_users_saw_and_a_second_vote_changes_it():
     memory = Memory.first(["a", "b"], ["x"], np.array([0]), GOOD)  # belief (0.9, 0.2) ∝ (0.82, 0.18)
     once, changed = memory.update(["x"], np.array([1]), GOOD, 2.0)  # (0.9*0.1, 0.2*0.8) = (0.09, 0.16): 1.8x
-    assert once.shown.tolist() == [0] and changed == 0
+    assert once.seen(["x"]) == ["a"] and changed == 0
     twice, changed = once.update(["x"], np.array([1]), GOOD, 2.0)  # (0.009, 0.128): 14x > 2
-    assert twice.shown.tolist() == [1] and changed == 1
+    assert twice.seen(["x"]) == ["b"] and changed == 1
 
 
 def test_new_ids_start_from_what_users_saw_and_known_ones_keep_their_belief():
     memory = Memory.first(["a", "b"], ["x"], np.array([1]), GOOD)
     grown = memory.extended(["y", "x", "w"], np.array([0, 0, 1]), GOOD)
-    assert grown.ids.tolist() == ["w", "x", "y"] and grown.shown.tolist() == [1, 1, 0]
-    assert np.allclose(grown.log_belief[1], memory.log_belief[0])
+    assert sorted(grown.ids.to_pylist()) == ["w", "x", "y"] and grown.seen(["w", "x", "y"]) == ["b", "b", "a"]
+    assert np.allclose(grown.log_belief[grown.find(["x"])], memory.log_belief[0])
     with pytest.raises(ValueError, match="id 'z' is not in the memory"):
         grown.update(["z"], np.array([0]), GOOD, 2.0)
 
@@ -99,32 +128,35 @@ def test_the_table_round_trips_and_a_bad_one_is_one_line_naming_the_file(tmp_pat
     path = tmp_path / "memory.parquet"
     assert memory.write(path) > 0
     back = Memory.read(path, ["a", "b"])
-    assert back.ids.tolist() == ["1", "2", "3"] and np.array_equal(back.shown, memory.shown)
+    assert back.ids.equals(memory.ids) and np.array_equal(back.shown, memory.shown)
+    assert np.array_equal(back.log_belief, memory.log_belief) and back.seen([1, 2, 3]) == ["b", "b", "a"]
     with pytest.raises(DataError, match=r"memory's classes \['a', 'b'\] are not the model's \['a', 'c'\]"):
         Memory.read(path, ["a", "c"])
     path.write_bytes(path.read_bytes()[:40])
     with pytest.raises(DataError, match="memory.parquet: the memory table cannot be read .* it is damaged"):
         Memory.read(path)
-    frame = memory.to_frame().assign(shown=["a", "z", "b"])
+    frame = pd.DataFrame({"id": ["1", "2", "3"], "shown": ["a", "z", "b"], "belief:a": 0.0, "belief:b": -1.0})
     frame.to_parquet(path)
-    with pytest.raises(DataError, match="row 2: answer 'z' is not one of its classes"):
+    with pytest.raises(DataError, match="row 2: the answer users saw is not one of its classes"):
         Memory.read(path)
+    frame.assign(shown="b", **{"belief:a": [0.0, -2.0, -3.0]}).to_parquet(path)  # another tool's, in its order
+    assert Memory.read(path).seen(["3", "1", "2"]) == ["b", "b", "b"]
 
 
 def test_a_population_names_each_item_once():
     with pytest.raises(DataError, match="pop.csv: id '7' appears 2 times .rows 1 and 3.; a population names"):
-        unique_ids(pd.Series([7, 8, 7]), "pop.csv")
+        sorted_keys(as_text(pd.Series([7, 8, 7])), "pop.csv")
     with pytest.raises(DataError, match="pop.csv: row 2: the id is empty"):
-        unique_ids(pd.Series(["a", None]), "pop.csv")
+        sorted_keys(as_text(pd.Series(["a", None])), "pop.csv")
 
 
 def test_forgetting_ids_drops_their_belief_and_an_id_added_again_starts_afresh():
     memory = Memory.first(["a", "b"], ["x", "y"], np.array([0, 0]), GOOD)
     memory, _ = memory.update(["x", "y"], np.array([0, 0]), GOOD, 2.0)  # a strong belief in 'a'
     fewer, forgotten = memory.without(["x", "unknown"])
-    assert fewer.ids.tolist() == ["y"] and forgotten == 1
+    assert fewer.ids.to_pylist() == ["y"] and forgotten == 1
     again = fewer.extended(["x"], np.array([1]), GOOD)
-    assert again.shown[again.find(["x"])].tolist() == [1]  # what users see now: the model's answer
+    assert again.seen(["x"]) == ["b"]  # what users see now: the model's answer
     assert np.allclose(again.log_belief[again.find(["x"])], np.log(GOOD[:, 1] / GOOD[:, 1].max()))
 
 
@@ -139,8 +171,26 @@ def test_the_tuned_cost_ratio_is_the_largest_that_keeps_the_candidates_accuracy_
     held = TuningData(pd.DataFrame({"id": ids, "label": labels}), "label", ("label", "id"), "held-out share")
     said = np.array([1] * 4 + [0] * 6)  # the candidate is right everywhere: 100%; keeping 'a' is 60%
     strong = np.array([[0.95, 0.05], [0.05, 0.95]])  # 'b' now 0.2 * 0.95 / (0.8 * 0.05) = 4.75x as likely as 'a'
-    assert _tuned_ratio(memory, held, "id", said, strong) == (3.0, "held-out share")  # the largest below 4.75
+    assert _tuned_ratio([memory], held, "id", said, strong) == (3.0, "held-out share")  # the largest below 4.75
     weak = np.array([[0.6, 0.4], [0.4, 0.6]])  # 'b' 0.375x as likely as 'a': no ratio changes it
-    assert _tuned_ratio(memory, held, "id", said, weak) == (1.0, "held-out share")  # none keeps it: the smallest
+    assert _tuned_ratio([memory], held, "id", said, weak) == (1.0, "held-out share")  # none keeps it: the smallest
     no_ids = TuningData(pd.DataFrame({"label": labels}), "label", ("label",), "calib.csv")
-    assert _tuned_ratio(memory, no_ids, "id", said, strong)[1] == "default (the tuning samples have no ids)"
+    assert _tuned_ratio([memory], no_ids, "id", said, strong)[1] == "default (the tuning samples have no ids)"
+
+
+def test_updating_the_known_ids_then_merging_the_new_is_extending_then_updating():
+    """What a gate does to hold the beliefs once: the ids the memory has, updated in its own arrays
+    (copy=False); the new ones, a memory of their own, updated; the two merged."""
+    rng = np.random.default_rng(5)
+    old, new = [f"o{i}" for i in range(40)], [f"n{i}" for i in range(17)]
+    shown_old, shown_new, said = rng.integers(0, 2, 40), rng.integers(0, 2, 17), rng.integers(0, 2, 57)
+    expected, changed = (
+        Memory.first(["a", "b"], old, shown_old, GOOD).extended(new, shown_new, GOOD).update(old + new, said, GOOD, 2.0)
+    )
+    known, more = Memory.first(["a", "b"], old, shown_old, GOOD).update(old, said[:40], GOOD, 2.0, copy=False)
+    block, most = Memory.first(["a", "b"], new, shown_new, GOOD).update(new, said[40:], GOOD, 2.0, copy=False)
+    merged = known.merged(block)
+    assert more + most == changed and merged.ids.equals(expected.ids)
+    assert np.array_equal(merged.log_belief, expected.log_belief) and merged.seen(old + new) == expected.seen(old + new)
+    with pytest.raises(DataError, match="id 'o3' appears 2 times"):
+        known.merged(Memory.first(["a", "b"], ["o3"], np.array([0]), GOOD))

@@ -205,3 +205,42 @@ def test_remediation_gates_its_ensemble_on_spark(store):
     again = run_gate(MODEL, store["data"], candidate=result.registered_version, **common)
     for key, value in again.metrics.items():
         assert result.ensemble["metrics"][key] == pytest.approx(value, abs=1e-6), key
+
+
+def test_the_memory_update_on_spark_is_the_in_process_update(tmp_path):
+    """Three generations of a memory of 300 ids, 20 new ids each time and a few not scored: the joins of
+    engines.spark.update_memory give the table Memory.extended then Memory.update give, read back as one."""
+    from consistency_gate.core.memory import Memory
+    from consistency_gate.engines.spark import MEMORY_ADDED, MEMORY_CHANGED, spark_session, update_memory
+
+    spark = spark_session(2)
+    rng = np.random.default_rng(3)
+    classes = ["a", "b", "c"]
+
+    def matrix():
+        return rng.dirichlet(np.ones(3), size=3) * 0.7 + np.eye(3) * 0.3
+
+    before, table, path = matrix(), None, tmp_path / "local.parquet"
+    ids = [f"i{k}" for k in range(300)]
+    local = Memory.first(classes, ids, rng.integers(0, 3, 300), before)
+    local.write(path)
+    table = spark.read.parquet(str(path))
+    for step in range(3):
+        ids = [*ids[5:], *(f"n{step}-{k}" for k in range(20))]  # 5 not scored, 20 new
+        seen, said, after = rng.integers(0, 3, len(ids)), rng.integers(-1, 3, len(ids)), matrix()
+        new = local.find(ids) < 0
+        local = local.extended(np.array(ids)[new], seen[new], before)
+        local, changed = local.update(ids, said, after, 2.0)
+        frame = update_memory(
+            spark, table,
+            spark.createDataFrame(pd.DataFrame({"id": ids, "answer": seen.astype("int32")})),
+            spark.createDataFrame(pd.DataFrame({"id": ids, "answer": said.astype("int32")})),
+            classes, (before, after), 2.0,
+        ).toPandas()  # fmt: skip
+        assert int(frame[MEMORY_CHANGED].sum()) == changed and int(frame[MEMORY_ADDED].sum()) == 20
+        out = tmp_path / f"spark-{step}"
+        spark.createDataFrame(frame.drop(columns=[MEMORY_CHANGED, MEMORY_ADDED])).write.parquet(str(out))
+        read = Memory.read(out, classes)  # a folder of part files, as Spark writes it
+        assert read.ids.equals(local.ids) and read.seen(ids) == local.seen(ids)
+        assert np.allclose(read.log_belief, local.log_belief, atol=1e-5)
+        table, before = spark.read.parquet(str(out)), after

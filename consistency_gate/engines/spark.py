@@ -345,3 +345,84 @@ def gate_comparison(
 
 
 _FLIP_COLUMNS = ["id", "label", "previous_prediction", "candidate_prediction", "flip"]
+
+
+# The memory of what users saw (consistency_gate.core.memory) on Spark: the same update as
+# Memory.extended then Memory.update, as joins of the population's answers with the memory table.
+MEMORY_CHANGED, MEMORY_ADDED = "__changed", "__added"  # the update's flags, beside the table's columns
+
+
+def model_answers(spark: SparkSession, frame: SparkDataFrame, id_column: str, model: SparkModel,
+                  classes: Sequence[str]) -> SparkDataFrame:  # fmt: skip
+    """``(id, answer)``: ``model``'s highest-scoring class for each row of ``frame``, as an index into
+    ``classes`` (-1 for a class outside them), predicted with ``spark_udf``; ids as text."""
+    from pyspark.sql import functions as F
+
+    model.require_scores()
+    index = [classes.index(c) if c in classes else -1 for c in model.classes]  # the model's column -> ours
+    scores = model.predict_column(spark)
+    top = F.array_position(scores, F.array_max(scores)).cast("int")  # 1-based, the lowest on a tie: argmax
+    answer = F.element_at(F.array(*(F.lit(i) for i in index)), top)
+    return frame.select(F.col(f"`{id_column}`").cast("string").alias("id"), answer.alias("answer"))
+
+
+def update_memory(
+    spark: SparkSession,
+    table: SparkDataFrame | None,
+    first: SparkDataFrame,
+    answers: SparkDataFrame,
+    classes: Sequence[str],
+    confusions: tuple[np.ndarray, np.ndarray],
+    cost_ratio: float,
+) -> SparkDataFrame:
+    """The memory table after a generation: ``table`` (the previous one: ``id``, ``shown``, ``belief:<class>``;
+    None for a first memory) extended by ``first`` (``(id, answer)`` of the model users saw, for ids it lacks)
+    and updated with ``answers`` (``(id, answer)`` of the new generation); ``confusions`` are (that of the model
+    users saw, the new generation's). Joins, no collect: it is :meth:`Memory.extended` then
+    :meth:`Memory.update` (float32, the same rule), with the flags ``__changed`` and ``__added``.
+
+    Example::
+
+        updated = update_memory(spark, spark.read.parquet("memory/"), seen, answers, classes, (before, after), 3.0)
+        updated.drop("__changed", "__added").write.parquet("memory-next/")
+    """
+    from pyspark.sql import functions as F
+
+    from consistency_gate.core.memory import BELIEF, ID, SHOWN
+
+    p = len(classes)
+
+    def likelihoods(matrix: np.ndarray) -> SparkDataFrame:  # answer -> its log-likelihood of each class
+        log = np.log(np.asarray(matrix, dtype=np.float64)).T.astype(np.float32)
+        rows = [(j, [float(v) for v in log[j]]) for j in range(p)] + [(-1, [0.0] * p)]
+        return F.broadcast(spark.createDataFrame(rows, "answer int, lik array<float>"))
+
+    def normalised(belief: Column) -> Column:
+        return F.transform(belief, lambda x: x - F.array_max(belief))
+
+    labels = F.array(*(F.lit(c) for c in classes))
+    known = first.join(table.select(ID), ID, "left_anti") if table is not None else first
+    added = known.join(likelihoods(confusions[0]), "answer").select(
+        ID, normalised(F.col("lik")).alias("belief"), F.col("answer").alias("shown"), F.lit(True).alias(MEMORY_ADDED)
+    )
+    if table is not None:
+        beliefs = F.array(*(F.col(f"`{BELIEF}{c}`").cast("float") for c in classes))
+        shown = (F.array_position(labels, F.col(SHOWN)) - 1).cast("int")
+        added = table.select(ID, beliefs.alias("belief"), shown.alias("shown"), F.lit(False).alias(MEMORY_ADDED)).union(
+            added
+        )
+    scored = added.join(answers, ID, "left").join(likelihoods(confusions[1]), "answer", "left")
+    summed = F.zip_with(F.col("belief"), F.col("lik"), lambda x, y: x + y)
+    belief = F.when(F.col("lik").isNull(), F.col("belief")).otherwise(normalised(summed))  # not scored: as it was
+    scored = scored.select(ID, belief.alias("belief"), "shown", MEMORY_ADDED)
+    seen = F.element_at(F.col("belief"), F.col("shown") + 1)
+    change = -seen > F.lit(float(np.float32(np.log(cost_ratio)) + np.float32(1e-6))).cast("float")
+    best = F.array_position(F.col("belief"), F.array_max(F.col("belief"))) - 1
+    shown = F.when(change, best).otherwise(F.col("shown"))
+    return scored.select(
+        F.col(ID),
+        F.element_at(labels, shown.cast("int") + 1).alias(SHOWN),
+        *(F.col("belief")[i].alias(f"{BELIEF}{c}") for i, c in enumerate(classes)),
+        change.alias(MEMORY_CHANGED),
+        F.col(MEMORY_ADDED),
+    )

@@ -24,13 +24,16 @@ from __future__ import annotations
 
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 
-from consistency_gate.core.memory import Memory
+from consistency_gate.core.ids import as_text, lookup, sorted_keys
+from consistency_gate.core.memory import ANSWER, Memory, lean_scan
 from consistency_gate.ensembles.bayes import COST_RATIOS, answer_labels, class_indices, confusion
 from consistency_gate.ensembles.methods import Built, Inputs, TuningData, tuning_data
 from consistency_gate.ensembles.repair import carried, carried_models, input_frame, log_carrying
@@ -80,7 +83,7 @@ def served(memory: Memory, model: LoadedModel, frame: pd.DataFrame, id_column: s
     """What users see for ``frame``'s rows: the memory's answer where it knows the id, else the model's scores."""
     from consistency_gate.mlops.scoring import predict
 
-    rows = memory.find(frame[id_column].astype(str).to_numpy())
+    rows = memory.find(frame[id_column])
     out = np.zeros((len(frame), len(memory.classes)))
     known = rows >= 0
     if known.any():
@@ -99,37 +102,58 @@ def _over(scores: pd.DataFrame | pd.Series, classes: list[str]) -> np.ndarray:
     return frame.reindex(columns=classes, fill_value=0.0).to_numpy(dtype=np.float64)
 
 
-def read_population(path: Path, id_column: str, features: pd.DataFrame) -> pd.DataFrame:
-    """The population a memory serves (CSV or Parquet, a file or a folder of Parquet files): its id column
-    and the model's columns, with ``features``' rows (the evaluation set's) added where their ids are missing.
-    A DataError names the file and what is wrong: no such file, no id column, a repeated or empty id, or a
-    column of the evaluation set it lacks."""
-    from consistency_gate.core.memory import unique_ids
+class Population:
+    """The population a memory serves, read :data:`CHUNK` rows at a time (a CSV or Parquet file, or a folder of
+    them, through ``pyarrow.dataset``): its id column and the model's columns, then the evaluation set's rows
+    (``features``) whose ids it lacks. A DataError names the file and what is wrong: no such file, not
+    readable, no id column, or a column of the evaluation set it lacks."""
 
-    path = Path(path)
-    if not path.exists():
-        raise DataError(f"{path}: the population file does not exist; check options: memory: population:")
-    try:
-        frame = pd.read_csv(path) if path.suffix.lower() == ".csv" else pd.read_parquet(path)
-    except Exception as exc:  # noqa: BLE001 - pandas and pyarrow raise several kinds for an unreadable file
-        raise DataError(f"{path}: the population cannot be read ({type(exc).__name__}: {exc})") from None
-    if id_column not in frame.columns:
-        columns = ", ".join(map(str, frame.columns[:8]))
-        raise DataError(
-            f"{path}: the population has no id column '{id_column}' (columns: {columns}); "
-            "a memory remembers items by id: add it, or name it with options: memory: id_column:"
-        )
-    missing = [c for c in features.columns if c not in frame.columns]
-    if missing:
-        raise DataError(
-            f"{path}: the population lacks the column '{missing[0]}' the model reads (its columns must be the "
-            "evaluation set's, less the label)"
-        )
-    frame = frame[list(features.columns)]
-    unique_ids(frame[id_column], str(path))
-    ids = frame[id_column].astype(str)
-    extra = features[~features[id_column].astype(str).isin(set(ids))]
-    return pd.concat([frame, extra], ignore_index=True) if len(extra) else frame
+    def __init__(self, path: Path, id_column: str, features: pd.DataFrame) -> None:
+        import pyarrow.dataset as ds
+
+        self.path, self.id_column, self.features = Path(path), id_column, features
+        if not self.path.exists():
+            raise DataError(f"{path}: the population file does not exist; check options: memory: population:")
+        files = sorted(self.path.rglob("*")) if self.path.is_dir() else [self.path]
+        kind = "csv" if any(f.suffix.lower() == ".csv" for f in files) else "parquet"
+        try:
+            self.dataset = ds.dataset(self.path, format=kind)
+            names = self.dataset.schema.names
+        except Exception as exc:  # noqa: BLE001 - pyarrow raises several kinds for an unreadable file
+            raise DataError(f"{path}: the population cannot be read ({type(exc).__name__}: {exc})") from None
+        if id_column not in names:
+            raise DataError(
+                f"{path}: the population has no id column '{id_column}' (columns: {', '.join(names[:8])}); "
+                "a memory remembers items by id: add it, or name it with options: memory: id_column:"
+            )
+        missing = [c for c in features.columns if c not in names]
+        if missing:
+            raise DataError(
+                f"{path}: the population lacks the column '{missing[0]}' the model reads (its columns must be the "
+                "evaluation set's, less the label)"
+            )
+
+    def batches(self) -> Iterator[tuple[pa.Array, pd.DataFrame]]:
+        """Its rows as (their ids as text, a frame of the id column and the model's columns), the evaluation
+        set's missing ids last."""
+        evaluation = as_text(self.features[self.id_column])
+        keys, order = sorted_keys(evaluation, "the evaluation set")
+        ordered, found = evaluation.take(pa.array(order)), np.zeros(len(evaluation), dtype=bool)
+        try:
+            for batch in self.dataset.to_batches(
+                columns=list(self.features.columns), batch_size=CHUNK, **lean_scan(self.dataset)
+            ):
+                if batch.num_rows:
+                    ids = as_text(batch.column(self.id_column))
+                    at = lookup(keys, ordered, ids)
+                    found[at[at >= 0]] = True
+                    yield ids, batch.to_pandas()
+        except pa.ArrowException as exc:
+            raise DataError(f"{self.path}: the population cannot be read ({type(exc).__name__}: {exc})") from None
+        missing = np.zeros(len(evaluation), dtype=bool)
+        missing[order[~found]] = True
+        if missing.any():
+            yield evaluation.filter(pa.array(missing)), self.features.loc[missing].reset_index(drop=True)
 
 
 def _forgotten(path: Path, id_column: str) -> list[str]:
@@ -152,19 +176,17 @@ def _answers(
     classes: list[str],
     decision: BinaryDecision | None,
 ) -> np.ndarray:
-    """The model's answers for ``frame``'s rows (less the columns no model reads, ``exclude``) as class indices,
-    scored ``CHUNK`` rows at a time."""
+    """The model's answers for ``frame``'s rows (less the columns no model reads, ``exclude``) as class indices."""
     from consistency_gate.mlops.scoring import predict
 
-    parts = []
-    for start in range(0, len(frame), CHUNK):
-        scores = predict(model, frame.iloc[start : start + CHUNK], exclude)
-        parts.append(class_indices(answer_labels(scores, decision), classes))
-    return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+    if not len(frame):
+        return np.zeros(0, dtype=np.int64)
+    return class_indices(answer_labels(predict(model, frame, exclude), decision), classes)
 
 
-def _previous(inputs: Inputs) -> MemoryPyfunc | None:
-    """The champion's memory when the champion is a memory version (None: it is a plain model)."""
+def _previous(inputs: Inputs) -> tuple[Memory, LoadedModel, np.ndarray] | None:
+    """The champion's memory, model and confusion matrix when the champion is a memory version (None: it is a
+    plain model)."""
     from consistency_gate.mlops.registry import TAG_KIND
 
     if inputs.baseline is None or inputs.baseline.ref.tags.get(TAG_KIND) != KIND:
@@ -173,7 +195,7 @@ def _previous(inputs: Inputs) -> MemoryPyfunc | None:
 
     uri = inputs.baseline.ref.uri
     try:
-        return mlflow.pyfunc.load_model(uri).unwrap_python_model()
+        loaded = mlflow.pyfunc.load_model(uri).unwrap_python_model()
     except DataError as exc:  # its table: damaged, missing, of other classes
         raise ModelError(f"{uri}: the champion's memory cannot be updated: {exc}") from None
     except Exception as exc:  # noqa: BLE001 - MLflow raises several kinds for a damaged model
@@ -181,13 +203,40 @@ def _previous(inputs: Inputs) -> MemoryPyfunc | None:
             f"{uri}: the champion's memory cannot be loaded ({type(exc).__name__}: {exc}); roll back to the version "
             "before it"
         ) from None
+    if loaded.classes != list(inputs.classes):
+        raise DataError(
+            f"{uri}: the champion's memory is of the classes {loaded.classes[:6]}, the candidate answers "
+            f"{list(inputs.classes)[:6]}: a memory of other classes cannot be updated"
+        )
+    return loaded.memory, loaded.model, loaded.confusion
+
+
+def _scored(
+    population: Population, memory: Memory | None, before: LoadedModel, inputs: Inputs
+) -> tuple[pa.Array, np.ndarray, np.ndarray, pd.DataFrame]:
+    """One pass over the population: its ids; the candidate's answer for each; what users saw for each id the
+    memory lacks (the answer of the model served before; -1 where the memory has it); its first rows."""
+    ids, answers, shown, head = [], [], [], None
+    for batch, frame in population.batches():
+        new = np.ones(len(frame), dtype=bool) if memory is None else memory.find(batch) < 0
+        seen = np.full(len(frame), -1, dtype=ANSWER)
+        seen[new] = _answers(before, frame.loc[new], (population.id_column,), inputs.classes, inputs.decision)
+        answers.append(
+            _answers(inputs.candidate, frame, (population.id_column,), inputs.classes, inputs.decision).astype(ANSWER)
+        )
+        ids.append(batch), shown.append(seen)
+        head = frame.iloc[:1000] if head is None else head
+    everyone = pa.concat_arrays(ids)
+    sorted_keys(everyone, str(population.path))  # each id once
+    return everyone, np.concatenate(answers), np.concatenate(shown), head
 
 
 def build_memory(inputs: Inputs, remediation: RemediationConfig) -> Built:
     """The candidate plus the memory updated with its answers on the population (the builder of
     :data:`~consistency_gate.ensembles.methods.METHODS`' ``memory``): the previous memory (the champion's, or
     the champion's answers), each generation's confusion matrix and the cost ratio from the tuning data, logged
-    as one pyfunc carrying the candidate's model and the table."""
+    as one pyfunc carrying the candidate's model and the table. The population is read and scored
+    :data:`CHUNK` rows at a time; the memory is held once, with one copy while it is updated."""
     import mlflow
 
     start = time.perf_counter()
@@ -201,72 +250,78 @@ def build_memory(inputs: Inputs, remediation: RemediationConfig) -> Built:
     classes = list(inputs.classes)
     reads = inputs.candidate.features or [c for c in inputs.frame.columns if c not in inputs.non_features]
     keep = [id_column, *(c for c in reads if c != id_column)]  # the columns the candidate reads, and the ids
-    population = read_population(options.population, id_column, inputs.frame[keep])
-    ids = population[id_column].astype(str).to_numpy(dtype=object)
+    population = Population(options.population, id_column, inputs.frame[keep])
     held = tuning_data(inputs, remediation)  # the method's entry needs one (labelled=True)
-    previous = _previous(inputs)
-    before = previous.model if previous is not None else inputs.baseline
-    if previous is not None and previous.classes != classes:
-        raise DataError(
-            f"{inputs.baseline.ref.uri}: the champion's memory is of the classes {previous.classes[:6]}, the "
-            f"candidate answers {classes[:6]}: a memory of other classes cannot be updated"
-        )
+    memory, before, told = _previous(inputs) or (None, inputs.baseline, None)
     said = {name: _answers(m, held.frame, (*held.non_features, id_column), classes, inputs.decision)
             for name, m in (("before", before), ("candidate", inputs.candidate))}  # fmt: skip
     matrices = {name: confusion(held.frame[held.label_column], np.array(classes, dtype=object)[np.maximum(a, 0)],
                                 classes) for name, a in said.items()}  # fmt: skip
-    if previous is not None:
-        matrices["before"] = previous.confusion
-    memory, forgotten = previous.memory if previous is not None else None, 0
+    if told is not None:  # the confusion matrix the champion's memory was updated with
+        matrices["before"] = told
+    forgotten = 0
     if memory is not None and options.forget is not None:
         memory, forgotten = memory.without(_forgotten(options.forget, id_column))
-    new = np.ones(len(ids), dtype=bool) if memory is None else memory.find(ids) < 0
-    shown_before = np.full(len(ids), -1, dtype=np.int64)
-    shown_before[new] = _answers(before, population.loc[new], (id_column,), classes, inputs.decision)
-    if memory is None:
-        memory = Memory.first(classes, ids, shown_before, matrices["before"])
-    else:
-        memory = memory.extended(ids, shown_before, matrices["before"])
-    answers = _answers(inputs.candidate, population, (id_column,), classes, inputs.decision)
+    ids, answers, shown_before, head = _scored(population, memory, before, inputs)
+    new = shown_before >= 0  # the ids the memory lacks: users saw the model served before
+    block = Memory.first(classes, ids.filter(pa.array(new)), shown_before[new], matrices["before"])
     cost_ratio, chosen = (
         (options.cost_ratio, "config")
         if options.cost_ratio is not None
-        else _tuned_ratio(memory, held, id_column, said["candidate"], matrices["candidate"])
+        else _tuned_ratio([m for m in (memory, block) if m is not None], held, id_column, said["candidate"],
+                          matrices["candidate"])
+    )  # fmt: skip
+    # the new ids updated in their own memory, the known ones in the memory's arrays, then the two merged: the
+    # beliefs are held once and copied once (10M ids of 10 classes within 2 GB: benchmarks/memory_scale.py)
+    block, changed = block.update(
+        ids.filter(pa.array(new)), answers[new], matrices["candidate"], cost_ratio, copy=False
     )
-    updated, changed = memory.update(ids, answers, matrices["candidate"], cost_ratio)
-    rows = updated.find(inputs.frame[id_column].astype(str).to_numpy())
-    scores = pd.DataFrame(updated.scores(rows), columns=classes, index=inputs.frame.index)
+    if memory is None:
+        memory = block
+    else:
+        memory, known = memory.update(ids.filter(pa.array(~new)), answers[~new], matrices["candidate"], cost_ratio,
+                                      copy=False)  # fmt: skip
+        memory, changed = memory.merged(block), changed + known
+    del block, ids
+    rows = memory.find(inputs.frame[id_column])
+    scores = pd.DataFrame(memory.scores(rows), columns=classes, index=inputs.frame.index)
     seconds = time.perf_counter() - start
     with tempfile.TemporaryDirectory() as folder:
         table = Path(folder) / "memory.parquet"
-        size = updated.write(table)
-        info = _log(inputs, updated, table, id_column, matrices["candidate"], population)
+        size = memory.write(table)
+        info = _log(inputs, memory, table, id_column, matrices["candidate"], head)
     setting = {
         "cost_ratio": cost_ratio, "cost_ratio_from": chosen, "confusions_from": held.source,
         "population": str(options.population),
-        "rows": len(updated),
+        "rows": len(memory),
         "bytes": size, "added": int(new.sum()), "changed": changed, "forgotten": forgotten, "id_column": id_column,
-        "from": f"v{inputs.versions[0]}'s memory" if previous is not None else f"v{inputs.versions[0]}'s answers",
+        "from": f"v{inputs.versions[0]}'s memory" if told is not None else f"v{inputs.versions[0]}'s answers",
     }  # fmt: skip
-    setting.update(_latency(info.model_uri, inputs.candidate, population, id_column))
+    setting.update(_latency(info.model_uri, inputs.candidate, head, id_column))
     mlflow.log_params({k: v for k, v in setting.items() if not isinstance(v, dict)})
     return Built(info, scores, 1, seconds, [id_column, *(inputs.candidate.features or [])], setting)
 
 
 def _tuned_ratio(
-    memory: Memory, held: TuningData, id_column: str, said: np.ndarray, matrix: np.ndarray
+    memories: list[Memory], held: TuningData, id_column: str, said: np.ndarray, matrix: np.ndarray
 ) -> tuple[float, str]:
-    """The largest cost ratio of :data:`COST_RATIOS` whose memory, on the tuning samples, is at most
-    :data:`ACCURACY_MARGIN` less accurate than the candidate there (the fewest answers changed that keep the
-    candidate's accuracy); the default when the tuning samples have no ids in the population."""
+    """The largest cost ratio of :data:`COST_RATIOS` whose memory (the tuning samples' rows of ``memories``,
+    before the update), on the tuning samples, is at most :data:`ACCURACY_MARGIN` less accurate than the
+    candidate there (the fewest answers changed that keep the candidate's accuracy); the default when the tuning
+    samples have no ids in the population."""
     if id_column not in held.frame.columns:
         return DEFAULT_COST_RATIO, "default (the tuning samples have no ids)"
-    tuning_ids = held.frame[id_column].astype(str).to_numpy(dtype=object)
-    rows = memory.find(tuning_ids)
-    if (rows < 0).any():
+    tuning, found = None, np.zeros(len(held.frame), dtype=bool)
+    for memory in memories:
+        rows = memory.find(held.frame[id_column])
+        found |= rows >= 0
+        mine = memory.take(np.sort(rows[rows >= 0]))
+        tuning = mine if tuning is None else tuning.merged(mine)
+    if not found.all():
         return DEFAULT_COST_RATIO, "default (the tuning samples are not in the population)"
+    rows = tuning.find(held.frame[id_column])
     order = np.argsort(rows)
-    own = Memory(memory.classes, memory.ids[rows[order]], memory.log_belief[rows[order]], memory.shown[rows[order]])
+    own = tuning.take(rows[order])
     truth = class_indices(held.frame[held.label_column].to_numpy()[order], memory.classes)
     candidate = float((said[order] == truth).mean())
     for ratio in sorted(COST_RATIOS, reverse=True):
@@ -277,7 +332,7 @@ def _tuned_ratio(
 
 
 def _log(
-    inputs: Inputs, memory: Memory, table: Path, id_column: str, matrix: np.ndarray, population: pd.DataFrame
+    inputs: Inputs, memory: Memory, table: Path, id_column: str, matrix: np.ndarray, head: pd.DataFrame
 ) -> ModelInfo:
     """Log the candidate's model and the memory table as one pyfunc in the active run; its input is the id
     column and the model's columns."""
@@ -292,7 +347,7 @@ def _log(
             f"{model['uri']}: a memory serves a model whose signature names its columns (the id column goes beside "
             "them); log the model with a column signature"
         )
-    id_type = "long" if pd.api.types.is_integer_dtype(population[id_column]) else "string"
+    id_type = "long" if pd.api.types.is_integer_dtype(head[id_column]) else "string"
     inputs_schema = Schema([ColSpec(id_type, id_column), *signature.inputs.inputs])
     config = {"memory_classes": memory.classes, "id_column": id_column, "confusion": np.asarray(matrix).tolist()}
     return log_carrying(
@@ -301,7 +356,7 @@ def _log(
     )  # fmt: skip
 
 
-def _latency(uri: str, model: LoadedModel, population: pd.DataFrame, id_column: str) -> dict:
+def _latency(uri: str, model: LoadedModel, head: pd.DataFrame, id_column: str) -> dict:
     """The served memory's latency against the model alone, at a batch of 1 and of 1,000 (medians of 7)."""
     from consistency_gate.mlops.registry import ModelRef
     from consistency_gate.mlops.scoring import load_model, predict
@@ -309,7 +364,7 @@ def _latency(uri: str, model: LoadedModel, population: pd.DataFrame, id_column: 
     served_model = load_model(ModelRef(uri, "", source=uri))  # as a server loads it, its inputs cast to its signature
     ratios = {}
     for size in (1, 1000):
-        batch = population.iloc[:size]
+        batch = head.iloc[:size]
         times = {"memory": [], "model": []}
         for _ in range(7):  # alternating, so that both see the same machine
             for name in times:

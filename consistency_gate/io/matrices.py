@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, BinaryIO, TypeVar
 import numpy as np
 import pyarrow as pa
 
+from consistency_gate.core.ids import hash_ids
 from consistency_gate.io import predictions as io
 from consistency_gate.io.alignment import IN_ORDER, Alignment, file_positions, is_csv
 
@@ -225,7 +226,7 @@ class _Ids:
 
     def __init__(self, ids: pa.Array) -> None:
         self.ids = ids
-        hashes = np.concatenate([_hashes(ids.slice(at, _HASHED)) for at in range(0, len(ids), _HASHED)] or [[]])
+        hashes = hash_ids(ids)
         self.order = np.argsort(hashes)
         self.hashes = hashes[self.order]
 
@@ -233,18 +234,8 @@ class _Ids:
         """The row of each of ``ids`` here; None where one is not here (or is empty)."""
         if not len(self.order):
             return None
-        found = self.order[np.searchsorted(self.hashes, _hashes(ids)).clip(max=len(self.order) - 1)]
+        found = self.order[np.searchsorted(self.hashes, hash_ids(ids.combine_chunks())).clip(max=len(self.order) - 1)]
         return found if self.ids.take(found).equals(ids.combine_chunks()) else None
-
-
-_HASHED = 100_000
-"""Ids hashed at a time (each a Python string while it is hashed)."""
-
-
-def _hashes(ids: pa.Array | pa.ChunkedArray) -> np.ndarray:
-    from pandas.util import hash_array
-
-    return hash_array(ids.to_numpy(zero_copy_only=False), categorize=False)
 
 
 def _by_id(
