@@ -244,3 +244,27 @@ def test_the_memory_update_on_spark_is_the_in_process_update(tmp_path):
         assert read.ids.equals(local.ids) and read.seen(ids) == local.seen(ids)
         assert np.allclose(read.log_belief, local.log_belief, atol=1e-5)
         table, before = spark.read.parquet(str(out)), after
+
+
+def test_a_models_answers_on_spark_for_a_memory_are_its_answers_in_process(store):
+    """engines.spark.model_answers (spark_udf, the highest score, mapped to the memory's classes) against the
+    in-process scorer's answers, with the memory's classes in another order."""
+    import mlflow
+    from mlflow import MlflowClient
+
+    from consistency_gate.engines.spark import SparkModel, model_answers, read_table, spark_session
+    from consistency_gate.ensembles.bayes import answer_labels
+    from consistency_gate.mlops.registry import resolve_version
+    from consistency_gate.mlops.scoring import load_model, predict
+
+    mlflow.set_tracking_uri(store["uri"])
+    model = load_model(resolve_version(MlflowClient(), MODEL, "3"))
+    frame = pd.read_csv(store["data"])
+    scores = predict(model, frame, ("label", "id"))
+    classes = [str(c) for c in scores.columns][::-1]
+    spark = spark_session(2)
+    features = [c for c in frame.columns if c not in ("label", "id")]
+    spark_model = SparkModel(model.ref.uri, model.flavor, [str(c) for c in scores.columns], features)
+    got = model_answers(spark, read_table(spark, store["data"]), "id", spark_model, classes).toPandas()
+    expected = [classes.index(a) for a in answer_labels(scores)]
+    assert got.set_index("id").loc[frame["id"].astype(str), "answer"].tolist() == expected

@@ -57,13 +57,6 @@ def _normalised(log: np.ndarray) -> np.ndarray:
     return log - log.max(axis=1, keepdims=True)
 
 
-def _inserted(array: np.ndarray, moved: np.ndarray, placed: np.ndarray, rows: np.ndarray) -> np.ndarray:
-    """A longer array: ``array``'s rows at ``moved``, ``rows`` at ``placed``."""
-    out = np.empty((len(moved) + len(placed), *array.shape[1:]), dtype=array.dtype)
-    out[moved], out[placed] = array, rows
-    return out
-
-
 def lean_scan(dataset: ds.Dataset) -> dict:
     """The arguments of ``dataset.to_batches`` that read it a batch at a time: pyarrow's defaults read 16
     batches ahead and buffer a Parquet file's whole row groups (500 MB of a 10M-row population at once)."""
@@ -168,22 +161,26 @@ class Memory:
         ...     Memory.first(["a", "b"], ["y"], np.array([1]), good)).seen(["x", "y"])
         ['a', 'b']
         """
+        n, total = len(self), len(self) + len(other)
         at = np.searchsorted(self.keys, other.keys)  # the rows of this memory before which each of other's goes
-        moved = np.arange(len(self))  # where each of this memory's rows goes (in place: 80 MB for 10M ids)
-        moved += np.searchsorted(at, moved, side="right")
-        placed = at + np.arange(len(at))
-        keys = _inserted(self.keys, moved, placed, other.keys)
-        if len(keys) > 1 and (keys[1:] == keys[:-1]).any():  # an id of both, or two ids of one hash: name them
-            sorted_keys(pa.concat_arrays([self.ids, other.ids]), "the population")
-        order = np.empty(len(keys), dtype=np.int32 if len(keys) < 2**31 else np.int64)  # the row each row takes
-        order[moved], order[placed] = np.arange(len(moved)), np.arange(len(moved), len(keys))
-        return Memory(
-            self.classes,
-            pa.chunked_array([self.ids, other.ids]).take(pa.array(order)).combine_chunks(),
-            keys,
-            _inserted(self.log_belief, moved, placed, other.log_belief),
-            _inserted(self.shown, moved, placed, other.shown),
+        placed = at + np.arange(len(at))  # where each of other's rows goes
+        keys, shown = np.empty(total, dtype=self.keys.dtype), np.empty(total, dtype=self.shown.dtype)
+        belief = np.empty((total, len(self.classes)), dtype=self.log_belief.dtype)
+        order = np.empty(total, dtype=np.int32 if total < 2**31 else np.int64)  # the row of [self, other] each takes
+        for start in range(0, n, ROWS):  # this memory's rows, ROWS at a time: no index of them all is held
+            rows = np.arange(start, min(start + ROWS, n))
+            to = rows + np.searchsorted(at, rows, side="right")
+            keys[to], shown[to], belief[to], order[to] = self.keys[rows], self.shown[rows], self.log_belief[rows], rows
+        keys[placed], shown[placed], belief[placed], order[placed] = (
+            other.keys,
+            other.shown,
+            other.log_belief,
+            np.arange(n, total),
         )
+        if total > 1 and (keys[1:] == keys[:-1]).any():  # an id of both, or two ids of one hash: name them
+            sorted_keys(pa.concat_arrays([self.ids, other.ids]), "the population")
+        ids = pa.chunked_array([self.ids, other.ids]).take(pa.array(order)).combine_chunks()
+        return Memory(self.classes, ids, keys, belief, shown)
 
     def without(self, ids: Sequence[object]) -> tuple[Memory, int]:
         """This memory less ``ids`` (forgotten: their users next see the model's answer); returns it and how many

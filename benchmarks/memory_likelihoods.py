@@ -1,0 +1,119 @@
+"""Which likelihood a memory of what users saw should multiply in, measured offline (no registry, the same
+recipes, splits, generations and tuning rule as ``memory_generations.py``): the hard answer's through each
+generation's confusion matrix (what ``strategy: [memory]`` does, Traeuble et al.), the model's class scores
+(each generation's probabilities as its likelihood), and either with the older evidence discounted (the log-
+belief multiplied by ``decay`` before each generation's is added), against replacing.
+
+For each recipe and seed, 10 generations train on growing data with a new seed each time. The population is
+the evaluation split: its first 20% tunes (the confusion matrices; the cost ratio, the largest of
+``COST_RATIOS`` whose memory is within half a point of the candidate's accuracy there, as the gate tunes it),
+the next 20% stands for the judged share (unused here), and the flips are counted on the other 60%. It prints
+per recipe the ratio of replacing's cumulative negative flips to each policy's (mean over seeds, range) and
+the final accuracy's change against replacing, in points.
+
+    python benchmarks/memory_likelihoods.py [--data digits mnist1d tabular] [--seeds 3] [--generations 10]
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import numpy as np
+import pandas as pd
+from generations import splits_of, train
+
+from consistency_gate.ensembles.bayes import COST_RATIOS, confusion
+
+MARGIN = 0.005  # as the gate: the tuned ratio keeps the memory within half a point of the candidate
+POLICIES = {  # name -> (likelihood, decay)
+    "answers (the product)": ("answers", 1.0),
+    "answers, decay 0.5": ("answers", 0.5),
+    "scores": ("scores", 1.0),
+    "scores, decay 0.5": ("scores", 0.5),
+}
+
+
+def generations(data: str, seed: int, count: int) -> tuple[list[np.ndarray], np.ndarray]:
+    """Each generation's class probabilities on the population, and the population's true classes (indices)."""
+    splits = splits_of(data, seed)
+    (x_fit, y_fit), (x_pop, y_pop) = splits["fit"], splits["test"]
+    classes = sorted({str(v) for v in y_fit})
+    out = []
+    for t in range(count):
+        size = int(len(x_fit) * (0.3 + 0.7 * t / max(1, count - 1)))
+        fit = x_fit.iloc[:size] if isinstance(x_fit, pd.DataFrame) else x_fit[:size]
+        predict = train(data, fit, y_fit[:size], 1000 * seed + t)
+        out.append(np.asarray(predict(x_pop if data != "mnist1d" else np.asarray(x_pop, dtype=np.float32))))
+    truth = np.array([classes.index(str(v)) for v in y_pop])
+    return out, truth
+
+
+def _kept(belief: np.ndarray, shown: np.ndarray, ratio: float) -> np.ndarray:
+    """The answers users see after ``belief`` (log, each row's largest 0): changed where another class is more
+    than ``ratio`` times as likely as the one shown."""
+    change = -belief[np.arange(len(shown)), shown] > np.log(ratio) + 1e-6
+    return np.where(change, belief.argmax(axis=1), shown)
+
+
+def served(probabilities: list[np.ndarray], truth: np.ndarray, tuning: np.ndarray, likelihood: str, decay: float):
+    """What users see after each generation under one policy (the first generation's answers first)."""
+    answers = [p.argmax(axis=1) for p in probabilities]
+    classes = [str(i) for i in range(probabilities[0].shape[1])]
+
+    def log_likelihood(t: int) -> np.ndarray:
+        if likelihood == "scores":
+            return np.log(np.clip(probabilities[t], 1e-6, 1.0))
+        matrix = confusion(truth[tuning].astype(str), answers[t][tuning].astype(str), classes)
+        return np.log(matrix).T[answers[t]]
+
+    belief, shown = log_likelihood(0), answers[0]
+    belief -= belief.max(axis=1, keepdims=True)
+    out = [shown]
+    for t in range(1, len(probabilities)):
+        belief = decay * belief + log_likelihood(t)
+        belief -= belief.max(axis=1, keepdims=True)
+        floor = (answers[t][tuning] == truth[tuning]).mean() - MARGIN
+        kept = (
+            r for r in sorted(COST_RATIOS, reverse=True) if (_kept(belief, shown, r) == truth)[tuning].mean() >= floor
+        )
+        ratio = next(kept, min(COST_RATIOS))
+        shown = _kept(belief, shown, ratio)
+        out.append(shown)
+    return out
+
+
+def flips_and_accuracy(sequence: list[np.ndarray], truth: np.ndarray, counted: np.ndarray) -> tuple[int, float]:
+    """Cumulative negative flips (right before, wrong after) and the final accuracy, on the counted ids."""
+    negative = sum(
+        int(((a == truth) & (b != truth))[counted].sum()) for a, b in zip(sequence[:-1], sequence[1:], strict=True)
+    )
+    return negative, float((sequence[-1] == truth)[counted].mean())
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data", nargs="+", default=["digits", "mnist1d", "tabular"])
+    parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--generations", type=int, default=10)
+    args = parser.parse_args()
+    print("| recipe | policy | fewer negative flips than replacing (mean, seeds' range) | final accuracy: change |")
+    print("| --- | --- | --- | --- |")
+    for data in args.data:
+        results: dict[str, list[tuple[float, float]]] = {name: [] for name in POLICIES}
+        for seed in range(args.seeds):
+            probabilities, truth = generations(data, seed, args.generations)
+            n = len(truth)
+            tuning, counted = np.arange(n) < int(0.2 * n), np.arange(n) >= int(0.4 * n)
+            replace, replace_accuracy = flips_and_accuracy([p.argmax(axis=1) for p in probabilities], truth, counted)
+            for name, (likelihood, decay) in POLICIES.items():
+                flips, accuracy = flips_and_accuracy(served(probabilities, truth, tuning, likelihood, decay), truth,
+                                                     counted)  # fmt: skip
+                results[name].append((replace / max(flips, 1), 100 * (accuracy - replace_accuracy)))
+        for name, runs in results.items():
+            ratios, changes = [r for r, _ in runs], [c for _, c in runs]
+            print(f"| {data} | {name} | {np.mean(ratios):.1f}x ({min(ratios):.1f}-{max(ratios):.1f}) | "
+                  f"{np.mean(changes):+.1f} pt ({min(changes):+.1f} to {max(changes):+.1f}) |", flush=True)  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
