@@ -207,6 +207,7 @@ def test_remediation_gates_its_ensemble_on_spark(store):
         assert result.ensemble["metrics"][key] == pytest.approx(value, abs=1e-6), key
 
 
+@pytest.mark.xdist_group("test_spark.py")  # the worker whose Spark session the module's other tests started
 def test_the_memory_update_on_spark_is_the_in_process_update(tmp_path):
     """Three generations of a memory of 300 ids, 20 new ids each time and a few not scored: the joins of
     engines.spark.update_memory give the table Memory.extended then Memory.update give, read back as one."""
@@ -268,3 +269,31 @@ def test_a_models_answers_on_spark_for_a_memory_are_its_answers_in_process(store
     got = model_answers(spark, read_table(spark, store["data"]), "id", spark_model, classes).toPandas()
     expected = [classes.index(a) for a in answer_labels(scores)]
     assert got.set_index("id").loc[frame["id"].astype(str), "answer"].tolist() == expected
+
+
+def test_a_memory_version_answers_by_id_through_spark_udf(store, tmp_path):
+    """Batch scoring on Spark loads a memory version as any pyfunc: a row whose id is in the table gets the
+    remembered answer, an unknown id the model's."""
+    import mlflow
+    from pyspark.sql import functions as F
+
+    from consistency_gate.engines.spark import spark_session
+
+    config = tmp_path / "memory.yaml"
+    config.write_text(
+        "rules:\n  - {metric: con, min: 0.0}\nremediation:\n  strategy: [memory]\n  tuning_share: 0.3\n"
+        f"  options:\n    memory: {{population: {store['data']}}}\n"
+    )
+    result = run_gate(MODEL, store["data"], candidate="2", id_column="id", tracking_uri=store["uri"], config=config,
+                      quiet=True)  # fmt: skip
+    uri = f"models:/{MODEL}/{result.registered_version}"
+    frame = pd.read_csv(store["data"]).drop(columns=["label"])
+    frame = pd.concat([frame, frame.iloc[[0]].assign(id="a-new-item")], ignore_index=True)
+    spark = spark_session(2)
+    udf = mlflow.pyfunc.spark_udf(spark, uri, result_type="array<double>", env_manager="local")
+    rows = spark.createDataFrame(frame).select("id", udf(F.struct(*frame.columns)).alias("scores")).toPandas()
+    on_spark = np.stack(rows.set_index("id").loc[frame["id"], "scores"].to_numpy()).argmax(axis=1)
+    in_process = mlflow.pyfunc.load_model(uri).predict(frame)  # the table's answers: test_memory_gate.py
+    assert on_spark.tolist() == in_process.to_numpy().argmax(axis=1).tolist()
+    model = mlflow.pyfunc.load_model(f"models:/{MODEL}/2")  # an unknown id: the model's answer
+    assert on_spark[-1] == np.asarray(model.predict(frame.iloc[[-1]].drop(columns=["id"]))).argmax(axis=1)[0]
