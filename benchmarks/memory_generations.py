@@ -16,7 +16,7 @@ of ``repairs.py``, logged as a pyfunc over 40 columns) and the tabular recipe (L
 missing values and a category column).
 
     python benchmarks/memory_generations.py [--data digits mnist1d tabular] [--seeds 3] [--generations 10]
-        [--cost-ratio R] [--markdown FILE]
+        [--cost-ratio R] [--likelihood answers|scores] [--decay D] [--markdown FILE]
 
 Prints one row per recipe and seed and a summary per recipe: the ratio of replacing's cumulative negative
 flips to the memory's (mean over seeds, and the seeds' range), the final accuracy of each and its change,
@@ -88,7 +88,7 @@ def _log(data: str, predict, x: pd.DataFrame, name: str) -> str:  # noqa: ANN001
     return str(info.registered_model_version)
 
 
-def one_seed(data: str, seed: int, generations: int, cost_ratio: float | None) -> dict:
+def one_seed(data: str, seed: int, generations: int, cost_ratio: float | None, extra: str = "") -> dict:
     """One recipe and seed through the registry: per generation the cumulative negative flips and accuracy of
     what @champion serves and of replacing, on the population ids neither tuned nor judged on."""
     import mlflow
@@ -112,7 +112,7 @@ def one_seed(data: str, seed: int, generations: int, cost_ratio: float | None) -
     unseen = ~labelled
     population.to_parquet(folder / "population.parquet", index=False)
     population[labelled].assign(label=np.asarray(y_pop)[labelled]).to_parquet(folder / "eval.parquet", index=False)
-    ratio = f", cost_ratio: {cost_ratio}" if cost_ratio else ""
+    ratio = (f", cost_ratio: {cost_ratio}" if cost_ratio else "") + extra
     (folder / "gate.yaml").write_text(
         subprocess.run(
             [sys.executable, "-m", "consistency_gate", "config", "--default"],
@@ -169,6 +169,8 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--generations", type=int, default=10)
     parser.add_argument("--cost-ratio", type=float, default=None, help="fixed (default: tuned by the gate)")
+    parser.add_argument("--likelihood", choices=["answers", "scores"], default="answers")
+    parser.add_argument("--decay", type=float, default=1.0, help="of the older evidence, in (0, 1]")
     parser.add_argument("--markdown", type=Path, default=None)
     args = parser.parse_args()
     lines = [
@@ -184,7 +186,8 @@ def main() -> None:
         runs = []
         for seed in range(args.seeds):
             start = time.perf_counter()
-            run = one_seed(data, seed, args.generations, args.cost_ratio)
+            extra = f", likelihood: {args.likelihood}, decay: {args.decay}"
+            run = one_seed(data, seed, args.generations, args.cost_ratio, extra)
             runs.append(run)
             mem, rep = run["memory"][-1], run["replace"][-1]
             fewer = f"{rep / mem:.1f}x" if mem else "none at all"

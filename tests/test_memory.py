@@ -106,6 +106,25 @@ def test_a_memory_extended_holds_every_id_once_in_the_order_of_its_hashes(old, n
     assert np.array_equal(merged.log_belief, grown.log_belief) and np.array_equal(merged.shown, grown.shown)
 
 
+@settings(max_examples=40, deadline=None)
+@given(
+    p=st.integers(2, 4), n=st.integers(1, 8), k=st.integers(1, 5), decay=st.sampled_from([0.25, 0.5, 1.0]),
+    seed=st.integers(0, 2**16),
+)  # fmt: skip
+def test_with_scores_and_decay_the_belief_is_the_discounted_sum_of_the_log_scores(p, n, k, decay, seed):
+    """likelihood: scores, decay d: after K generations the log-belief is sum_t d^(K-1-t) log s_t, normalised."""
+    rng = np.random.default_rng(seed)
+    classes, ids = [f"c{i}" for i in range(p)], [f"id{i}" for i in range(n)]
+    scores = [rng.dirichlet(np.ones(p), size=n) for _ in range(k)]
+    uniform = np.full((p, p), 1 / p)  # not read: the scores are the likelihood
+    memory = Memory.first(classes, ids, scores[0].argmax(axis=1), uniform, scores=scores[0])
+    for said in scores[1:]:
+        memory, _ = memory.update(ids, said.argmax(axis=1), uniform, 1.0, decay=decay, scores=said)
+    expected = sum(decay ** (k - 1 - t) * np.log(np.clip(s, 1e-6, 1.0)) for t, s in enumerate(scores))
+    expected -= expected.max(axis=1, keepdims=True)
+    assert np.allclose(memory.log_belief[memory.find(ids)], expected, atol=1e-4)
+
+
 def test_by_hand_two_even_answers_keep_what_users_saw_and_a_second_vote_changes_it():
     memory = Memory.first(["a", "b"], ["x"], np.array([0]), GOOD)  # belief (0.9, 0.2) ∝ (0.82, 0.18)
     once, changed = memory.update(["x"], np.array([1]), GOOD, 2.0)  # (0.9*0.1, 0.2*0.8) = (0.09, 0.16): 1.8x
@@ -161,7 +180,7 @@ def test_forgetting_ids_drops_their_belief_and_an_id_added_again_starts_afresh()
 
 
 def test_the_tuned_cost_ratio_is_the_largest_that_keeps_the_candidates_accuracy_on_the_tuning_share():
-    from consistency_gate.ensembles.memory import _tuned_ratio
+    from consistency_gate.ensembles.memory import Said, _tuned_ratio
     from consistency_gate.ensembles.methods import TuningData
 
     good = np.array([[0.8, 0.2], [0.2, 0.8]])
@@ -171,11 +190,14 @@ def test_the_tuned_cost_ratio_is_the_largest_that_keeps_the_candidates_accuracy_
     held = TuningData(pd.DataFrame({"id": ids, "label": labels}), "label", ("label", "id"), "held-out share")
     said = np.array([1] * 4 + [0] * 6)  # the candidate is right everywhere: 100%; keeping 'a' is 60%
     strong = np.array([[0.95, 0.05], [0.05, 0.95]])  # 'b' now 0.2 * 0.95 / (0.8 * 0.05) = 4.75x as likely as 'a'
-    assert _tuned_ratio([memory], held, "id", said, strong) == (3.0, "held-out share")  # the largest below 4.75
+    assert _tuned_ratio([memory], held, "id", Said(said), strong) == (3.0, "held-out share")  # the largest below 4.75
     weak = np.array([[0.6, 0.4], [0.4, 0.6]])  # 'b' 0.375x as likely as 'a': no ratio changes it
-    assert _tuned_ratio([memory], held, "id", said, weak) == (1.0, "held-out share")  # none keeps it: the smallest
+    assert _tuned_ratio([memory], held, "id", Said(said), weak) == (
+        1.0,
+        "held-out share",
+    )  # none keeps it: the smallest
     no_ids = TuningData(pd.DataFrame({"label": labels}), "label", ("label",), "calib.csv")
-    assert _tuned_ratio([memory], no_ids, "id", said, strong)[1] == "default (the tuning samples have no ids)"
+    assert _tuned_ratio([memory], no_ids, "id", Said(said), strong)[1] == "default (the tuning samples have no ids)"
 
 
 def test_updating_the_known_ids_then_merging_the_new_is_extending_then_updating():

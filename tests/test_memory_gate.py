@@ -264,3 +264,28 @@ def test_a_memory_that_fails_keeps_the_champion_even_when_the_candidate_passed_a
     assert report["ensemble"]["verdict"] == "failed" and report["passed_version"] is None and not report["promoted"]
     assert f"{MODEL} v{history['raw'][-1][0]} PASSED; the memory FAILED, so nothing deploys" in proc.stdout
     assert str(client.get_model_version_by_alias(MODEL, "champion").version) == before
+
+
+def test_a_memory_of_the_scores_with_decay_updates_the_champions_table_by_them(history, tmp_path):
+    """likelihood: scores and decay: 0.5: each id's belief is the champion memory's, halved, plus the log of the
+    candidate's class scores (by hand, from the two tables and the candidate's own scores); nothing promoted."""
+    config = _config(tmp_path, history["root"] / "population.csv")
+    config.write_text(config.read_text().replace("cost_ratio: 2.0", "cost_ratio: 2.0, likelihood: scores, decay: 0.5"))
+    report_path = tmp_path / "report.json"
+    candidate = history["raw"][-1][0]
+    proc = run_cli(
+        "check", "--model", MODEL, "--candidate", candidate, "--data", history["root"] / "eval.csv",
+        "--config", config, "--tracking-uri", history["uri"], "--id-column", "id", "--report", report_path,
+    )  # fmt: skip
+    report = read_report(report_path)
+    assert proc.returncode == 0 and report["registered_version"] and not report["promoted"], proc.stderr
+    setting = report["ensemble"]["setting"]
+    assert (setting["likelihood"], setting["decay"], setting["cost_ratio"]) == ("scores", 0.5, 2.0)
+    champion = mlflow.pyfunc.load_model(f"models:/{MODEL}@champion").unwrap_python_model().memory
+    built = mlflow.pyfunc.load_model(f"models:/{MODEL}/{report['registered_version']}").unwrap_python_model().memory
+    population = history["x"].assign(id=history["ids"])
+    scores = mlflow.pyfunc.load_model(f"models:/{MODEL}/{candidate}").predict(history["x"])
+    ids = population["id"].to_numpy()
+    expected = 0.5 * champion.log_belief[champion.find(ids)] + np.log(np.clip(scores, 1e-6, 1.0))
+    expected -= expected.max(axis=1, keepdims=True)
+    assert np.allclose(built.log_belief[built.find(ids)], expected, atol=1e-4)

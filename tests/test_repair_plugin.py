@@ -82,8 +82,23 @@ def test_a_method_of_our_own_is_registered_by_name_and_its_options_checked_by_it
         ("strategy: [rerank]\n  k: 2\n  options: {rerank: {k: 3}}", "k: and options: rerank: k: both set rerank's k"),
         ("strategy: ['no_such_module:X']", "cannot import it (No module named 'no_such_module')"),
         ("strategy: ['json:dumps']", "remediation method 'json:dumps' is a function, not a consistency_gate"),
+        ("strategy: [memory]\n  options: {memory: {decay: 0}}", "memory.decay: Input should be greater than 0"),
+        (
+            "strategy: [memory]\n  options: {memory: {likelihood: labels}}",
+            "memory.likelihood: Input should be 'answers'",
+        ),
     ],
-    ids=["k below 2", "weight above 1", "another's key", "unknown method", "both ways", "no module", "not a Method"],
+    ids=[
+        "k below 2",
+        "weight above 1",
+        "another's key",
+        "unknown method",
+        "both ways",
+        "no module",
+        "not a Method",
+        "decay 0",
+        "unknown likelihood",
+    ],  # fmt: skip
 )
 def test_bad_options_and_methods_are_one_line_usage_errors(block, message):
     with pytest.raises(UsageError) as caught:

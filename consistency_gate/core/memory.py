@@ -40,6 +40,7 @@ ID = "id"  # the memory table's id column
 SHOWN = "shown"  # the answer users last saw, as a class label
 BELIEF = "belief:"  # the prefix of each class's log-belief column
 ROWS = 1_000_000  # rows updated, read and written at a time (a row group of the table)
+SMALLEST = 1e-6  # a class score below it counts as it: no score rules a class out
 ANSWER = np.int16  # a class index: up to 32,767 classes
 
 
@@ -97,9 +98,16 @@ class Memory:
             raise ValueError(f"a memory of {n} ids and {p} classes needs ({n}, {p}) beliefs, {n} keys and answers")
 
     @classmethod
-    def first(cls, classes: Sequence[str], ids: Sequence[object], shown: np.ndarray, confusion: np.ndarray) -> Memory:
+    def first(
+        cls,
+        classes: Sequence[str],
+        ids: Sequence[object],
+        shown: np.ndarray,
+        confusion: np.ndarray,
+        scores: np.ndarray | None = None,
+    ) -> Memory:
         """The memory of items whose users saw ``shown`` (class indices) from a generation with ``confusion``:
-        a uniform prior times that answer's likelihood.
+        a uniform prior times that answer's likelihood (or, given, the generation's class ``scores``).
 
         >>> Memory.first(["a", "b"], ["y", "x"], np.array([1, 0]), np.eye(2) * 0.8 + 0.1).seen(["x", "y", "z"])
         ['a', 'b', None]
@@ -107,9 +115,12 @@ class Memory:
         ids = as_text(ids)
         keys, order = sorted_keys(ids, "the population")
         shown = np.asarray(shown, dtype=ANSWER)[order]
-        return cls(
-            list(classes), ids.take(pa.array(order)), keys, _normalised(_log_likelihood(confusion, shown)), shown
+        evidence = (
+            _log_likelihood(confusion, shown)
+            if scores is None
+            else np.log(np.clip(np.asarray(scores)[order], SMALLEST, 1.0)).astype(np.float32)
         )
+        return cls(list(classes), ids.take(pa.array(order)), keys, _normalised(evidence), shown)
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -197,7 +208,14 @@ class Memory:
         return self.take(np.flatnonzero(keep)), int((~keep).sum())
 
     def update(
-        self, ids: Sequence[object], answers: np.ndarray, confusion: np.ndarray, cost_ratio: float, copy: bool = True
+        self,
+        ids: Sequence[object],
+        answers: np.ndarray,
+        confusion: np.ndarray,
+        cost_ratio: float,
+        copy: bool = True,
+        decay: float = 1.0,
+        scores: np.ndarray | None = None,
     ) -> tuple[Memory, int]:
         """The memory after a generation with ``confusion`` answered ``answers`` (class indices) for ``ids``
         (each in the memory: :meth:`extended` first); returns it and how many answers users see changed.
@@ -211,13 +229,17 @@ class Memory:
         confusion : (p, p) its confusion matrix, rows the true class.
         cost_ratio : how many times as likely another class must be for the answer users see to change (>= 1).
         copy : False to update this memory's arrays in place.
+        decay : the weight of the belief so far before this generation's likelihood is added, in (0, 1]: 1 keeps
+            every generation's evidence (Traeuble et al.), 0.5 halves the older evidence at each generation.
+        scores : (n, p) the generation's class probabilities; given, their logarithm is its likelihood (the
+            answers' through ``confusion`` otherwise).
 
         Returns
         -------
         (the updated memory, the number of ids whose answer changed)
         """
-        if cost_ratio < 1:
-            raise ValueError(f"the cost ratio must be >= 1, got {cost_ratio}")
+        if cost_ratio < 1 or not 0 < decay <= 1:
+            raise ValueError(f"the cost ratio must be >= 1 and the decay in (0, 1], got {cost_ratio} and {decay}")
         ids, answers = as_text(ids), np.asarray(answers)
         belief, shown, changed = (
             (self.log_belief.copy(), self.shown.copy(), 0) if copy else (self.log_belief, self.shown, 0)
@@ -228,9 +250,13 @@ class Memory:
             if (rows < 0).any():
                 missing = ids[start + int(np.flatnonzero(rows < 0)[0])].as_py()
                 raise ValueError(f"id {missing!r} is not in the memory; extend it first")
-            part = _normalised(
-                belief[rows] + _log_likelihood(confusion, answers[start : start + ROWS].astype(np.int64))
+            evidence = (
+                _log_likelihood(confusion, answers[start : start + ROWS].astype(np.int64))
+                if scores is None
+                else np.log(np.clip(scores[start : start + ROWS], SMALLEST, 1.0)).astype(np.float32)
             )
+            prior = belief[rows] if decay == 1 else belief[rows] * np.float32(decay)
+            part = _normalised(prior + evidence)
             belief[rows] = part
             seen = part[np.arange(len(rows)), shown[rows]]  # the best is 0: another class is more than
             change = -seen > threshold  # cost_ratio times as likely when log(best / seen) > log(cost_ratio)

@@ -25,6 +25,7 @@ from __future__ import annotations
 import tempfile
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -43,7 +44,6 @@ if TYPE_CHECKING:
     from mlflow.models.model import ModelInfo
     from mlflow.pyfunc import PythonModelContext
 
-    from consistency_gate.core.threshold import BinaryDecision
     from consistency_gate.ensembles.config import RemediationConfig
     from consistency_gate.mlops.scoring import LoadedModel
 
@@ -169,19 +169,43 @@ def _forgotten(path: Path, id_column: str) -> list[str]:
     return [line.strip() for line in path.read_text().splitlines() if line.strip()]
 
 
-def _answers(
-    model: LoadedModel,
-    frame: pd.DataFrame,
-    exclude: tuple[str, ...],
-    classes: list[str],
-    decision: BinaryDecision | None,
-) -> np.ndarray:
-    """The model's answers for ``frame``'s rows (less the columns no model reads, ``exclude``) as class indices."""
+@dataclass(frozen=True)
+class Said:
+    """A model's answers on some rows (class indices) and, where the memory multiplies in scores, its class scores
+    over the memory's classes."""
+
+    answers: np.ndarray
+    scores: np.ndarray | None = None
+
+    def rows(self, mask: np.ndarray) -> Said:
+        """These answers (and scores) at ``mask``'s rows (a boolean mask or row indices)."""
+        return Said(self.answers[mask], None if self.scores is None else self.scores[mask])
+
+    @classmethod
+    def joined(cls, parts: list[Said]) -> Said:
+        """The parts' answers (and scores) one after the other."""
+        scores = [p.scores for p in parts if p.scores is not None]
+        return cls(np.concatenate([p.answers for p in parts]), np.concatenate(scores) if scores else None)
+
+
+def _answers(model: LoadedModel, frame: pd.DataFrame, exclude: tuple[str, ...], inputs: Inputs, scores: bool) -> Said:
+    """The model's answers for ``frame``'s rows (less the columns no model reads, ``exclude``) as indices into the
+    candidate's classes, and its class scores when ``scores`` (a ModelError for a model that gives labels only)."""
     from consistency_gate.mlops.scoring import predict
 
+    classes = list(inputs.classes)
     if not len(frame):
-        return np.zeros(0, dtype=np.int64)
-    return class_indices(answer_labels(predict(model, frame, exclude), decision), classes)
+        return Said(np.zeros(0, dtype=ANSWER), np.zeros((0, len(classes)), dtype=np.float32) if scores else None)
+    output = predict(model, frame, exclude)
+    answers = class_indices(answer_labels(output, inputs.decision), classes).astype(ANSWER)
+    if not scores:
+        return Said(answers)
+    if isinstance(output, pd.Series):
+        raise ModelError(
+            f"{model.ref.uri}: answers with class labels only; a memory with likelihood: scores multiplies in class "
+            "scores: use likelihood: answers"
+        )
+    return Said(answers, _over(output, classes).astype(np.float32))
 
 
 def _previous(inputs: Inputs) -> tuple[Memory, LoadedModel, np.ndarray] | None:
@@ -212,23 +236,20 @@ def _previous(inputs: Inputs) -> tuple[Memory, LoadedModel, np.ndarray] | None:
 
 
 def _scored(
-    population: Population, memory: Memory | None, before: LoadedModel, inputs: Inputs
-) -> tuple[pa.Array, np.ndarray, np.ndarray, pd.DataFrame]:
-    """One pass over the population: its ids; the candidate's answer for each; what users saw for each id the
-    memory lacks (the answer of the model served before; -1 where the memory has it); its first rows."""
-    ids, answers, shown, head = [], [], [], None
+    population: Population, memory: Memory | None, before: LoadedModel, inputs: Inputs, scores: bool
+) -> tuple[pa.Array, np.ndarray, Said, Said, pd.DataFrame]:
+    """One pass over the population: its ids; which of them the memory lacks; the candidate's answers for each;
+    what users saw for each the memory lacks (the model served before); its first rows."""
+    ids, new, said, seen, head = [], [], [], [], None
     for batch, frame in population.batches():
-        new = np.ones(len(frame), dtype=bool) if memory is None else memory.find(batch) < 0
-        seen = np.full(len(frame), -1, dtype=ANSWER)
-        seen[new] = _answers(before, frame.loc[new], (population.id_column,), inputs.classes, inputs.decision)
-        answers.append(
-            _answers(inputs.candidate, frame, (population.id_column,), inputs.classes, inputs.decision).astype(ANSWER)
-        )
-        ids.append(batch), shown.append(seen)
+        lacks = np.ones(len(frame), dtype=bool) if memory is None else memory.find(batch) < 0
+        seen.append(_answers(before, frame.loc[lacks], (population.id_column,), inputs, scores))
+        said.append(_answers(inputs.candidate, frame, (population.id_column,), inputs, scores))
+        ids.append(batch), new.append(lacks)
         head = frame.iloc[:1000] if head is None else head
     everyone = pa.concat_arrays(ids)
     sorted_keys(everyone, str(population.path))  # each id once
-    return everyone, np.concatenate(answers), np.concatenate(shown), head
+    return everyone, np.concatenate(new), Said.joined(said), Said.joined(seen), head
 
 
 def build_memory(inputs: Inputs, remediation: RemediationConfig) -> Built:
@@ -253,34 +274,35 @@ def build_memory(inputs: Inputs, remediation: RemediationConfig) -> Built:
     population = Population(options.population, id_column, inputs.frame[keep])
     held = tuning_data(inputs, remediation)  # the method's entry needs one (labelled=True)
     memory, before, told = _previous(inputs) or (None, inputs.baseline, None)
-    said = {name: _answers(m, held.frame, (*held.non_features, id_column), classes, inputs.decision)
+    with_scores = options.likelihood == "scores"
+    said = {name: _answers(m, held.frame, (*held.non_features, id_column), inputs, with_scores)
             for name, m in (("before", before), ("candidate", inputs.candidate))}  # fmt: skip
-    matrices = {name: confusion(held.frame[held.label_column], np.array(classes, dtype=object)[np.maximum(a, 0)],
-                                classes) for name, a in said.items()}  # fmt: skip
+    labels = np.array(classes, dtype=object)
+    matrices = {name: confusion(held.frame[held.label_column], labels[np.maximum(a.answers, 0)], classes)
+                for name, a in said.items()}  # fmt: skip
     if told is not None:  # the confusion matrix the champion's memory was updated with
         matrices["before"] = told
     forgotten = 0
     if memory is not None and options.forget is not None:
         memory, forgotten = memory.without(_forgotten(options.forget, id_column))
-    ids, answers, shown_before, head = _scored(population, memory, before, inputs)
-    new = shown_before >= 0  # the ids the memory lacks: users saw the model served before
-    block = Memory.first(classes, ids.filter(pa.array(new)), shown_before[new], matrices["before"])
+    ids, new, answers, first, head = _scored(population, memory, before, inputs, with_scores)
+    block = Memory.first(classes, ids.filter(pa.array(new)), first.answers, matrices["before"], first.scores)
     cost_ratio, chosen = (
         (options.cost_ratio, "config")
         if options.cost_ratio is not None
         else _tuned_ratio([m for m in (memory, block) if m is not None], held, id_column, said["candidate"],
-                          matrices["candidate"])
+                          matrices["candidate"], options.decay)
     )  # fmt: skip
     # the new ids updated in their own memory, the known ones in the memory's arrays, then the two merged: the
     # beliefs are held once and copied once (10M ids of 10 classes within 2 GB: benchmarks/memory_scale.py)
-    block, changed = block.update(
-        ids.filter(pa.array(new)), answers[new], matrices["candidate"], cost_ratio, copy=False
-    )
+    rule = {"confusion": matrices["candidate"], "cost_ratio": cost_ratio, "copy": False, "decay": options.decay}
+    mine = answers.rows(new)
+    block, changed = block.update(ids.filter(pa.array(new)), mine.answers, scores=mine.scores, **rule)
     if memory is None:
         memory = block
     else:
-        memory, known = memory.update(ids.filter(pa.array(~new)), answers[~new], matrices["candidate"], cost_ratio,
-                                      copy=False)  # fmt: skip
+        theirs = answers.rows(~new)
+        memory, known = memory.update(ids.filter(pa.array(~new)), theirs.answers, scores=theirs.scores, **rule)
         memory, changed = memory.merged(block), changed + known
     del block, ids
     rows = memory.find(inputs.frame[id_column])
@@ -294,7 +316,8 @@ def build_memory(inputs: Inputs, remediation: RemediationConfig) -> Built:
         "cost_ratio": cost_ratio, "cost_ratio_from": chosen, "confusions_from": held.source,
         "population": str(options.population),
         "rows": len(memory),
-        "bytes": size, "added": int(new.sum()), "changed": changed, "forgotten": forgotten, "id_column": id_column,
+        "bytes": size, "added": int(new.sum()), "changed": changed, "likelihood": options.likelihood,
+        "decay": options.decay, "forgotten": forgotten, "id_column": id_column,
         "from": f"v{inputs.versions[0]}'s memory" if told is not None else f"v{inputs.versions[0]}'s answers",
     }  # fmt: skip
     setting.update(_latency(info.model_uri, inputs.candidate, head, id_column))
@@ -303,7 +326,7 @@ def build_memory(inputs: Inputs, remediation: RemediationConfig) -> Built:
 
 
 def _tuned_ratio(
-    memories: list[Memory], held: TuningData, id_column: str, said: np.ndarray, matrix: np.ndarray
+    memories: list[Memory], held: TuningData, id_column: str, said: Said, matrix: np.ndarray, decay: float = 1.0
 ) -> tuple[float, str]:
     """The largest cost ratio of :data:`COST_RATIOS` whose memory (the tuning samples' rows of ``memories``,
     before the update), on the tuning samples, is at most :data:`ACCURACY_MARGIN` less accurate than the
@@ -315,17 +338,18 @@ def _tuned_ratio(
     for memory in memories:
         rows = memory.find(held.frame[id_column])
         found |= rows >= 0
-        mine = memory.take(np.sort(rows[rows >= 0]))
-        tuning = mine if tuning is None else tuning.merged(mine)
+        part = memory.take(np.sort(rows[rows >= 0]))
+        tuning = part if tuning is None else tuning.merged(part)
     if not found.all():
         return DEFAULT_COST_RATIO, "default (the tuning samples are not in the population)"
     rows = tuning.find(held.frame[id_column])
     order = np.argsort(rows)
     own = tuning.take(rows[order])
-    truth = class_indices(held.frame[held.label_column].to_numpy()[order], memory.classes)
-    candidate = float((said[order] == truth).mean())
+    truth = class_indices(held.frame[held.label_column].to_numpy()[order], tuning.classes)
+    mine = said.rows(order)
+    candidate = float((mine.answers == truth).mean())
     for ratio in sorted(COST_RATIOS, reverse=True):
-        after, _ = own.update(own.ids, said[order], matrix, ratio)
+        after, _ = own.update(own.ids, mine.answers, matrix, ratio, decay=decay, scores=mine.scores)
         if float((after.shown == truth).mean()) >= candidate - ACCURACY_MARGIN:
             return ratio, held.source
     return min(COST_RATIOS), held.source

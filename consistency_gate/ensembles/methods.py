@@ -30,7 +30,7 @@ import importlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -205,15 +205,19 @@ class RerankOptions(Options):
 
 
 class MemoryOptions(Options):
-    """``memory``: the population the model serves (a CSV or Parquet file, or a folder of Parquet files: ids and
+    """``memory``: the population the model serves (a CSV or Parquet file, or a folder of them: ids and
     features, no labels), its id column (None: the gate's ``--id-column``), the cost ratio (how many positive
     flips a negative flip costs: fixed, or None: the largest that keeps the candidate's accuracy on the tuning
-    share), and ids to forget at this gate."""
+    share), ids to forget at this gate, the likelihood each generation multiplies in (``answers``: its answer's,
+    through its confusion matrix; ``scores``: its class scores) and the decay of the older evidence (1: none;
+    0.5: the belief so far counts half before each generation's is added)."""
 
     population: Path | None = None
     id_column: str | None = Field(default=None, strict=True, min_length=1)
     cost_ratio: float | None = Field(default=None, strict=True, ge=1)  # fixed; None: tuned on the tuning share
     forget: Path | None = None  # a file of ids (CSV with the id column, or one id per line) the memory drops
+    likelihood: Literal["answers", "scores"] = "answers"
+    decay: float = Field(default=1.0, gt=0, le=1)
 
 
 class BayesOptions(Options):
