@@ -53,6 +53,11 @@ def _log_likelihood(confusion: np.ndarray, answers: np.ndarray) -> np.ndarray:
     return out
 
 
+def _log_scores(scores: np.ndarray) -> np.ndarray:
+    """(n, p) the log of class scores taken as a likelihood (a score below :data:`SMALLEST` as it)."""
+    return np.log(np.clip(scores, SMALLEST, 1.0)).astype(np.float32)
+
+
 def _normalised(log: np.ndarray) -> np.ndarray:
     """Each row shifted so that its largest is 0 (the belief is known up to a factor)."""
     return log - log.max(axis=1, keepdims=True)
@@ -115,11 +120,7 @@ class Memory:
         ids = as_text(ids)
         keys, order = sorted_keys(ids, "the population")
         shown = np.asarray(shown, dtype=ANSWER)[order]
-        evidence = (
-            _log_likelihood(confusion, shown)
-            if scores is None
-            else np.log(np.clip(np.asarray(scores)[order], SMALLEST, 1.0)).astype(np.float32)
-        )
+        evidence = _log_likelihood(confusion, shown) if scores is None else _log_scores(np.asarray(scores)[order])
         return cls(list(classes), ids.take(pa.array(order)), keys, _normalised(evidence), shown)
 
     def __len__(self) -> int:
@@ -253,7 +254,7 @@ class Memory:
             evidence = (
                 _log_likelihood(confusion, answers[start : start + ROWS].astype(np.int64))
                 if scores is None
-                else np.log(np.clip(scores[start : start + ROWS], SMALLEST, 1.0)).astype(np.float32)
+                else _log_scores(scores[start : start + ROWS])
             )
             prior = belief[rows] if decay == 1 else belief[rows] * np.float32(decay)
             part = _normalised(prior + evidence)
