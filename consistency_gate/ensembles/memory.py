@@ -11,13 +11,16 @@ evaluation set, or a ``calibration:`` file), never on the samples the gate judge
 (``cost_ratio:``) or the largest whose memory keeps the candidate's accuracy on the tuning share: not, as the
 Bayesian update's, the smallest that passes the gate's rules there, since a memory passes them at every ratio
 and the smallest changes the most answers (4-5x fewer negative flips than replacing on digits, against 32x at
-3: ``benchmarks/memory_generations.py``). The evaluation set's ids
-are added to the population when missing, so the gate judges what users would see on them.
+3: ``benchmarks/memory_generations.py``). Each generation's likelihood is its answer's through its confusion
+matrix, or (``likelihood: scores``) its class scores; ``decay:`` discounts the older evidence. The evaluation
+set's ids are added to the population when missing, so the gate judges what users would see on them. The
+population is read and scored :data:`CHUNK` rows at a time (:class:`Population`), and the memory updated in
+its own arrays: ten million ids of ten classes within 2 GB (``benchmarks/memory_scale.py``).
 
 It is served as one MLflow pyfunc (:class:`MemoryPyfunc`): the candidate's model and the memory table as
 artifacts. A request whose id is in the memory gets the remembered answer (its class scores: the belief, with
 that answer on top); an unknown id gets the model's answer. Whatever loads a pyfunc (``mlflow models serve``,
-batch scoring) asks it by id: its input is the model's columns and the id column.
+batch scoring, ``spark_udf``) asks it by id: its input is the model's columns and the id column.
 """
 
 from __future__ import annotations
