@@ -37,7 +37,8 @@ GOOD = 0.8  # each generation's accuracy: its confusion matrix has GOOD on the d
 FEATURES = 8  # the population's columns besides the id
 
 
-def _confusion(classes: int) -> np.ndarray:
+def confusion_of(classes: int) -> np.ndarray:
+    """A generation's confusion matrix: GOOD on the diagonal, the rest shared evenly."""
     off = (1 - GOOD) / (classes - 1)
     return np.full((classes, classes), off) + np.eye(classes) * (GOOD - off)
 
@@ -50,7 +51,7 @@ def write_inputs(folder: Path, ids: int, classes: int) -> None:
     """A memory of ``ids`` ids as a previous gate leaves it, and a population of 5% more, in row groups."""
     rng = np.random.default_rng(0)
     memory = Memory.first([f"c{i}" for i in range(classes)], _names(0, ids), rng.integers(0, classes, ids),
-                          _confusion(classes))  # fmt: skip
+                          confusion_of(classes))  # fmt: skip
     memory.write(folder / "memory.parquet")
     del memory
     schema = pa.schema([("id", pa.string()), *((f"x{j}", pa.float32()) for j in range(FEATURES))])
@@ -74,7 +75,7 @@ def one_update(folder: Path, classes: int) -> dict:
     everyone, answers = pa.concat_arrays(ids), np.concatenate(answers)
     del ids
     new = memory.find(everyone) < 0
-    matrix = _confusion(classes)
+    matrix = confusion_of(classes)
     block = Memory.first(memory.classes, everyone.filter(pa.array(new)), answers[new], matrix)
     block, changed = block.update(everyone.filter(pa.array(new)), answers[new], matrix, 2.0, copy=False)
     memory, known = memory.update(everyone.filter(pa.array(~new)), answers[~new], matrix, 2.0, copy=False)

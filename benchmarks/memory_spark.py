@@ -20,16 +20,10 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from memory_scale import confusion_of
 
 from consistency_gate.core.memory import Memory
 from consistency_gate.engines.spark import MEMORY_ADDED, MEMORY_CHANGED, spark_session, update_memory
-
-GOOD = 0.8  # each generation's accuracy: its confusion matrix has GOOD on the diagonal
-
-
-def _confusion(classes: int) -> np.ndarray:
-    off = (1 - GOOD) / (classes - 1)
-    return np.full((classes, classes), off) + np.eye(classes) * (GOOD - off)
 
 
 def write_inputs(folder: Path, ids: int, classes: int) -> None:
@@ -37,7 +31,7 @@ def write_inputs(folder: Path, ids: int, classes: int) -> None:
     rng = np.random.default_rng(0)
     names = np.char.add("item-", np.arange(int(ids * 1.05)).astype(str))
     Memory.first([f"c{i}" for i in range(classes)], names[:ids], rng.integers(0, classes, ids),
-                 _confusion(classes)).write(folder / "memory.parquet")  # fmt: skip
+                 confusion_of(classes)).write(folder / "memory.parquet")  # fmt: skip
     for name in ("seen", "answers"):
         answers = rng.integers(0, classes, len(names)).astype(np.int32)
         pd.DataFrame({"id": names, "answer": answers}).to_parquet(folder / f"{name}.parquet", index=False)
@@ -46,7 +40,7 @@ def write_inputs(folder: Path, ids: int, classes: int) -> None:
 def in_process(folder: Path, classes: int) -> list[str | None]:
     memory = Memory.read(folder / "memory.parquet")
     seen, answers = (pd.read_parquet(folder / f"{name}.parquet") for name in ("seen", "answers"))
-    matrix = _confusion(classes)
+    matrix = confusion_of(classes)
     memory = memory.extended(seen["id"], seen["answer"].to_numpy(), matrix)
     memory, _ = memory.update(answers["id"], answers["answer"].to_numpy(), matrix, 2.0, copy=False)
     memory.write(folder / "local.parquet")
@@ -56,7 +50,7 @@ def in_process(folder: Path, classes: int) -> list[str | None]:
 def on_spark(folder: Path, classes: int) -> list[str | None]:
     spark = spark_session()
     table, seen, answers = (spark.read.parquet(str(folder / f"{n}.parquet")) for n in ("memory", "seen", "answers"))
-    matrix = _confusion(classes)
+    matrix = confusion_of(classes)
     names = [f"c{i}" for i in range(classes)]
     updated = update_memory(spark, table, seen, answers, names, (matrix, matrix), 2.0)
     updated.drop(MEMORY_CHANGED, MEMORY_ADDED).write.mode("overwrite").parquet(str(folder / "spark"))

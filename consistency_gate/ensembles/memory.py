@@ -248,7 +248,8 @@ def _scored(
         lacks = np.ones(len(frame), dtype=bool) if memory is None else memory.find(batch) < 0
         seen.append(_answers(before, frame.loc[lacks], (population.id_column,), inputs, scores))
         said.append(_answers(inputs.candidate, frame, (population.id_column,), inputs, scores))
-        ids.append(batch), new.append(lacks)
+        ids.append(batch)
+        new.append(lacks)
         head = frame.iloc[:1000] if head is None else head
     everyone = pa.concat_arrays(ids)
     sorted_keys(everyone, str(population.path))  # each id once
@@ -345,14 +346,12 @@ def _tuned_ratio(
         tuning = part if tuning is None else tuning.merged(part)
     if not found.all():
         return DEFAULT_COST_RATIO, "default (the tuning samples are not in the population)"
-    rows = tuning.find(held.frame[id_column])
-    order = np.argsort(rows)
-    own = tuning.take(rows[order])
+    order = np.argsort(tuning.find(held.frame[id_column]))  # the tuning samples in the memory's row order
     truth = class_indices(held.frame[held.label_column].to_numpy()[order], tuning.classes)
     mine = said.rows(order)
     candidate = float((mine.answers == truth).mean())
     for ratio in sorted(COST_RATIOS, reverse=True):
-        after, _ = own.update(own.ids, mine.answers, matrix, ratio, decay=decay, scores=mine.scores)
+        after, _ = tuning.update(tuning.ids, mine.answers, matrix, ratio, decay=decay, scores=mine.scores)
         if float((after.shown == truth).mean()) >= candidate - ACCURACY_MARGIN:
             return ratio, held.source
     return min(COST_RATIOS), held.source
