@@ -94,15 +94,17 @@ def _reports_match_the_schema(monkeypatch):
 
 
 def run_cli(
-    *args: str, cwd: Path | None = None, env: dict | None = None, timeout: float = 300, process: bool = False
+    *args: str, cwd: Path | None = None, env: dict | None = None, timeout: float = 300, process: bool | None = None
 ) -> subprocess.CompletedProcess:
     """Run ``consistency-gate`` and return what it printed and its exit code, as a CompletedProcess.
 
     It runs in this process (``consistency_gate.cli.app.main``, what the console script runs, with
     stdout and stderr captured), which pays the imports once per worker instead of once per call,
-    unless the test needs a process of its own: another environment (``env``), or ``process=True``
-    where what it checks is the process (everything a library prints to stderr, a timeout, a kill)."""
-    if env is not None or process:
+    unless the test needs a process of its own: another environment (``env``, unless ``process=False``
+    says that what it sets is read when it is used, as a proxy's address and MLflow's retries are, and
+    not when a module is imported), or ``process=True`` where what it checks is the process (everything
+    a library prints to stderr, a timeout, a kill)."""
+    if process or (process is None and env is not None):
         return subprocess.run(
             [sys.executable, "-m", "consistency_gate", *map(str, args)],
             capture_output=True,
@@ -111,10 +113,10 @@ def run_cli(
             env=env,
             timeout=timeout,
         )
-    return _run_in_process([str(a) for a in args], cwd)
+    return _run_in_process([str(a) for a in args], cwd, env)
 
 
-def _run_in_process(argv: list[str], cwd: Path | None) -> subprocess.CompletedProcess:
+def _run_in_process(argv: list[str], cwd: Path | None, env: dict | None = None) -> subprocess.CompletedProcess:
     from click.testing import CliRunner
 
     from consistency_gate.cli.app import main
@@ -124,6 +126,9 @@ def _run_in_process(argv: list[str], cwd: Path | None) -> subprocess.CompletedPr
         try:
             if cwd is not None:
                 os.chdir(cwd)
+            if env is not None:
+                os.environ.clear()
+                os.environ.update(env)
             main(argv)
             code = 0
         except SystemExit as exc:

@@ -5,6 +5,7 @@ real `mlflow models serve` request by id as its table says; bad populations are 
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -15,7 +16,7 @@ import mlflow
 import numpy as np
 import pandas as pd
 import pytest
-from conftest import read_report, run_cli
+from conftest import read_report, run_cli, start_cli
 from mlflow import MlflowClient
 from mlflow_server import free_port
 from registry_fixtures import sqlite_uri
@@ -148,6 +149,24 @@ def test_ten_generations_serve_what_the_memory_says_and_flip_far_less_than_repla
     assert accuracy["memory"] > accuracy["replace"] - 0.05, accuracy
 
 
+def _asked(url: str, history) -> tuple[pd.DataFrame, list[str]]:
+    """Three ids of the population and one it has never seen, asked of a scoring server at ``url`` (MLflow's
+    protocol); the rows and the answers (each row's highest score)."""
+    population = history["x"].assign(id=history["ids"]).iloc[[0, 700, 1500]]
+    frame = pd.concat([population, population.iloc[[0]].assign(id="a-new-item")])
+    body = json.dumps({"dataframe_split": json.loads(frame.to_json(orient="split"))})
+    request = urllib.request.Request(f"{url}/invocations", body.encode(), {"Content-Type": "application/json"})
+    answer = json.loads(urllib.request.urlopen(request, timeout=60).read())["predictions"]
+    return frame, [max(row, key=row.get) for row in answer]
+
+
+def _expected(history, version: str, frame: pd.DataFrame) -> list[str]:
+    """What a memory version answers: its table's answer for the three known ids, the model's for the new one."""
+    table = mlflow.pyfunc.load_model(f"models:/{MODEL}/{version}").unwrap_python_model().memory
+    known = np.array(table.classes)[table.shown[table.find(frame["id"].iloc[:3])]].tolist()
+    return [*known, history["raw"][-1][1].predict(frame.iloc[[3]].drop(columns=["id"]))[0]]
+
+
 def test_the_memory_answers_a_real_mlflow_models_serve_request_by_id(history, tmp_path):
     version = history["reports"][-1]["registered_version"]
     port = free_port()
@@ -167,21 +186,40 @@ def test_the_memory_answers_a_real_mlflow_models_serve_request_by_id(history, tm
             except OSError:
                 assert server.poll() is None, (tmp_path / "serve.log").read_text()[-2000:]
                 time.sleep(0.1)
-        population = history["x"].assign(id=history["ids"]).iloc[[0, 700, 1500]]
-        unknown = population.iloc[[0]].assign(id="a-new-item")
-        body = json.dumps({"dataframe_split": json.loads(pd.concat([population, unknown]).to_json(orient="split"))})
-        request = urllib.request.Request(f"{url}/invocations", body.encode(), {"Content-Type": "application/json"})
-        answer = json.loads(urllib.request.urlopen(request, timeout=60).read())["predictions"]
+        frame, answers = _asked(url, history)
     finally:
         server.terminate()
         server.wait(timeout=60)
         log.close()
-    answers = [max(row, key=row.get) for row in answer]
-    table = mlflow.pyfunc.load_model(f"models:/{MODEL}/{version}").unwrap_python_model().memory
-    expected = np.array(table.classes)[table.shown[table.find(["d0", "d700", "d1500"])]].tolist()
-    assert answers[:3] == expected  # a known id: the table's answer
-    model = history["raw"][-1][1]
-    assert answers[3] == model.predict(population.iloc[[0]].drop(columns=["id"]))[0]  # an unknown id: the model's
+    assert answers == _expected(history, version, frame)  # a known id: the table's answer; a new one: the model's
+
+
+def test_shadow_serve_answers_from_the_champions_memory_and_captures_a_plain_candidate(history, tmp_path):
+    """`shadow serve` with a memory version as @champion: users get the table's answers by id (the model's for
+    a new id); the candidate, a plain model, is given the same rows (the id column beside its own columns) and
+    its answers are captured beside the champion's."""
+    champion = str(MlflowClient(history["uri"]).get_model_version_by_alias(MODEL, "champion").version)
+    candidate, model = history["raw"][-1]
+    port, capture = free_port(), tmp_path / "capture"
+    server = start_cli("shadow", "serve", "--model", MODEL, "--candidate", candidate, "--capture", capture,
+                       "--port", str(port), "--tracking-uri", history["uri"])  # fmt: skip
+    try:
+        said = []
+        for line in server.stderr:  # its own signal that it serves, however long the models take to load
+            said.append(line)
+            if line.startswith("serving "):
+                break
+        else:
+            raise AssertionError(f"shadow serve ended (exit {server.wait()}): {''.join(said)[-2000:]}")
+        frame, answers = _asked(f"http://127.0.0.1:{port}", history)
+    finally:
+        server.send_signal(signal.SIGTERM)
+        _, err = server.communicate()
+    assert server.returncode == 0, err
+    assert answers == _expected(history, champion, frame)
+    captured = pd.read_parquet(capture).sort_values("id")
+    assert captured["champion"].tolist() == answers
+    assert captured["candidate"].tolist() == model.predict(frame.drop(columns=["id"])).tolist()
 
 
 @pytest.mark.parametrize(

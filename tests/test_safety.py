@@ -185,6 +185,7 @@ def test_a_lost_alias_response_does_not_hide_the_promotion(served, tmp_path):
         proc = run_cli(
             *check_args("2", store["data"], config, server.url, "--id-column", "id", "--promote", "--report", report),
             env=env,
+            process=False,
         )
         assert proxy.dropped, "the proxy dropped no alias response"
         assert _champion(client) == "2"  # the registry moved the alias; the gate must say so
@@ -232,6 +233,7 @@ def test_faults_after_the_alias_moved_are_warnings_never_an_error(served, tmp_pa
         proc = run_cli(
             *check_args("2", store["data"], config, server.url, "--id-column", "id", "--promote", "--report", report),
             env=env,
+            process=False,
         )
         assert set(after_move) == {"moved", "read-back", "report", "end"}, (after_move, proxy.dropped)
         assert _champion(client) == "2"
@@ -280,7 +282,7 @@ def test_a_shadow_promotion_and_a_rollback_that_their_runs_cannot_record_are_sai
         report = tmp_path / "shadow.json"
         proc = run_cli("shadow", "check", "--model", MODEL, "--candidate", "2", "--capture", capture, "--labels",
                        labels, "--config", _con_config(tmp_path), "--promote", "--tracking-uri", server.url,
-                       "--report", report, env=proxy.env(retries="0"))  # fmt: skip
+                       "--report", report, env=proxy.env(retries="0"), process=False)  # fmt: skip
         assert moved and proxy.failed, "the proxy failed no upload after the move"
         assert proc.returncode == 0, proc.stderr[-3000:]
         written = read_report(report)
@@ -291,7 +293,7 @@ def test_a_shadow_promotion_and_a_rollback_that_their_runs_cannot_record_are_sai
         moved.clear()
         report = tmp_path / "rollback.json"
         proc = run_cli("rollback", "--model", MODEL, "--tracking-uri", server.url, "--report", report,
-                       env=proxy.env(retries="0"))  # fmt: skip
+                       env=proxy.env(retries="0"), process=False)  # fmt: skip
         assert proc.returncode == 0, proc.stderr[-3000:]
         written = read_report(report)
         assert written["promoted"] is True and _champion(client) == "1"
@@ -336,7 +338,7 @@ def test_an_answer_another_gate_caused_at_the_same_moment_is_tried_again(served,
         proxy = ForwardProxy(server.port, fail=fail).start()
         report = tmp_path / "report.json"
         args = check_args("2", store["data"], _con_config(tmp_path), server.url, "--promote", "--report", report)
-        proc = run_cli(*args, "--id-column", "id", env=proxy.env(retries="0"))
+        proc = run_cli(*args, "--id-column", "id", env=proxy.env(retries="0"), process=False)
         assert proc.returncode == 0, proc.stderr[-3000:]
         assert len(calls) >= 2 and read_report(report)["promoted"] is True
         assert _champion(client) == "2"
@@ -368,6 +370,7 @@ def test_a_run_whose_create_response_was_lost_is_found_and_ended(served, tmp_pat
             proc = run_cli(
                 *check_args("2", store["data"], config, server.url, "--id-column", "id"),
                 env=proxy.env(retries),
+                process=False,
             )
             assert proc.returncode == code, proc.stderr[-3000:]
             assert proxy.dropped, "the proxy dropped no create response"
@@ -403,7 +406,7 @@ def test_a_503_at_the_alias_look_up_or_move_is_exit_5(served, tmp_path):
             failing["target"] = target
             report = tmp_path / f"{target}.json"
             args = check_args("2", store["data"], config, server.url, "--promote", "--report", report)
-            proc = run_cli(*args, env=env)
+            proc = run_cli(*args, env=env, process=False)
             assert proc.returncode == 5, (target, proc.stderr[-2000:])
             assert "Traceback" not in proc.stderr and _champion(client) == "1", target
             written = read_report(report)
@@ -467,7 +470,7 @@ def test_an_earlier_report_the_server_will_not_give_fails_a_history_rule_and_pro
     try:
         report = tmp_path / "report.json"
         args = check_args("3", store["data"], config, server.url, "--id-column", "id", "--promote", "--report", report)
-        proc = run_cli(*args, env=proxy.env(retries="0"))
+        proc = run_cli(*args, env=proxy.env(retries="0"), process=False)
         assert proxy.failed, "the proxy failed no report"
         assert proc.returncode == 1, proc.stderr[-2000:]
         written = read_report(report)
@@ -497,7 +500,7 @@ def test_a_move_right_after_the_gates_own_is_exit_4_and_says_what_holds_the_alia
     try:
         report = tmp_path / "report.json"
         args = check_args("2", store["data"], _con_config(tmp_path), server.url, "--promote", "--report", report)
-        proc = run_cli(*args, "--id-column", "id", env=proxy.env(retries="0"))
+        proc = run_cli(*args, "--id-column", "id", env=proxy.env(retries="0"), process=False)
         assert moved == ["gate", "another"] and _champion(client) == "3"
         assert proc.returncode == 4, proc.stderr[-2000:]
         written = read_report(report)

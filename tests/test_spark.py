@@ -3,6 +3,7 @@ their input errors."""
 
 import json
 import os
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -297,3 +298,66 @@ def test_a_memory_version_answers_by_id_through_spark_udf(store, tmp_path):
     assert on_spark.tolist() == in_process.to_numpy().argmax(axis=1).tolist()
     model = mlflow.pyfunc.load_model(f"models:/{MODEL}/2")  # an unknown id: the model's answer
     assert on_spark[-1] == np.asarray(model.predict(frame.iloc[[-1]].drop(columns=["id"]))).argmax(axis=1)[0]
+
+
+def _memory_table(uri: str, folder):
+    """The memory table a memory version carries, as it reads back."""
+    import mlflow
+
+    from consistency_gate.core.memory import Memory
+
+    local = mlflow.artifacts.download_artifacts(artifact_uri=uri, dst_path=str(folder))
+    return Memory.read(next(p for p in Path(local).rglob("memory.parquet")))
+
+
+@pytest.mark.xdist_group("test_spark.py")
+def test_a_gate_on_spark_updates_the_memory_as_in_process(store, tmp_path):
+    """`check --engine spark` with a memory: the population a CSV file at the first gate (the evaluation set's
+    missing ids added, the cost ratio tuned on a calibration file), a table of Spark's catalog at the second
+    (from the first gate's memory, promoted: its table and the model it carries read by Spark; class scores as
+    the likelihood, a decay, two ids forgotten). Each memory version's table is the one the same gate in
+    process registers: the same ids, answers, counts and beliefs."""
+    from mlflow import MlflowClient
+
+    from consistency_gate.engines.spark import spark_session
+
+    frame = pd.read_csv(store["data"])
+    population = pd.concat([frame.iloc[20:], frame.iloc[:40].assign(id=[f"new{i}" for i in range(40)])])
+    population.drop(columns=["label"]).to_csv(tmp_path / "population.csv", index=False)
+    frame.iloc[::3].to_csv(tmp_path / "calibration.csv", index=False)  # ids in the population
+    (tmp_path / "forget.txt").write_text("s30\ns31\n")
+
+    def config(name, population, extra=""):
+        path = tmp_path / f"{name}.yaml"
+        path.write_text(
+            f"rules:\n  - {{metric: con, min: 0.0}}\nremediation:\n  strategy: [memory]\n  calibration: "
+            f"{tmp_path / 'calibration.csv'}\n  options:\n    memory: {{population: {population}{extra}}}\n"
+        )
+        return path
+
+    common = {"id_column": "id", "tracking_uri": store["uri"], "quiet": True}
+    first = config("first", tmp_path / "population.csv")
+    later = f", likelihood: scores, decay: 0.5, forget: {tmp_path / 'forget.txt'}"
+    client = MlflowClient(tracking_uri=store["uri"])
+    try:
+        local = run_gate(MODEL, store["data"], candidate="2", config=first, **common)
+        spark = run_gate(MODEL, store["data"], candidate="2", config=first, engine="spark", promote=True, **common)
+        assert spark.promoted and spark.ensemble["setting"]["engine"] == "spark"
+        spark_session().read.csv(str(tmp_path / "population.csv"), header=True, inferSchema=True) \
+            .createOrReplaceTempView("population_view")  # fmt: skip
+        local_next = run_gate(MODEL, store["data"], candidate="3", config=config("next", tmp_path / "population.csv",
+                              later), **common)  # fmt: skip
+        spark_next = run_gate(MODEL, store["data"], candidate="3", config=config("view", "population_view", later),
+                              engine="spark", **common)  # fmt: skip
+    finally:
+        client.set_registered_model_alias(MODEL, "champion", "1")
+    for one, other in ((local, spark), (local_next, spark_next)):
+        mine, theirs = one.ensemble["setting"], other.ensemble["setting"]
+        for key in ("rows", "added", "changed", "forgotten", "cost_ratio", "from"):
+            assert mine[key] == theirs[key], key
+        here, there = (_memory_table(f"models:/{MODEL}/{r.registered_version}", tmp_path / r.registered_version)
+                       for r in (one, other))  # fmt: skip
+        assert here.ids.equals(there.ids) and (here.shown == there.shown).all()
+        assert np.allclose(here.log_belief, there.log_belief, atol=1e-4)
+    assert spark.ensemble["setting"]["rows"] == 190 and spark_next.ensemble["setting"]["forgotten"] == 2
+    assert spark_next.ensemble["setting"]["from"] == f"v{spark.registered_version}'s memory"

@@ -300,9 +300,9 @@ class Memory:
         return Path(path).stat().st_size
 
     @classmethod
-    def read(cls, path: Path, classes: Sequence[str] | None = None) -> Memory:
+    def read(cls, path: Path, classes: Sequence[str] | None = None, only: Sequence[object] | None = None) -> Memory:
         """The memory a table at ``path`` (a Parquet file, or a folder of them as Spark writes it) holds, read a
-        row group at a time; a DataError naming the file and what
+        row group at a time (``only``: the rows of these ids alone); a DataError naming the file and what
         is wrong when it is not one (not Parquet, no id, repeated ids, beliefs missing or not finite, an answer
         outside its classes, or classes other than ``classes``)."""
         import pyarrow.dataset as ds
@@ -322,12 +322,13 @@ class Memory:
                     f"{path}: the memory's classes {own[:6]} are not the model's {list(classes)[:6]}: a memory of "
                     "other classes cannot be updated; start a new one (gate without the previous memory version)"
                 )
-            ids = as_text(table.to_table(columns=[ID], **lean_scan(table)).column(0))  # first: before the beliefs
+            scan = {**lean_scan(table), "filter": None if only is None else ds.field(ID).isin(as_text(only))}
+            ids = as_text(table.to_table(columns=[ID], **scan).column(0))  # first: before the beliefs
             keys, order = sorted_keys(ids, str(path))
             n, labels, at = len(ids), pa.array(own, type=pa.string()), 0
             belief, shown = np.empty((n, len(own)), dtype=np.float32), np.empty(n, dtype=ANSWER)
             for batch in table.to_batches(columns=[SHOWN, *(f"{BELIEF}{c}" for c in own)], batch_size=ROWS,
-                                          **lean_scan(table)):  # fmt: skip
+                                          **scan):  # fmt: skip
                 found = pc.index_in(batch.column(0).cast(pa.string()), value_set=labels).fill_null(-1)
                 shown[at : at + len(batch)] = found.to_numpy(zero_copy_only=False)
                 for i in range(len(own)):

@@ -353,17 +353,22 @@ MEMORY_CHANGED, MEMORY_ADDED = "__changed", "__added"  # the update's flags, bes
 
 
 def model_answers(spark: SparkSession, frame: SparkDataFrame, id_column: str, model: SparkModel,
-                  classes: Sequence[str]) -> SparkDataFrame:  # fmt: skip
+                  classes: Sequence[str], scores: bool = False) -> SparkDataFrame:  # fmt: skip
     """``(id, answer)``: ``model``'s highest-scoring class for each row of ``frame``, as an index into
-    ``classes`` (-1 for a class outside them), predicted with ``spark_udf``; ids as text."""
+    ``classes`` (-1 for a class outside them), predicted with ``spark_udf``; ids as text. With ``scores``, a third
+    column ``scores``: its class scores over ``classes`` (0 for a class it does not score)."""
     from pyspark.sql import functions as F
 
     model.require_scores()
     index = [classes.index(c) if c in classes else -1 for c in model.classes]  # the model's column -> ours
-    scores = model.predict_column(spark)
-    top = F.array_position(scores, F.array_max(scores)).cast("int")  # 1-based, the lowest on a tie: argmax
+    predicted = model.predict_column(spark)
+    top = F.array_position(predicted, F.array_max(predicted)).cast("int")  # 1-based, the lowest on a tie: argmax
     answer = F.element_at(F.array(*(F.lit(i) for i in index)), top)
-    return frame.select(F.col(f"`{id_column}`").cast("string").alias("id"), answer.alias("answer"))
+    columns = [F.col(f"`{id_column}`").cast("string").alias("id"), answer.alias("answer")]
+    if scores:
+        over = [predicted[model.classes.index(c)] if c in model.classes else F.lit(0.0) for c in classes]
+        columns.append(F.array(*over).cast("array<float>").alias("scores"))
+    return frame.select(*columns)
 
 
 def update_memory(
@@ -374,12 +379,15 @@ def update_memory(
     classes: Sequence[str],
     confusions: tuple[np.ndarray, np.ndarray],
     cost_ratio: float,
+    decay: float = 1.0,
 ) -> SparkDataFrame:
     """The memory table after a generation: ``table`` (the previous one: ``id``, ``shown``, ``belief:<class>``;
     None for a first memory) extended by ``first`` (``(id, answer)`` of the model users saw, for ids it lacks)
     and updated with ``answers`` (``(id, answer)`` of the new generation); ``confusions`` are (that of the model
     users saw, the new generation's). Joins, no collect: it is :meth:`Memory.extended` then
-    :meth:`Memory.update` (float32, the same rule), with the flags ``__changed`` and ``__added``.
+    :meth:`Memory.update` (float32, the same rule), with the flags ``__changed`` and ``__added``. A ``scores``
+    column in ``first`` or ``answers`` (:func:`model_answers`' ``scores=True``) is that generation's likelihood
+    (``likelihood: scores``) instead of its answer's; ``decay`` weighs the belief so far as in :meth:`Memory.update`.
 
     Example::
 
@@ -388,21 +396,25 @@ def update_memory(
     """
     from pyspark.sql import functions as F
 
-    from consistency_gate.core.memory import BELIEF, ID, SHOWN
+    from consistency_gate.core.memory import BELIEF, ID, SHOWN, SMALLEST
 
     p = len(classes)
 
-    def likelihoods(matrix: np.ndarray) -> SparkDataFrame:  # answer -> its log-likelihood of each class
-        log = np.log(np.asarray(matrix, dtype=np.float64)).T.astype(np.float32)
+    def evidence(said: SparkDataFrame, matrix: np.ndarray) -> SparkDataFrame:  # (id, answer, lik: log-likelihoods)
+        if "scores" in said.columns:  # its class scores, as Memory's _log_scores takes them
+            log = F.transform("scores", lambda x: F.log(F.greatest(F.least(x, F.lit(1.0)), F.lit(SMALLEST))))
+            return said.select(ID, "answer", log.cast("array<float>").alias("lik"))
+        log = np.log(np.asarray(matrix, dtype=np.float64)).T.astype(np.float32)  # answer -> each class's
         rows = [(j, [float(v) for v in log[j]]) for j in range(p)] + [(-1, [0.0] * p)]
-        return F.broadcast(spark.createDataFrame(rows, "answer int, lik array<float>"))
+        return said.select(ID, "answer").join(F.broadcast(spark.createDataFrame(rows, "answer int, lik array<float>")),
+                                               "answer")  # fmt: skip
 
     def normalised(belief: Column) -> Column:
         return F.transform(belief, lambda x: x - F.array_max(belief))
 
     labels = F.array(*(F.lit(c) for c in classes))
     known = first.join(table.select(ID), ID, "left_anti") if table is not None else first
-    added = known.join(likelihoods(confusions[0]), "answer").select(
+    added = evidence(known, confusions[0]).select(
         ID, normalised(F.col("lik")).alias("belief"), F.col("answer").alias("shown"), F.lit(True).alias(MEMORY_ADDED)
     )
     if table is not None:
@@ -411,8 +423,9 @@ def update_memory(
         added = table.select(ID, beliefs.alias("belief"), shown.alias("shown"), F.lit(False).alias(MEMORY_ADDED)).union(
             added
         )
-    scored = added.join(answers, ID, "left").join(likelihoods(confusions[1]), "answer", "left")
-    summed = F.zip_with(F.col("belief"), F.col("lik"), lambda x, y: x + y)
+    scored = added.join(evidence(answers, confusions[1]).drop("answer"), ID, "left")
+    weight = F.lit(float(decay)).cast("float")  # float32 arithmetic, as Memory.update's
+    summed = F.zip_with(F.col("belief"), F.col("lik"), lambda x, y: (x if decay == 1 else x * weight) + y)
     belief = F.when(F.col("lik").isNull(), F.col("belief")).otherwise(normalised(summed))  # not scored: as it was
     scored = scored.select(ID, belief.alias("belief"), "shown", MEMORY_ADDED)
     seen = F.element_at(F.col("belief"), F.col("shown") + 1)

@@ -15,7 +15,9 @@ and the smallest changes the most answers (4-5x fewer negative flips than replac
 matrix, or (``likelihood: scores``) its class scores; ``decay:`` discounts the older evidence. The evaluation
 set's ids are added to the population when missing, so the gate judges what users would see on them. The
 population is read and scored :data:`CHUNK` rows at a time (:class:`Population`), and the memory updated in
-its own arrays: ten million ids of ten classes within 2 GB (``benchmarks/memory_scale.py``).
+its own arrays: ten million ids of ten classes within 2 GB (``benchmarks/memory_scale.py``). With
+``--engine spark`` the update is Spark's joins (:mod:`~consistency_gate.ensembles.memory_spark`): the population
+may be a table of Spark's catalog, and is never collected.
 
 It is served as one MLflow pyfunc (:class:`MemoryPyfunc`): the candidate's model and the memory table as
 artifacts. A request whose id is in the memory gets the remembered answer (its class scores: the belief, with
@@ -25,10 +27,12 @@ batch scoring, ``spark_udf``) asks it by id: its input is the model's columns an
 
 from __future__ import annotations
 
+import importlib
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -48,6 +52,7 @@ if TYPE_CHECKING:
     from mlflow.pyfunc import PythonModelContext
 
     from consistency_gate.ensembles.config import RemediationConfig
+    from consistency_gate.ensembles.methods import MemoryOptions
     from consistency_gate.mlops.scoring import LoadedModel
 
 try:
@@ -59,6 +64,12 @@ KIND = "memory"  # the consistency_gate.kind of a memory version
 DEFAULT_COST_RATIO = 3.0  # where it cannot be tuned: a negative flip costs three positive ones
 ACCURACY_MARGIN = 0.005  # a tuned cost ratio keeps the memory within half a point of the candidate's accuracy
 CHUNK = 200_000  # population rows scored at a time
+# each engine's update of the memory: (Gathered, the table's path) -> Updated; the Spark one, which reads this
+# module's types, is loaded only where it runs
+UPDATES = {
+    "local": "consistency_gate.ensembles.memory:update_here",
+    "spark": "consistency_gate.ensembles.memory_spark:update_on_spark",
+}
 
 
 class MemoryPyfunc(PythonModel):
@@ -72,7 +83,9 @@ class MemoryPyfunc(PythonModel):
         self.id_column = config["id_column"]
         self.confusion = np.array(config["confusion"])
         self.model = carried_models(context, ("model",))[0]
-        self.memory = Memory.read(Path(context.artifacts["memory"]), self.classes)
+        self.table, self.model_path = Path(context.artifacts["memory"]), context.artifacts["model"]
+        self.model_classes = config["classes"]["model"]
+        self.memory = Memory.read(self.table, self.classes)
 
     def predict(self, context, model_input: pd.DataFrame, params=None) -> pd.DataFrame:  # noqa: ANN001
         """One score column per class: the remembered answer's on top for a known id, the model's for another."""
@@ -124,17 +137,7 @@ class Population:
             names = self.dataset.schema.names
         except Exception as exc:  # noqa: BLE001 - pyarrow raises several kinds for an unreadable file
             raise DataError(f"{path}: the population cannot be read ({type(exc).__name__}: {exc})") from None
-        if id_column not in names:
-            raise DataError(
-                f"{path}: the population has no id column '{id_column}' (columns: {', '.join(names[:8])}); "
-                "a memory remembers items by id: add it, or name it with options: memory: id_column:"
-            )
-        missing = [c for c in features.columns if c not in names]
-        if missing:
-            raise DataError(
-                f"{path}: the population lacks the column '{missing[0]}' the model reads (its columns must be the "
-                "evaluation set's, less the label)"
-            )
+        check_columns(path, names, id_column, list(features.columns))
 
     def batches(self) -> Iterator[tuple[pa.Array, pd.DataFrame]]:
         """Its rows as (their ids as text, a frame of the id column and the model's columns), the evaluation
@@ -157,6 +160,22 @@ class Population:
         missing[order[~found]] = True
         if missing.any():
             yield evaluation.filter(pa.array(missing)), self.features.loc[missing].reset_index(drop=True)
+
+
+def check_columns(source: object, names: list[str], id_column: str, columns: list[str]) -> None:
+    """A DataError naming the population ``source`` unless its column ``names`` hold the id column and ``columns``
+    (the model's)."""
+    if id_column not in names:
+        raise DataError(
+            f"{source}: the population has no id column '{id_column}' (columns: {', '.join(names[:8])}); "
+            "a memory remembers items by id: add it, or name it with options: memory: id_column:"
+        )
+    missing = [c for c in columns if c not in names]
+    if missing:
+        raise DataError(
+            f"{source}: the population lacks the column '{missing[0]}' the model reads (its columns must be the "
+            "evaluation set's, less the label)"
+        )
 
 
 def _forgotten(path: Path, id_column: str) -> list[str]:
@@ -211,9 +230,9 @@ def _answers(model: LoadedModel, frame: pd.DataFrame, exclude: tuple[str, ...], 
     return Said(answers, _over(output, classes).astype(np.float32))
 
 
-def _previous(inputs: Inputs) -> tuple[Memory, LoadedModel, np.ndarray] | None:
-    """The champion's memory, model and confusion matrix when the champion is a memory version (None: it is a
-    plain model)."""
+def _previous(inputs: Inputs) -> MemoryPyfunc | None:
+    """The champion's memory (its table, the model it serves, its confusion matrix) when the champion is a memory
+    version (None: it is a plain model)."""
     from consistency_gate.mlops.registry import TAG_KIND
 
     if inputs.baseline is None or inputs.baseline.ref.tags.get(TAG_KIND) != KIND:
@@ -235,7 +254,7 @@ def _previous(inputs: Inputs) -> tuple[Memory, LoadedModel, np.ndarray] | None:
             f"{uri}: the champion's memory is of the classes {loaded.classes[:6]}, the candidate answers "
             f"{list(inputs.classes)[:6]}: a memory of other classes cannot be updated"
         )
-    return loaded.memory, loaded.model, loaded.confusion
+    return loaded
 
 
 def _scored(
@@ -256,15 +275,63 @@ def _scored(
     return everyone, np.concatenate(new), Said.joined(said), Said.joined(seen), head
 
 
-def build_memory(inputs: Inputs, remediation: RemediationConfig) -> Built:
-    """The candidate plus the memory updated with its answers on the population (the builder of
-    :data:`~consistency_gate.ensembles.methods.METHODS`' ``memory``): the previous memory (the champion's, or
-    the champion's answers), each generation's confusion matrix and the cost ratio from the tuning data, logged
-    as one pyfunc carrying the candidate's model and the table. The population is read and scored
-    :data:`CHUNK` rows at a time; the memory is held once, with one copy while it is updated."""
-    import mlflow
+@dataclass(frozen=True)
+class Gathered:
+    """What a gate's update of the memory starts from, whichever engine runs it: the options, the id column and
+    the columns the candidate reads (after it), the tuning data, the champion's memory (None: the champion is a
+    plain model), the model users saw, both models' answers and confusion matrices on the tuning samples
+    (``before``, ``candidate``), and the ids to forget."""
 
-    start = time.perf_counter()
+    inputs: Inputs
+    options: MemoryOptions
+    id_column: str
+    keep: list[str]
+    held: TuningData
+    previous: MemoryPyfunc | None
+    before: LoadedModel
+    said: dict[str, Said]
+    matrices: dict[str, np.ndarray]
+    forget: list[str]
+
+    @property
+    def with_scores(self) -> bool:
+        """Whether each generation's likelihood is its class scores (``likelihood: scores``)."""
+        return self.options.likelihood == "scores"
+
+    def remembered(self) -> tuple[Memory | None, int]:
+        """The champion's memory less the ids to forget (None: there is none), and how many it forgot."""
+        if self.previous is None:
+            return None, 0
+        return self.previous.memory.without(self.forget) if self.forget else (self.previous.memory, 0)
+
+    def cost_ratio(self, memories: Callable[[], list[Memory]]) -> tuple[float, str]:
+        """The config's cost ratio, else the one :func:`_tuned_ratio` tunes on the tuning samples' rows of
+        ``memories()`` (before the update), and where it came from."""
+        if self.options.cost_ratio is not None:
+            return self.options.cost_ratio, "config"
+        return _tuned_ratio(memories(), self.held, self.id_column, self.said["candidate"], self.matrices["candidate"],
+                            self.options.decay)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Updated:
+    """The memory after a gate's update, as the report and the version say it: its class scores on the evaluation
+    set's rows, its rows and bytes on disk, the ids added, the answers changed and the ids forgotten, the cost
+    ratio and where it came from, and the population's first rows (the served model's example)."""
+
+    scores: pd.DataFrame
+    rows: int
+    bytes: int
+    added: int
+    changed: int
+    forgotten: int
+    cost_ratio: float
+    cost_ratio_from: str
+    head: pd.DataFrame
+
+
+def _gathered(inputs: Inputs, remediation: RemediationConfig) -> Gathered:
+    """What the update starts from (:class:`Gathered`); a DataError when the gate has no id column."""
     options = remediation.own
     id_column = options.id_column or inputs.id_column
     if id_column is None or id_column not in inputs.frame.columns:
@@ -275,31 +342,66 @@ def build_memory(inputs: Inputs, remediation: RemediationConfig) -> Built:
     classes = list(inputs.classes)
     reads = inputs.candidate.features or [c for c in inputs.frame.columns if c not in inputs.non_features]
     keep = [id_column, *(c for c in reads if c != id_column)]  # the columns the candidate reads, and the ids
-    population = Population(options.population, id_column, inputs.frame[keep])
     held = tuning_data(inputs, remediation)  # the method's entry needs one (labelled=True)
-    memory, before, told = _previous(inputs) or (None, inputs.baseline, None)
-    with_scores = options.likelihood == "scores"
-    said = {name: _answers(m, held.frame, (*held.non_features, id_column), inputs, with_scores)
+    previous = _previous(inputs)
+    before = inputs.baseline if previous is None else previous.model
+    scores = options.likelihood == "scores"
+    said = {name: _answers(m, held.frame, (*held.non_features, id_column), inputs, scores)
             for name, m in (("before", before), ("candidate", inputs.candidate))}  # fmt: skip
     labels = np.array(classes, dtype=object)
     matrices = {name: confusion(held.frame[held.label_column], labels[np.maximum(a.answers, 0)], classes)
                 for name, a in said.items()}  # fmt: skip
-    if told is not None:  # the confusion matrix the champion's memory was updated with
-        matrices["before"] = told
-    forgotten = 0
-    if memory is not None and options.forget is not None:
-        memory, forgotten = memory.without(_forgotten(options.forget, id_column))
-    ids, new, answers, first, head = _scored(population, memory, before, inputs, with_scores)
-    block = Memory.first(classes, ids.filter(pa.array(new)), first.answers, matrices["before"], first.scores)
-    cost_ratio, chosen = (
-        (options.cost_ratio, "config")
-        if options.cost_ratio is not None
-        else _tuned_ratio([m for m in (memory, block) if m is not None], held, id_column, said["candidate"],
-                          matrices["candidate"], options.decay)
-    )  # fmt: skip
+    if previous is not None:  # the confusion matrix the champion's memory was updated with
+        matrices["before"] = previous.confusion
+    forget = _forgotten(options.forget, id_column) if previous is not None and options.forget is not None else []
+    return Gathered(inputs, options, id_column, keep, held, previous, before, said, matrices, forget)
+
+
+def build_memory(inputs: Inputs, remediation: RemediationConfig) -> Built:
+    """The candidate plus the memory updated with its answers on the population (the builder of
+    :data:`~consistency_gate.ensembles.methods.METHODS`' ``memory``): the previous memory (the champion's, or
+    the champion's answers), each generation's confusion matrix and the cost ratio from the tuning data, logged
+    as one pyfunc carrying the candidate's model and the table; the update is the gate's engine's
+    (:data:`UPDATES`)."""
+    import mlflow
+
+    start = time.perf_counter()
+    gathered = _gathered(inputs, remediation)
+    module, _, function = UPDATES[inputs.engine].partition(":")
+    update = getattr(importlib.import_module(module), function)
+    with tempfile.TemporaryDirectory() as folder:
+        table = Path(folder) / "memory.parquet"
+        done = update(gathered, table)
+        seconds = time.perf_counter() - start
+        info = _log(inputs, done.rows, table, gathered.id_column, gathered.matrices["candidate"], done.head)
+    options, id_column = gathered.options, gathered.id_column
+    setting = {
+        "cost_ratio": done.cost_ratio, "cost_ratio_from": done.cost_ratio_from,
+        "confusions_from": gathered.held.source, "population": str(options.population),
+        "rows": done.rows, "bytes": done.bytes, "added": done.added, "changed": done.changed,
+        "likelihood": options.likelihood, "decay": options.decay, "forgotten": done.forgotten,
+        "id_column": id_column, "engine": inputs.engine,
+        "from": f"v{inputs.versions[0]}'s {'memory' if gathered.previous is not None else 'answers'}",
+    }  # fmt: skip
+    setting.update(_latency(info.model_uri, inputs.candidate, done.head, id_column))
+    mlflow.log_params({k: v for k, v in setting.items() if not isinstance(v, dict)})
+    return Built(info, done.scores, 1, seconds, [id_column, *(inputs.candidate.features or [])], setting)
+
+
+def update_here(gathered: Gathered, table: Path) -> Updated:
+    """The update in this process: the population read and scored :data:`CHUNK` rows at a time, the memory
+    held once, with one copy while it is updated; the table written to ``table``."""
+    inputs, options, id_column = gathered.inputs, gathered.options, gathered.id_column
+    classes = list(inputs.classes)
+    memory, forgotten = gathered.remembered()
+    population = Population(options.population, id_column, inputs.frame[gathered.keep])
+    ids, new, answers, first, head = _scored(population, memory, gathered.before, inputs, gathered.with_scores)
+    block = Memory.first(classes, ids.filter(pa.array(new)), first.answers, gathered.matrices["before"], first.scores)
+    cost_ratio, chosen = gathered.cost_ratio(partial(_present, memory, block))
     # the new ids updated in their own memory, the known ones in the memory's arrays, then the two merged: the
     # beliefs are held once and copied once (10M ids of 10 classes within 2 GB: benchmarks/memory_scale.py)
-    rule = {"confusion": matrices["candidate"], "cost_ratio": cost_ratio, "copy": False, "decay": options.decay}
+    rule = {"confusion": gathered.matrices["candidate"], "cost_ratio": cost_ratio, "copy": False,
+            "decay": options.decay}  # fmt: skip
     mine = answers.rows(new)
     block, changed = block.update(ids.filter(pa.array(new)), mine.answers, scores=mine.scores, **rule)
     if memory is None:
@@ -311,22 +413,13 @@ def build_memory(inputs: Inputs, remediation: RemediationConfig) -> Built:
     del block, ids
     rows = memory.find(inputs.frame[id_column])
     scores = pd.DataFrame(memory.scores(rows), columns=classes, index=inputs.frame.index)
-    seconds = time.perf_counter() - start
-    with tempfile.TemporaryDirectory() as folder:
-        table = Path(folder) / "memory.parquet"
-        size = memory.write(table)
-        info = _log(inputs, memory, table, id_column, matrices["candidate"], head)
-    setting = {
-        "cost_ratio": cost_ratio, "cost_ratio_from": chosen, "confusions_from": held.source,
-        "population": str(options.population),
-        "rows": len(memory),
-        "bytes": size, "added": int(new.sum()), "changed": changed, "likelihood": options.likelihood,
-        "decay": options.decay, "forgotten": forgotten, "id_column": id_column,
-        "from": f"v{inputs.versions[0]}'s memory" if told is not None else f"v{inputs.versions[0]}'s answers",
-    }  # fmt: skip
-    setting.update(_latency(info.model_uri, inputs.candidate, head, id_column))
-    mlflow.log_params({k: v for k, v in setting.items() if not isinstance(v, dict)})
-    return Built(info, scores, 1, seconds, [id_column, *(inputs.candidate.features or [])], setting)
+    size = memory.write(table)
+    return Updated(scores, len(memory), size, int(new.sum()), changed, forgotten, cost_ratio, chosen, head)
+
+
+def _present(*memories: Memory | None) -> list[Memory]:
+    """The memories that are there (a first generation has no champion's memory)."""
+    return [m for m in memories if m is not None]
 
 
 def _tuned_ratio(
@@ -357,9 +450,7 @@ def _tuned_ratio(
     return min(COST_RATIOS), held.source
 
 
-def _log(
-    inputs: Inputs, memory: Memory, table: Path, id_column: str, matrix: np.ndarray, head: pd.DataFrame
-) -> ModelInfo:
+def _log(inputs: Inputs, rows: int, table: Path, id_column: str, matrix: np.ndarray, head: pd.DataFrame) -> ModelInfo:
     """Log the candidate's model and the memory table as one pyfunc in the active run; its input is the id
     column and the model's columns."""
     import mlflow
@@ -375,9 +466,9 @@ def _log(
         )
     id_type = "long" if pd.api.types.is_integer_dtype(head[id_column]) else "string"
     inputs_schema = Schema([ColSpec(id_type, id_column), *signature.inputs.inputs])
-    config = {"memory_classes": memory.classes, "id_column": id_column, "confusion": np.asarray(matrix).tolist()}
+    config = {"memory_classes": list(inputs.classes), "id_column": id_column, "confusion": np.asarray(matrix).tolist()}
     return log_carrying(
-        "memory_code.py", {"model": model}, config, {"method": KIND, "rows": len(memory)}, "memory",
+        "memory_code.py", {"model": model}, config, {"method": KIND, "rows": rows}, "memory",
         signature=ModelSignature(inputs=inputs_schema, outputs=signature.outputs), extra={"memory": str(table)},
     )  # fmt: skip
 

@@ -130,6 +130,7 @@ class Inputs:
     no_held_out: str | None = None  # why the share the config asks for was not held out
     label_column: str = "label"  # the evaluation set's true class
     id_column: str | None = None  # the evaluation set's id column (--id-column)
+    engine: str = "local"  # where the gate predicts: "local", or "spark" (--engine spark; frame: a sample)
 
 
 def tuning_data(inputs: Inputs, remediation: RemediationConfig) -> TuningData | None:

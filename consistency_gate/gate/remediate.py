@@ -99,6 +99,7 @@ def _inputs(
         _classes_of(cand_scores, gate.frame[gate.label_column]), gate.decision, gate.quiet,
         partial(_calibration_judge, gate), cache(past), carried,
         split.held_out if split else None, split.why_not if split else None, gate.label_column, gate.id_column,
+        gate.engine,
     )  # fmt: skip
 
 
