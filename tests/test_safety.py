@@ -107,9 +107,7 @@ def test_promotion_refused_when_the_alias_moved_since_the_comparison(store):
     assert moved.holds == before and "gate v2 again against the new baseline" in moved.reason
     assert _champion(client) == before
     # a rollback refused the same way says what a rollback does next, not "gate v1 again"
-    from consistency_gate.gate.live import move_back
-
-    back = move_back(client, MODEL, "3", "1", "test", "complaints")
+    back = promotion.move_back(client, MODEL, "3", "1", "test")
     assert back.refused and "run rollback again" in back.reason and "gate v" not in back.reason
     assert f"{MODEL}{promotion.LOCK_SUFFIX}" not in {m.name for m in client.search_registered_models()}
 

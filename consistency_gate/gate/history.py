@@ -20,8 +20,8 @@ from consistency_gate.core.history import (
 from consistency_gate.core.names import HISTORY_METRICS
 from consistency_gate.errors import ModelError
 from consistency_gate.gate.rules import Rule
-from consistency_gate.mlops.ledger import GateRecord, answers_of, gate_records, unreadable_reports
-from consistency_gate.mlops.promotion import DEFAULT_ALIAS, read_alias
+from consistency_gate.mlops.ledger import answers_of, gate_records, unreadable_reports
+from consistency_gate.mlops.promotion import DEFAULT_ALIAS, chain_doubt, champions, read_alias
 
 if TYPE_CHECKING:
     from mlflow import MlflowClient
@@ -30,36 +30,6 @@ Generation = tuple[str, pd.DataFrame | None]  # a version and its logged answers
 
 DEFAULT_LAST = 5  # champions a candidate is compared with for `forgotten`
 UNKNOWN_CHAIN = "*"  # in :func:`champions_before`'s reasons: why the chain itself may miss a champion
-
-
-def champions(records: list[GateRecord], holder: str | None = None) -> list[str]:
-    """The versions that held the baseline alias, in the order they held it, from what the gates saw and
-    did and what the registry holds: each gate against the alias (or promoting) names the version that held
-    it then, its baseline, and each promoting gate the version it moved the alias to (a repair where one was
-    registered). A promotion that a gate did not record (killed at the alias move, or recorded as unknown)
-    still enters the chain through the next gate's baseline, or through ``holder``, the version the alias
-    holds now, which ends the chain. A move that was refused (the alias had moved since it read its baseline)
-    says nothing about what held the alias, nor does a record whose report could not be read.
-
-    >>> r = lambda c, b, p, **k: GateRecord("run", c, b, "passed", "passed", p, None, None, held_alias=True, **k)
-    >>> champions([r("2", "1", True), r("3", "2", False), r("4", "2", True)])
-    ['1', '2', '4']
-    >>> champions([r("6", "5", None), r("7", "6", True)])  # v6's promotion unrecorded: v7's gate saw it
-    ['5', '6', '7']
-    >>> champions([r("2", "1", None)], holder="2")  # the gate's move unrecorded; the registry holds v2
-    ['1', '2']
-    >>> champions([r("2", "1", True), r("1", "3", False, refused=True)])  # a stale rollback of v3, refused
-    ['1', '2']
-    """
-    chain: list[str] = []
-    for record in records:
-        held = record.baseline if record.held_alias and not record.refused else None
-        for version in (held, record.promoted_version):
-            if version is not None and (not chain or chain[-1] != version):
-                chain.append(version)
-    if holder is not None and (not chain or chain[-1] != holder):
-        chain.append(holder)
-    return chain
 
 
 def model_history(client: MlflowClient, name: str, last: int = DEFAULT_LAST, level: float = 0.95) -> dict:
@@ -123,19 +93,6 @@ def holder(client: MlflowClient, name: str) -> str | None:
         return read_alias(client, name, DEFAULT_ALIAS)
     except Exception:  # noqa: BLE001 - the registry failing: the chain ends with what the gates recorded
         return None
-
-
-def chain_doubt(unreadable: dict[str, str]) -> str | None:
-    """Why the chain of champions may miss one (a run whose report cannot be read), or None.
-
-    >>> chain_doubt({"r1": "run r1: gate/report.json is not JSON (...)"})[:52]
-    'run r1: gate/report.json is not JSON (...): what tha'
-    """
-    if not unreadable:
-        return None
-    why = next(iter(unreadable.values()))
-    more = f" (and {len(unreadable) - 1} more)" if len(unreadable) > 1 else ""
-    return f"{why}{more}: what that run compared and promoted is unknown, so the champions before it may be incomplete"
 
 
 def pair_answers(samples: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:

@@ -23,18 +23,21 @@ import pandas as pd
 from consistency_gate.errors import ModelError
 from consistency_gate.gate.config import GateConfig
 from consistency_gate.gate.decision import tag_run
-from consistency_gate.gate.history import chain_doubt, champions
 from consistency_gate.gate.session import GateSession
 from consistency_gate.gate.shadow import DEFAULT_BATCH, RuleState, StreamResult, check_stream, mcnemar
 from consistency_gate.io.capture import read_capture, read_labels, read_sagemaker
 from consistency_gate.mlops import tracking
-from consistency_gate.mlops.ledger import GateRecord, gate_records, unreadable_reports
+from consistency_gate.mlops.ledger import GateRecord, gate_records
 from consistency_gate.mlops.promotion import (
     DEFAULT_ALIAS,
     Promotion,
+    last_move,
+    move_back,
+    previous_champion,
     promote,
     read_alias,
     record_move,
+    restored_now,
     unrecorded,
 )
 from consistency_gate.mlops.registry import (
@@ -381,56 +384,6 @@ def _description(report: dict) -> str:
     )
 
 
-def rollback_target(records: list[GateRecord], current: str, holds: Callable[[str], bool]) -> str | None:
-    """The champion before ``current`` in the order they held the alias, skipping versions a rollback took off it
-    (``holds(v)``: v carries ``rolled_back_to``); None when there is none.
-
-    >>> r = lambda c, b, p, **k: GateRecord("run", c, b, "passed", "passed", p, None, None, held_alias=True, **k)
-    >>> rollback_target([r("2", "1", True), r("3", "2", True)], "3", lambda v: False)
-    '2'
-    >>> rollback_target([r("2", "1", True), r("3", "2", True)], "3", lambda v: v == "2")  # v2 was rolled back
-    '1'
-    """
-    chain = champions(records, current)
-    before = chain[: len(chain) - chain[::-1].index(current) - 1]
-    return next((v for v in reversed(before) if v != current and not holds(v)), None)
-
-
-def last_move(records: list[GateRecord]) -> GateRecord | None:
-    """The last record that moved the alias (a gate's or shadow check's promotion), or may have (a rollback,
-    whose run may have lost its record of the move).
-
-    >>> r = lambda c, b, p, kind: GateRecord("r" + c, c, b, "passed", "passed", p, None, None, True, kind=kind)
-    >>> last_move([r("2", "1", True, "gate"), r("1", "2", None, "rollback"), r("3", "1", False, "gate")]).run_id
-    'r1'
-    """
-    moves = (r for r in reversed(records) if r.promoted_version or (r.kind == "rollback" and r.promoted is None))
-    return next(moves, None)
-
-
-def restored_now(record: GateRecord | None, current: str) -> bool:
-    """Whether ``record`` is a rollback that put the alias where it is now, ``current`` (its move read back, or
-    unknown in its run: the registry holding its target says it went through).
-
-    >>> r = GateRecord("r", "1", "2", "rolled back", "pending", None, None, None, True, kind="rollback")
-    >>> restored_now(r, "1"), restored_now(r, "2")
-    (True, False)
-    """
-    return (
-        record is not None
-        and record.kind == "rollback"
-        and record.candidate == current
-        and record.promoted is not False
-    )
-
-
-def move_back(client: MlflowClient, name: str, current: str, to: str, run_id: str, why: str) -> Promotion:
-    """Move ``@champion`` from ``current`` back to ``to`` (only if it still holds ``current``), read back."""
-    return promote(
-        client, name, ALIAS, to, current, run_id, f"run rollback again to roll back from what @{ALIAS} holds"
-    )
-
-
 def _say_moved_back(client: MlflowClient, name: str, current: str, to: str, run_id: str, why: str) -> None:
     """Say a rollback on both versions (tag and description)."""
     client.set_model_version_tag(name, current, TAG_ROLLED_BACK, to)
@@ -466,7 +419,7 @@ def rollback(
             report = already_rolled_back(name, current, before, why)
             session.write_report(report)
             return report
-        target = to or _previous(client, name, records, current)
+        target = to or previous_champion(client, name, records, current)
         restored = resolve_version(client, name, target)
         if restored.version == current:
             raise ModelError(f"model '{name}': @{ALIAS} already holds v{current}; nothing to roll back")
@@ -476,24 +429,6 @@ def rollback(
         report = rollback_in_run(client, name, current, restored, run_id, why)
         session.write_report(report)
         return report
-
-
-def _previous(client: MlflowClient, name: str, records: list[GateRecord], current: str) -> str:
-    """The version a rollback without ``--to`` restores; ModelError (exit 4) when it is not known for sure."""
-    doubt = chain_doubt(unreadable_reports(records))
-    if doubt:
-        raise ModelError(f"model '{name}': {doubt}; give the version to restore with --to VERSION")
-
-    def rolled_back(version: str) -> bool:
-        return TAG_ROLLED_BACK in (client.get_model_version(name, version).tags or {})
-
-    target = rollback_target(records, current, rolled_back)
-    if target is None:
-        raise ModelError(
-            f"model '{name}': the gates' history has no champion before v{current} that was not rolled back; give "
-            "the version to restore with --to VERSION"
-        )
-    return target
 
 
 def already_rolled_back(name: str, current: str, before: GateRecord, why: str) -> dict:
@@ -549,7 +484,7 @@ def rollback_in_run(
         "passed_version": None,
     }
     tracking.log_json({**report, "outcome": "pending"}, "gate/report.json")
-    promotion = move_back(client, name, current, restored.version, run_id, why)
+    promotion = move_back(client, name, current, restored.version, run_id)
     report.update(promoted=promotion.promoted, promotion=promotion.to_dict(),
                   passed_version=restored.version if promotion.promoted else None)  # fmt: skip
     if not promotion.promoted:

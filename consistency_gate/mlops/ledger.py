@@ -40,8 +40,9 @@ class GateRecord:
     n: int | None = None  # the samples the gate judged on: the rows its ledger must hold
     held_alias: bool = False  # its baseline held the baseline alias when it ran (gated against it, or promoting)
     refused: bool = False  # its move was refused: the alias had moved since it read the baseline
-    kind: str = "gate"  # "gate", "shadow" or "rollback"
+    kind: str = "gate"  # "gate", "shadow", "rollback", "authorize" (a person's, by hand) or "revert" (the guard's)
     unreadable: str | None = None  # why its report could not be read: what it saw and did is unknown
+    moving: str | None = None  # the version its promotion asked the alias to hold (None: it asked none)
 
     @property
     def promoted_version(self) -> str | None:
@@ -102,6 +103,7 @@ def _record(client: MlflowClient, run_id: str) -> GateRecord | None:
         bool(base.get("alias")) or report.get("promotion") is not None,
         bool((report.get("promotion") or {}).get("refused")),
         report.get("kind", "gate"),
+        moving=(report.get("promotion") or {}).get("version"),
     )
 
 

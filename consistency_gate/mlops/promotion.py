@@ -15,7 +15,8 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING
 
 from consistency_gate.errors import ModelError, error_line
-from consistency_gate.mlops.registry import ModelRef, is_not_found, is_number, lead_description
+from consistency_gate.mlops.ledger import GateRecord, unreadable_reports
+from consistency_gate.mlops.registry import TAG_ROLLED_BACK, ModelRef, is_not_found, is_number, lead_description
 from consistency_gate.mlops.tracking import TAG_HOST, TAG_PID, process_alive
 
 if TYPE_CHECKING:
@@ -319,3 +320,171 @@ def unrecorded(moved: Promotion, exc: BaseException) -> str:
         f"@{moved.alias} holds {holds} ({read}), but the run could not record the move ({error_line(exc)}): "
         "its tags and report.json predate it"
     )
+
+
+def champions(records: list[GateRecord], holder: str | None = None) -> list[str]:
+    """The versions that held the baseline alias, in the order they held it, from what the gates saw and
+    did and what the registry holds: each gate against the alias (or promoting) names the version that held
+    it then, its baseline, and each promoting gate the version it moved the alias to (a repair where one was
+    registered). A promotion that a gate did not record (killed at the alias move, or recorded as unknown)
+    still enters the chain through the next gate's baseline, or through ``holder``, the version the alias
+    holds now, which ends the chain. A move that was refused (the alias had moved since it read its baseline)
+    says nothing about what held the alias, nor does a record whose report could not be read.
+
+    >>> r = lambda c, b, p, **k: GateRecord("run", c, b, "passed", "passed", p, None, None, held_alias=True, **k)
+    >>> champions([r("2", "1", True), r("3", "2", False), r("4", "2", True)])
+    ['1', '2', '4']
+    >>> champions([r("6", "5", None), r("7", "6", True)])  # v6's promotion unrecorded: v7's gate saw it
+    ['5', '6', '7']
+    >>> champions([r("2", "1", None)], holder="2")  # the gate's move unrecorded; the registry holds v2
+    ['1', '2']
+    >>> champions([r("2", "1", True), r("1", "3", False, refused=True)])  # a stale rollback of v3, refused
+    ['1', '2']
+    """
+    chain: list[str] = []
+    for record in records:
+        held = record.baseline if record.held_alias and not record.refused else None
+        for version in (held, record.promoted_version):
+            if version is not None and (not chain or chain[-1] != version):
+                chain.append(version)
+    if holder is not None and (not chain or chain[-1] != holder):
+        chain.append(holder)
+    return chain
+
+
+def chain_doubt(unreadable: dict[str, str]) -> str | None:
+    """Why the chain of champions may miss one (a run whose report cannot be read), or None.
+
+    >>> chain_doubt({"r1": "run r1: gate/report.json is not JSON (...)"})[:52]
+    'run r1: gate/report.json is not JSON (...): what tha'
+    """
+    if not unreadable:
+        return None
+    why = next(iter(unreadable.values()))
+    more = f" (and {len(unreadable) - 1} more)" if len(unreadable) > 1 else ""
+    return f"{why}{more}: what that run compared and promoted is unknown, so the champions before it may be incomplete"
+
+
+def rollback_target(records: list[GateRecord], current: str, holds: Callable[[str], bool]) -> str | None:
+    """The champion before ``current`` in the order they held the alias, skipping versions a rollback took off it
+    (``holds(v)``: v carries ``rolled_back_to``); None when there is none.
+
+    >>> r = lambda c, b, p, **k: GateRecord("run", c, b, "passed", "passed", p, None, None, held_alias=True, **k)
+    >>> rollback_target([r("2", "1", True), r("3", "2", True)], "3", lambda v: False)
+    '2'
+    >>> rollback_target([r("2", "1", True), r("3", "2", True)], "3", lambda v: v == "2")  # v2 was rolled back
+    '1'
+    """
+    chain = champions(records, current)
+    before = chain[: len(chain) - chain[::-1].index(current) - 1]
+    return next((v for v in reversed(before) if v != current and not holds(v)), None)
+
+
+def last_move(records: list[GateRecord]) -> GateRecord | None:
+    """The last record that moved the alias (a gate's or shadow check's promotion), or may have (a rollback,
+    whose run may have lost its record of the move).
+
+    >>> r = lambda c, b, p, kind: GateRecord("r" + c, c, b, "passed", "passed", p, None, None, True, kind=kind)
+    >>> last_move([r("2", "1", True, "gate"), r("1", "2", None, "rollback"), r("3", "1", False, "gate")]).run_id
+    'r1'
+    """
+    moves = (r for r in reversed(records) if r.promoted_version or (r.kind == "rollback" and r.promoted is None))
+    return next(moves, None)
+
+
+def restored_now(record: GateRecord | None, current: str) -> bool:
+    """Whether ``record`` is a rollback that put the alias where it is now, ``current`` (its move read back, or
+    unknown in its run: the registry holding its target says it went through).
+
+    >>> r = GateRecord("r", "1", "2", "rolled back", "pending", None, None, None, True, kind="rollback")
+    >>> restored_now(r, "1"), restored_now(r, "2")
+    (True, False)
+    """
+    return (
+        record is not None
+        and record.kind == "rollback"
+        and record.candidate == current
+        and record.promoted is not False
+    )
+
+
+def move_back(client: MlflowClient, name: str, current: str, to: str, owner: str, again: str = "") -> Promotion:
+    """Move ``@champion`` from ``current`` back to ``to`` (only if it still holds ``current``), under the lock, read
+    back, as a rollback does; ``again``: what to do when it holds another version by then."""
+    again = again or f"run rollback again to roll back from what @{DEFAULT_ALIAS} holds"
+    return promote(client, name, DEFAULT_ALIAS, to, current, owner, again)
+
+
+def previous_champion(client: MlflowClient, name: str, records: list[GateRecord], current: str) -> str:
+    """The champion before ``current`` that a rollback without ``--to`` restores (from the gates' records and the
+    versions a rollback took off the alias); ModelError (exit 4) when it is not known for sure."""
+    doubt = chain_doubt(unreadable_reports(records))
+    if doubt:
+        raise ModelError(f"model '{name}': {doubt}; give the version to restore with --to VERSION")
+
+    def rolled_back(version: str) -> bool:
+        return TAG_ROLLED_BACK in (client.get_model_version(name, version).tags or {})
+
+    target = rollback_target(records, current, rolled_back)
+    if target is None:
+        raise ModelError(
+            f"model '{name}': the gates' history has no champion before v{current} that was not rolled back; give "
+            "the version to restore with --to VERSION"
+        )
+    return target
+
+
+@dataclass(frozen=True)
+class Authority:
+    """Which version may hold the alias now, from the records of every move a gate, a shadow check, a rollback,
+    a person's ``authorize`` or the guard made: ``versions`` (one; two while the last move's outcome is unknown,
+    the version before it and the one it asked for; none before anything held it), the record that says so, and
+    ``doubt``: why the records cannot say (a report that cannot be read), when nothing may be moved on them."""
+
+    versions: frozenset[str]
+    by: GateRecord | None
+    doubt: str | None = None
+
+    @property
+    def version(self) -> str | None:
+        """The one version that may hold the alias (None: none, or it is not known which)."""
+        return next(iter(self.versions)) if len(self.versions) == 1 and self.doubt is None else None
+
+    def allows(self, version: str) -> bool:
+        """Whether the alias may hold ``version``: the records authorize it, or cannot say (fail safe)."""
+        return self.doubt is not None or not self.versions or version in self.versions
+
+
+def authority(records: list[GateRecord]) -> Authority:
+    """The versions that may hold the alias now (:class:`Authority`): the target of the last move that was read
+    back, with the target of any later move whose outcome is unknown; before any move, the version that held it
+    when the first gate compared against it (what a team started with).
+
+    >>> r = lambda c, b, p, **k: GateRecord("r" + c, c, b, "passed", "passed", p, None, None, held_alias=True, **k)
+    >>> sorted(authority([r("2", "1", True, moving="2"), r("3", "2", False, moving="3")]).versions)
+    ['2']
+    >>> sorted(authority([r("2", "1", True, moving="2"), r("3", "2", None, moving="3")]).versions)  # unknown
+    ['2', '3']
+    >>> authority([r("2", "1", False)]).version, authority([]).version  # none moved: what held it then
+    ('1', None)
+    >>> authority([r("2", "1", True, moving="2"), r("1", "2", True, kind="rollback")]).version
+    '1'
+    """
+    allowed: set[str] = set()
+    by, unreadable = None, {}
+    for record in records:
+        if record.unreadable:  # what it moved is unknown, until a later move is read back
+            unreadable[record.run_id] = record.unreadable
+            continue
+        target = record.candidate if record.kind in MOVES_TO_CANDIDATE else record.moving or record.promoted_version
+        if record.promoted is True and target is not None:
+            allowed, by, unreadable = {target}, record, {}
+        elif record.promoted is None and (record.moving or record.kind == "rollback") and target is not None:
+            allowed, by = allowed | {target}, record
+        elif not allowed and record.held_alias and record.baseline and not record.refused:
+            allowed = {record.baseline}
+    return Authority(frozenset(allowed), by, chain_doubt(unreadable))
+
+
+# the records whose move puts the alias on their candidate (a rollback restores it; a person authorizes it)
+MOVES_TO_CANDIDATE = ("rollback", "authorize", "revert")
