@@ -151,15 +151,15 @@ def rollback(
     model: str, to: str | None, reason: str, tracking_uri: str | None, report_path: Path | None, fmt: str
 ) -> int:
     """Move @champion back to the champion before it, verified and read back like a promotion."""
-    from consistency_gate.gate.live import rollback as roll_back
+    from consistency_gate.gate.alias import rollback as roll_back
 
     report = roll_back(model, tracking_uri, to, reason, report_path)
     if fmt == "json":
         echo_json(report)
     else:
-        from consistency_gate.report.live import rollback_text
+        from consistency_gate.report.live import alias_move_text
 
-        click.echo(rollback_text(report))
+        click.echo(alias_move_text(report))
         for warning in report.get("warnings") or []:
             click.echo(f"warning: {warning}", err=True)
     if report["promotion"] is None:  # a retry: the alias already holds what the last rollback restored

@@ -1,8 +1,8 @@
-"""Live traffic, on the registry: ``shadow check`` (a candidate judged on a capture as its labels arrive,
-promoted with the gate's verified alias move) and ``rollback`` (the alias moved back to the champion before,
-verified and read back the same way). Each runs in one MLflow run of the experiment ``consistency-gate/NAME``
-and logs ``gate/report.json`` as a gate does, so ``history`` reads a promotion or a rollback among the
-gates' (a rollback is a step back to an earlier champion).
+"""Live traffic, on the registry: ``shadow serve`` (the champion answers, the candidate is captured beside it)
+and ``shadow check`` (a candidate judged on a capture as its labels arrive, promoted with the gate's verified
+alias move, or rolled back while watching: :mod:`consistency_gate.gate.alias`). Each check runs in one MLflow run
+of the experiment ``consistency-gate/NAME`` and logs ``gate/report.json`` as a gate does, so ``history`` reads a
+promotion among the gates'.
 
     report = shadow_check(ShadowInputs("fraud-clf", None, "capture/", None, "labels.csv"), config, None)
     report["decision"], report["stream"]["labelled"]
@@ -11,9 +11,7 @@ gates' (a rollback is a step back to an earlier champion).
 
 from __future__ import annotations
 
-import contextlib
 import json
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -21,41 +19,34 @@ from typing import TYPE_CHECKING
 import pandas as pd
 
 from consistency_gate.errors import ModelError
+from consistency_gate.gate.alias import after_move, move_in_run
 from consistency_gate.gate.config import GateConfig
 from consistency_gate.gate.decision import tag_run
 from consistency_gate.gate.session import GateSession
 from consistency_gate.gate.shadow import DEFAULT_BATCH, RuleState, StreamResult, check_stream, mcnemar
 from consistency_gate.io.capture import read_capture, read_labels, read_sagemaker
 from consistency_gate.mlops import tracking
-from consistency_gate.mlops.ledger import GateRecord, gate_records
 from consistency_gate.mlops.promotion import (
     DEFAULT_ALIAS,
     Promotion,
-    last_move,
-    move_back,
-    previous_champion,
     promote,
-    read_alias,
-    record_move,
-    restored_now,
     unrecorded,
 )
 from consistency_gate.mlops.registry import (
     CLASSES_TAG,
     TAG_KIND,
-    TAG_ROLLED_BACK,
     ModelRef,
     describe_version,
     resolve_version,
     tag_version,
 )
 from consistency_gate.mlops.shadow_server import ServeOptions
-from consistency_gate.report.live import rollback_text, rule_state
+from consistency_gate.report.live import rule_state
 from consistency_gate.report.schema import SCHEMA_VERSION
 from consistency_gate.report.text import fmt
 
 if TYPE_CHECKING:
-    from mlflow import MlflowClient
+    pass
 
 ALIAS = DEFAULT_ALIAS
 
@@ -136,7 +127,7 @@ def shadow_check(
             rolled: dict = {}
             try:
                 with session.child_run(f"ROLLBACK v{candidate.version} to v{baseline.version}") as child:
-                    rolled = rollback_in_run(
+                    rolled = move_in_run(
                         client, inputs.model, candidate.version, baseline, child, f"live traffic broke {broken}", False
                     )
             except Exception as exc:  # noqa: BLE001 - the child run not ended after the move: said, not raised
@@ -157,7 +148,7 @@ def shadow_check(
             tracking.describe_run(_description(report))
 
         report.setdefault("rollback", None)
-        _after_move(client, inputs.model, report, moved, record)
+        after_move(client, inputs.model, report, moved, record)
         session.write_report(report)
         return report
 
@@ -187,30 +178,6 @@ def shadow_title(report: dict) -> str:
         back = {True: f", ROLLED BACK to v{rollback['version']}", None: ", rollback unknown"}
         return f"SHADOW {word} {versions}{back.get(rollback['promoted'], ', rollback refused')}"
     return f"SHADOW {word} {versions}"
-
-
-def _after_move(
-    client: MlflowClient, name: str, report: dict, moved: Promotion | None, record: Callable[[], None],
-    end_run: bool = True,
-) -> None:  # fmt: skip
-    """``record`` the outcome in the run, then end it FINISHED (``end_run``). Once the alias was asked to move,
-    a fault while recording is a warning in the report (:func:`~consistency_gate.mlops.promotion.record_move`),
-    and the run it could not end is marked FAILED by the next gate."""
-    import mlflow
-
-    def record_and_end() -> None:
-        record()
-        if end_run:
-            mlflow.end_run("FINISHED")
-
-    if moved is None:
-        return record_and_end()
-    if warning := record_move(client, name, moved, record_and_end):
-        report.setdefault("warnings", []).append(warning)
-        if end_run:
-            with contextlib.suppress(Exception):
-                mlflow.end_run("FAILED")
-    return None
 
 
 def shadow_serve(
@@ -382,120 +349,3 @@ def _description(report: dict) -> str:
         f"**{shadow_title(report)}**: shadow check on {report['stream']['requests']} requests, "
         f"{report['stream']['labelled']} labelled\n\n{rules}{warned}"
     )
-
-
-def _say_moved_back(client: MlflowClient, name: str, current: str, to: str, run_id: str, why: str) -> None:
-    """Say a rollback on both versions (tag and description)."""
-    client.set_model_version_tag(name, current, TAG_ROLLED_BACK, to)
-    describe_version(client, ModelRef(name, current), f"ROLLED BACK v{current} to v{to}: {why}.", run_id)
-    describe_version(client, ModelRef(name, to), f"RESTORED v{to} as @{ALIAS} in place of v{current}: {why}.", run_id)
-
-
-def rollback(
-    name: str, tracking_uri: str | None, to: str | None, why: str, report_path: str | Path | None = None
-) -> dict:
-    """``consistency-gate rollback``: move ``@champion`` back to the champion before it (from the gates'
-    history and the registry, or ``to``), verified and read back, in a run whose report ``history`` reads as
-    a step back. A rollback retried after its answer was lost finds the alias already where the last
-    rollback put it: nothing moves, and the report says so (``outcome`` "already rolled back").
-
-    Example::
-
-        report = rollback("fraud-clf", "sqlite:///mlflow.db", None, "complaints")
-        report["promoted"], report["candidate"]["version"]
-        # (True, '3')
-    """
-    with GateSession(report_path) as session:
-        _, client = session.connect(tracking_uri, existing=True)
-        current = read_alias(client, name, ALIAS)
-        if current is None:
-            raise ModelError(f"model '{name}': @{ALIAS} is not set; there is nothing to roll back")
-        try:
-            records = gate_records(client, name)
-        except ModelError:
-            records = []
-        before = last_move(records)
-        if restored_now(before, current) and to in (None, current):
-            report = already_rolled_back(name, current, before, why)
-            session.write_report(report)
-            return report
-        target = to or previous_champion(client, name, records, current)
-        restored = resolve_version(client, name, target)
-        if restored.version == current:
-            raise ModelError(f"model '{name}': @{ALIAS} already holds v{current}; nothing to roll back")
-        run_id = session.start(
-            tracking.experiment_name(name), f"ROLLBACK v{current} to v{restored.version}", f"{name} v{current}"
-        )
-        report = rollback_in_run(client, name, current, restored, run_id, why)
-        session.write_report(report)
-        return report
-
-
-def already_rolled_back(name: str, current: str, before: GateRecord, why: str) -> dict:
-    """The report of a rollback that finds the alias where the last rollback put it (a retry): nothing moved."""
-    return {
-        "schema_version": SCHEMA_VERSION,
-        "kind": "rollback",
-        "verdict": "nothing to decide",
-        "candidate_verdict": "nothing to decide",
-        "outcome": "already rolled back",
-        "reason": why,
-        "candidate": {"name": name, "version": current},
-        "baseline": {"name": name, "version": before.baseline, "alias": ALIAS},
-        "run_id": None,
-        "rolled_back_by": before.run_id,
-        "rules": [],
-        "promoted": None,
-        "promotion": None,
-        "registered_version": None,
-        "passed_version": current,
-        "note": (
-            f"@{ALIAS} already holds v{current}, which rollback run {before.run_id} restored in place of "
-            f"v{before.baseline}: nothing moved (a retried rollback is a no-op); to roll back further, give "
-            "--to VERSION"
-        ),
-    }
-
-
-def rollback_in_run(
-    client: MlflowClient, name: str, current: str, restored: ModelRef, run_id: str, why: str, end_run: bool = True
-) -> dict:
-    """Move ``@champion`` from ``current`` back to ``restored`` in the active run ``run_id`` and log its report
-    (pending first: a run killed at the move says so), which ``history`` reads as a step back; ends the run
-    with ``end_run`` (a watching shadow check's child run is ended by its block). After the move,
-    a fault while recording it is a warning in the report, never an error that hides what the alias holds."""
-    import mlflow
-
-    mlflow.log_params({"model": name, "candidate": restored.version, "baseline": current})
-    report = {
-        "schema_version": SCHEMA_VERSION,
-        "kind": "rollback",
-        "verdict": "rolled back",
-        "candidate_verdict": "not judged",
-        "outcome": "rolled back",
-        "reason": why,
-        "candidate": restored.to_dict(),
-        "baseline": {"name": name, "version": current, "alias": ALIAS},
-        "run_id": run_id,
-        "rules": [],
-        "promoted": None,
-        "promotion": None,
-        "registered_version": None,
-        "passed_version": None,
-    }
-    tracking.log_json({**report, "outcome": "pending"}, "gate/report.json")
-    promotion = move_back(client, name, current, restored.version, run_id)
-    report.update(promoted=promotion.promoted, promotion=promotion.to_dict(),
-                  passed_version=restored.version if promotion.promoted else None)  # fmt: skip
-    if not promotion.promoted:
-        report["verdict"] = report["outcome"] = "failed" if promotion.promoted is False else "unknown"
-
-    def record() -> None:
-        if promotion.promoted:
-            _say_moved_back(client, name, current, restored.version, run_id, why)
-        tracking.log_json(report, "gate/report.json")
-        tag_run(report)
-        tracking.describe_run(f"**{rollback_text(report)}**: {why}")
-
-    _after_move(client, name, report, promotion, record, end_run)
-    return report

@@ -78,18 +78,23 @@ def rule_state(rule: dict) -> str:
     return "waived" if rule.get("waived") else {True: "held", False: "broken", None: "open"}[rule["held"]]
 
 
-def rollback_text(report: dict) -> str:
-    """A rollback in one line: the versions and what the registry holds now.
+def alias_move_text(report: dict) -> str:
+    """A move of the alias other than a gate's (a rollback, the guard's revert, a person's authorization) in one
+    line: the versions and what the registry holds now.
 
-    >>> rollback_text({"candidate": {"name": "clf", "version": "1"}, "baseline": {"version": "2"}, "promoted": True})
+    >>> alias_move_text({"candidate": {"name": "clf", "version": "1"}, "baseline": {"version": "2"}, "promoted": True})
     '@champion of clf: v2 -> v1: rolled back, read back'
-    >>> rollback_text({"candidate": {"name": "clf", "version": "1"}, "baseline": {"version": "2"}, "promoted": None,
+    >>> alias_move_text({"candidate": {"name": "clf", "version": "1"}, "baseline": {"version": "2"}, "promoted": None,
     ...     "outcome": "already rolled back", "note": "nothing moved"})
     '@champion of clf: v2 -> v1: nothing moved'
+    >>> alias_move_text({"kind": "revert", "verdict": "reverted", "candidate": {"name": "clf", "version": "5"},
+    ...     "baseline": {"version": "7"}, "promoted": True})
+    '@champion of clf: v7 -> v5: reverted, read back'
     """
     if report.get("outcome") == "already rolled back":
         said = report["note"]
     else:
-        said = "rolled back, read back" if report["promoted"] else report["promotion"]["reason"]
+        verb = report.get("verdict") if report.get("kind", "rollback") != "rollback" else "rolled back"
+        said = f"{verb}, read back" if report["promoted"] else report["promotion"]["reason"]
     moved = f"v{report['baseline']['version']} -> v{report['candidate']['version']}"
     return f"@champion of {report['candidate']['name']}: {moved}: {said}"

@@ -1,0 +1,249 @@
+"""Moves of ``@champion`` other than a gate's promotion, each made like one (under the promotion lock, only from
+the version it was read on, read back) and recorded in a run of the model's experiment whose ``gate/report.json``
+``history``, ``rollback`` and the guard read (:func:`~consistency_gate.mlops.promotion.authority`):
+
+- ``rollback``: back to the champion before (``consistency-gate rollback``, or a shadow check that rejects);
+- ``revert``: the guard's (``consistency-gate watch``): the alias moved to a version nothing authorized, moved
+  back to the version that was;
+- ``authorize``: a person's, on purpose (``consistency-gate authorize``): a version may hold the alias because
+  someone said so, and why (an emergency fix the guard must not undo).
+
+    report = rollback("fraud-clf", "sqlite:///mlflow.db", None, "complaints")
+    report["promoted"], report["candidate"]["version"]
+    # (True, '3')
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from consistency_gate.errors import ModelError
+from consistency_gate.gate.decision import tag_run
+from consistency_gate.gate.session import GateSession
+from consistency_gate.mlops import tracking
+from consistency_gate.mlops.ledger import GateRecord, gate_records
+from consistency_gate.mlops.promotion import (
+    DEFAULT_ALIAS,
+    Promotion,
+    last_move,
+    move_back,
+    previous_champion,
+    read_alias,
+    record_move,
+    restored_now,
+)
+from consistency_gate.mlops.registry import TAG_ROLLED_BACK, ModelRef, describe_version, resolve_version
+from consistency_gate.report.live import alias_move_text
+from consistency_gate.report.schema import SCHEMA_VERSION
+
+if TYPE_CHECKING:
+    from mlflow import MlflowClient
+
+ALIAS = DEFAULT_ALIAS
+TAG_AUTHORIZED = "consistency_gate.authorized_by"  # on a version a person authorized: who, and why
+
+
+@dataclass(frozen=True)
+class Move:
+    """How one kind of move reads: the report's verdict once it is read back, the run's name, and the
+    descriptions it leads the version taken off the alias with (None: left as it is) and the version put on it;
+    each a format string of ``alias``, ``current``, ``to``, ``why`` and ``by``."""
+
+    verdict: str
+    title: str
+    left: str | None
+    put: str
+
+
+MOVES = {
+    "rollback": Move(
+        "rolled back", "ROLLBACK v{current} to v{to}", "ROLLED BACK v{current} to v{to}: {why}.",
+        "RESTORED v{to} as @{alias} in place of v{current}: {why}.",
+    ),
+    "revert": Move(
+        "reverted", "REVERTED @{alias} v{current} -> v{to}",
+        "REVERTED: @{alias} was moved to v{current} without a gate's promotion, a rollback or an authorization; "
+        "moved back to v{to}: {why}.",
+        "RESTORED v{to} as @{alias} in place of v{current}, which nothing authorized: {why}.",
+    ),
+    "authorize": Move(
+        "authorized", "AUTHORIZED v{to} as @{alias}", None, "AUTHORIZED v{to} as @{alias} by {by}: {why}."
+    ),
+}  # fmt: skip
+
+
+def after_move(
+    client: MlflowClient, name: str, report: dict, moved: Promotion | None, record: Callable[[], None],
+    end_run: bool = True,
+) -> None:  # fmt: skip
+    """``record`` the outcome in the run, then end it FINISHED (``end_run``). Once the alias was asked to move,
+    a fault while recording is a warning in the report (:func:`~consistency_gate.mlops.promotion.record_move`),
+    and the run it could not end is marked FAILED by the next gate."""
+    import mlflow
+
+    def record_and_end() -> None:
+        record()
+        if end_run:
+            mlflow.end_run("FINISHED")
+
+    if moved is None:
+        return record_and_end()
+    if warning := record_move(client, name, moved, record_and_end):
+        report.setdefault("warnings", []).append(warning)
+        if end_run:
+            with contextlib.suppress(Exception):
+                mlflow.end_run("FAILED")
+    return None
+
+
+def rollback(
+    name: str, tracking_uri: str | None, to: str | None, why: str, report_path: str | Path | None = None
+) -> dict:
+    """``consistency-gate rollback``: move ``@champion`` back to the champion before it (from the gates'
+    history and the registry, or ``to``), verified and read back, in a run whose report ``history`` reads as
+    a step back. A rollback retried after its answer was lost finds the alias already where the last
+    rollback put it: nothing moves, and the report says so (``outcome`` "already rolled back")."""
+    with GateSession(report_path) as session:
+        _, client = session.connect(tracking_uri, existing=True)
+        current = read_alias(client, name, ALIAS)
+        if current is None:
+            raise ModelError(f"model '{name}': @{ALIAS} is not set; there is nothing to roll back")
+        try:
+            records = gate_records(client, name)
+        except ModelError:
+            records = []
+        before = last_move(records)
+        if restored_now(before, current) and to in (None, current):
+            report = already_rolled_back(name, current, before, why)
+            session.write_report(report)
+            return report
+        target = to or previous_champion(client, name, records, current)
+        return move_in_session(session, client, name, current, target, why, "rollback")
+
+
+def authorize(
+    name: str, tracking_uri: str | None, version: str, why: str, by: str, report_path: str | Path | None = None
+) -> dict:
+    """``consistency-gate authorize``: move ``@champion`` to ``version`` on a person's word (``by``, ``why``),
+    recorded so that the guard (``consistency-gate watch``) leaves it there; nothing moves when it holds it
+    already, and the authorization is recorded all the same."""
+    with GateSession(report_path) as session:
+        _, client = session.connect(tracking_uri, existing=True)
+        current = read_alias(client, name, ALIAS)
+        return move_in_session(session, client, name, current, version, why, "authorize", by=by)
+
+
+def move_in_session(
+    session: GateSession, client: MlflowClient, name: str, current: str | None, to: str, why: str, kind: str,
+    **said: str,
+) -> dict:  # fmt: skip
+    """Move ``@champion`` from ``current`` to version ``to`` in a new run of the model's experiment, as ``kind``
+    (an entry of :data:`MOVES`), and write the report; ``said``: more for the texts and the report (``by``)."""
+    target = resolve_version(client, name, to)
+    if target.version == current and kind == "rollback":
+        raise ModelError(f"model '{name}': @{ALIAS} already holds v{current}; nothing to roll back")
+    title = MOVES[kind].title.format(alias=ALIAS, current=current, to=target.version)
+    run_id = session.start(tracking.experiment_name(name), title, f"{name} v{current}")
+    report = move_in_run(client, name, current, target, run_id, why, kind=kind, **said)
+    session.write_report(report)
+    return report
+
+
+def already_rolled_back(name: str, current: str, before: GateRecord, why: str) -> dict:
+    """The report of a rollback that finds the alias where the last rollback put it (a retry): nothing moved."""
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "kind": "rollback",
+        "verdict": "nothing to decide",
+        "candidate_verdict": "nothing to decide",
+        "outcome": "already rolled back",
+        "reason": why,
+        "candidate": {"name": name, "version": current},
+        "baseline": {"name": name, "version": before.baseline, "alias": ALIAS},
+        "run_id": None,
+        "rolled_back_by": before.run_id,
+        "rules": [],
+        "promoted": None,
+        "promotion": None,
+        "registered_version": None,
+        "passed_version": current,
+        "note": (
+            f"@{ALIAS} already holds v{current}, which rollback run {before.run_id} restored in place of "
+            f"v{before.baseline}: nothing moved (a retried rollback is a no-op); to roll back further, give "
+            "--to VERSION"
+        ),
+    }
+
+
+def move_in_run(
+    client: MlflowClient, name: str, current: str | None, target: ModelRef, run_id: str, why: str,
+    end_run: bool = True, kind: str = "rollback", **said: str,
+) -> dict:  # fmt: skip
+    """Move ``@champion`` from ``current`` to ``target`` in the active run ``run_id`` as ``kind`` (an entry of
+    :data:`MOVES`) and log its report (pending first: a run killed at the move says so), which ``history`` and
+    the guard read; ends the run with ``end_run`` (a watching shadow check's child run is ended by its block).
+    After the move, a fault while recording it is a warning in the report, never an error that hides what the
+    alias holds."""
+    import mlflow
+
+    move = MOVES[kind]
+    mlflow.log_params({"model": name, "candidate": target.version, "baseline": current})
+    report = {
+        "schema_version": SCHEMA_VERSION,
+        "kind": kind,
+        "verdict": move.verdict,
+        "candidate_verdict": "not judged",
+        "outcome": move.verdict,
+        "reason": why,
+        "candidate": target.to_dict(),
+        "baseline": {"name": name, "version": current, "alias": ALIAS},
+        "run_id": run_id,
+        "rules": [],
+        "promoted": None,
+        "promotion": Promotion.pending(ALIAS, target.version).to_dict(),
+        "registered_version": None,
+        "passed_version": None,
+        **said,
+    }
+    tracking.log_json({**report, "outcome": "pending"}, "gate/report.json")
+    promotion = move_back(client, name, current, target.version, run_id, _again(kind))
+    report.update(promoted=promotion.promoted, promotion=promotion.to_dict(),
+                  passed_version=target.version if promotion.promoted else None)  # fmt: skip
+    if not promotion.promoted:
+        report["verdict"] = report["outcome"] = "failed" if promotion.promoted is False else "unknown"
+
+    def record() -> None:
+        if promotion.promoted:
+            _say(client, name, current, target.version, run_id, move, why, said.get("by", ""))
+        tracking.log_json(report, "gate/report.json")
+        tag_run(report)
+        tracking.describe_run(f"**{alias_move_text(report)}**: {why}")
+
+    after_move(client, name, report, promotion, record, end_run)
+    return report
+
+
+def _again(kind: str) -> str:
+    """What to do when the alias holds another version by the time a move of ``kind`` is made."""
+    return {
+        "rollback": f"run rollback again to roll back from what @{ALIAS} holds",
+        "revert": f"the guard reads @{ALIAS} again at its next event or reconcile",
+        "authorize": f"read @{ALIAS} and authorize again",
+    }[kind]
+
+
+def _say(client: MlflowClient, name: str, current: str | None, to: str, run_id: str, move: Move, why: str,
+         by: str) -> None:  # fmt: skip
+    """Say a move on both versions: the descriptions, the rolled-back tag on the version taken off the alias, who
+    authorized the version put on it."""
+    words = {"alias": ALIAS, "current": current, "to": to, "why": why, "by": by}
+    if move.left is not None and current is not None and current != to:
+        client.set_model_version_tag(name, current, TAG_ROLLED_BACK, to)
+        describe_version(client, ModelRef(name, current), move.left.format(**words), run_id)
+    if by:
+        client.set_model_version_tag(name, to, TAG_AUTHORIZED, f"{by}: {why}"[:500])
+    describe_version(client, ModelRef(name, to), move.put.format(**words), run_id)
