@@ -20,8 +20,10 @@ def free_port() -> int:
 class MlflowServer:
     """Start, kill and restart a tracking server that keeps its store in ``root``."""
 
-    def __init__(self, root: Path, port: int | None = None, extra_args: tuple[str, ...] = ()) -> None:
-        self.root, self.port = root, port or free_port()
+    def __init__(
+        self, root: Path, port: int | None = None, extra_args: tuple[str, ...] = (), env: dict | None = None
+    ) -> None:
+        self.root, self.port, self.env = root, port or free_port(), env or {}
         self.extra_args = list(extra_args)
         self.url = f"http://127.0.0.1:{self.port}"
         self.db = f"sqlite:///{root / 'server.db'}"
@@ -50,7 +52,7 @@ class MlflowServer:
             stderr=subprocess.DEVNULL,
             # without MLflow 3's job runner (seven huey consumer processes, each importing MLflow: about 10
             # CPU-seconds a start on two cores), which runs GenAI jobs and trace roll-ups, nothing the gate uses
-            env={**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"},
+            env={**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false", **self.env},
             start_new_session=True,
         )
         # up when it accepts a connection (its own signal, however long a busy machine takes to import MLflow),

@@ -22,6 +22,7 @@ from consistency_gate.cli.check import check, demo, history
 from consistency_gate.cli.config import config, plan, report_schema
 from consistency_gate.cli.files import compare, diagnose, generations
 from consistency_gate.cli.live import rollback, shadow
+from consistency_gate.cli.watch import authorize, watch
 from consistency_gate.errors import INTERNAL_ERROR, GateError, one_line, redact_credentials, redact_logs
 
 _verbose = False
@@ -49,7 +50,9 @@ def cli() -> None:
     """Gate retrained classifiers on their consistency with the previous generation."""
 
 
-for _command in (compare, generations, check, history, report_schema, config, plan, demo, diagnose, shadow, rollback):
+COMMANDS = (compare, generations, check, history, report_schema, config, plan, demo, diagnose, shadow, rollback, watch,
+            authorize)  # fmt: skip
+for _command in COMMANDS:
     cli.add_command(_command)
 for _command in (cli, *cli.commands.values(), *shadow.commands.values()):  # `--verbose check`, `check ... --verbose`
     _command.params.append(_verbose_option())

@@ -219,6 +219,9 @@ def move_in_run(
     def record() -> None:
         if promotion.promoted:
             _say(client, name, current, target.version, run_id, move, why, said.get("by", ""))
+        else:  # the run's name says the move; a run that made none says so
+            title = move.title.format(alias=ALIAS, current=current, to=target.version)
+            client.update_run(run_id, name=f"{title}: NOT MOVED ({report['verdict']})")
         tracking.log_json(report, "gate/report.json")
         tag_run(report)
         tracking.describe_run(f"**{alias_move_text(report)}**: {why}")

@@ -199,7 +199,7 @@ class GateSession:
                 experiment_id=self.experiment_id,
                 run_name=run_name,
                 nested=mlflow.active_run() is not None,
-                tags={**tracking.pending_tags(), **tracking.owner_tags(self.token)},
+                tags={**tracking.pending_tags(), **tracking.owner_tags(self.token), **tracking.started_by_tags()},
             )
         except Exception as exc:  # noqa: BLE001 - MLflow and requests raise many kinds here
             if self.experiment_id:  # a create that reached the server, its response lost: end that run

@@ -367,6 +367,8 @@ TAG_HOST = "consistency_gate.host"
 TAG_PID = "consistency_gate.pid"
 TAG_ERROR = "consistency_gate.error"
 TAG_SESSION = "consistency_gate.session"  # one gate's runs: finds a run whose create response was lost
+TAG_STARTED_BY = "consistency_gate.started_by"  # a gate the registry's event started (consistency-gate watch)
+STARTED_BY_ENV = "CONSISTENCY_GATE_STARTED_BY"  # what started the gate, when not a person or a CI step
 # a gate run RUNNING this long is taken as orphaned even when its process cannot be checked
 ORPHAN_AFTER_S = 24 * 3600
 
@@ -387,6 +389,12 @@ def pending_tags() -> dict[str, str]:
     'consistency_gate.verdict'
     """
     return dict.fromkeys(VERDICT_TAGS, PENDING)
+
+
+def started_by_tags() -> dict[str, str]:
+    """The tag that says what started a gate (:data:`STARTED_BY_ENV`, set by ``consistency-gate watch``), if set."""
+    started = os.environ.get(STARTED_BY_ENV)
+    return {TAG_STARTED_BY: started[:500]} if started else {}
 
 
 def owner_tags(session: str) -> dict[str, str]:
