@@ -133,9 +133,9 @@ class Listener:
         with urllib.request.urlopen(f"{self.url}/health", timeout=30) as response:
             return json.loads(response.read())
 
-    def did(self, words: str) -> dict | None:
-        """The listener's last outcome of the job ``words``, or that begins with ``words``."""
-        done = reversed(self.health()["done"])
+    def did(self, words: str, after: float = 0.0) -> dict | None:
+        """The listener's last outcome (since ``after``) of the job ``words``, or that begins with ``words``."""
+        done = (d for d in reversed(self.health()["done"]) if d["at"] > after)
         return next((d for d in done if d["job"] == words or d["said"].startswith(words)), None)
 
     def post(self, headers: dict, body: bytes) -> int:
@@ -258,6 +258,7 @@ def test_forged_stale_and_replayed_deliveries_change_nothing(watched):
     health = listener.health()
     assert len(health["done"]) == done and health["queue"] == 0 and health["healthy"] and _champion(client) == before
     assert health["last_event"]["model"] == "not-watched"
+    assert [r["status"] for r in health["rejected"][-3:]] == [401, 400, 409]  # what was refused, and why
 
 
 def test_what_happens_while_the_listener_is_down_is_caught_by_its_reconcile(watched):
@@ -310,7 +311,25 @@ def test_the_listener_says_a_model_that_is_not_registered_in_one_line(watched, t
     proc = run_cli("watch", "--config", tmp_path / "watch.yaml", "--tracking-uri", watched["server"].url,
                    env={**os.environ, "CONSISTENCY_GATE_WEBHOOK_SECRET": SECRET})  # fmt: skip
     assert proc.returncode == 4 and "model 'no-such-model' is not registered" in proc.stderr.strip().splitlines()[-1]
+    (tmp_path / "missing.yaml").write_text(f"models:\n  - {{name: {MODEL}, data: {tmp_path / 'none.csv'}}}\n")
+    proc = run_cli("watch", "--config", tmp_path / "missing.yaml", "--tracking-uri", watched["server"].url,
+                   env={**os.environ, "CONSISTENCY_GATE_WEBHOOK_SECRET": SECRET})  # fmt: skip
+    assert proc.returncode == 3 and "none.csv: the evaluation data" in proc.stderr.strip().splitlines()[-1]
     no_secret = {**os.environ, "CONSISTENCY_GATE_WEBHOOK_SECRET": ""}
     proc = run_cli("watch", "--config", tmp_path / "watch.yaml", env=no_secret)
     assert proc.returncode == 2 and "CONSISTENCY_GATE_WEBHOOK_SECRET" in proc.stderr.strip().splitlines()[-1]
     print(json.dumps({k: round(v, 1) for k, v in watched.items() if k.endswith("_seconds")}))
+
+
+def test_an_event_handled_while_the_tracking_server_is_down_moves_nothing_and_says_why(watched):
+    client, listener, server = watched["client"], watched["listener"], watched["server"]
+    before = _champion(client)
+    server.kill()
+    try:
+        move, posted = {"name": MODEL, "alias": "champion", "version": "1"}, time.time()  # as if it had moved to v1
+        assert listener.post(*_delivery("model_version_alias.created", move)) == 200
+        failed = _until(lambda: listener.did(f"guard {MODEL} v1", after=posted), "the guard tried")
+        assert failed["said"].startswith("error: ") and "Traceback" not in failed["said"], failed
+    finally:
+        server.start()
+    assert _champion(client) == before and listener.health()["healthy"]

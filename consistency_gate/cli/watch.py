@@ -51,7 +51,9 @@ def watch(config_path: Path, host: str, port: int, register_url: str | None, tra
             f"secret=os.environ[{config.secret_env!r}]))",
             err=True,
         )
-    server = webhooks.listener(host, port, webhooks.Deliveries(secret), watcher.on_event, watcher.status)
+    deliveries = webhooks.Deliveries(secret)
+    server = webhooks.listener(host, port, deliveries, watcher.on_event,
+                               lambda: {**watcher.status(), "rejected": list(deliveries.rejected)})  # fmt: skip
 
     def stop(signum: int, frame: object) -> None:
         threading.Thread(target=server.shutdown, daemon=True).start()

@@ -47,6 +47,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from consistency_gate.errors import DataError, GateError, ModelError, UsageError, error_line
 from consistency_gate.mlops.ledger import GateRecord, gate_records
 from consistency_gate.mlops.promotion import DEFAULT_ALIAS, authority, read_alias
+from consistency_gate.mlops.store import looks_unreachable
 from consistency_gate.mlops.tracking import STARTED_BY_ENV, TAG_STARTED_BY, experiment_name
 
 if TYPE_CHECKING:
@@ -240,7 +241,12 @@ class Watcher:
             except GateError as exc:
                 said = f"error: {error_line(exc)}"
             except Exception as exc:  # noqa: BLE001 - the listener outlives any one job; said, never swallowed
-                said = f"error (report it): {type(exc).__name__}: {error_line(exc)}"
+                said = (
+                    f"error: the tracking server does not answer ({error_line(exc)[:300]}): nothing was moved; the "
+                    "next event or reconcile tries again"
+                    if looks_unreachable(exc)
+                    else f"error (report it): {type(exc).__name__}: {error_line(exc)}"
+                )
             self.state["running"] = None
             self.state["done"].append({"job": job.describe(), "at": time.time(), "said": said})
             self.echo(f"{job.describe()}: {said}")

@@ -17,6 +17,7 @@ import hmac
 import json
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -80,6 +81,7 @@ class Deliveries:
         self.secret, self.max_age_s, self.clock = secret, max_age_s, clock
         self._seen: dict[str, float] = {}
         self._lock = threading.Lock()
+        self.rejected: deque[dict] = deque(maxlen=20)  # the last deliveries refused, and why (for /health)
 
     def accept(self, headers: Mapping[str, str], body: bytes) -> Event:
         """The delivery's event; Rejected unless it is signed with the secret, fresh and new."""
@@ -131,6 +133,7 @@ def listener(
             try:
                 event = deliveries.accept(self.headers, self.rfile.read(length))
             except Rejected as exc:
+                deliveries.rejected.append({"at": time.time(), "status": exc.status, "why": str(exc)})
                 return self._answer(exc.status, {"error": str(exc)})
             return self._answer(200, {"event": event.kind, "delivery_id": event.delivery_id, "done": on_event(event)})
 
