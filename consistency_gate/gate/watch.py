@@ -155,6 +155,7 @@ class Watcher:
         self.queued: set[tuple[str, str, str]] = set()
         self.lock = threading.Lock()
         self.stopped = threading.Event()
+        self.ended: dict[str, GateRecord | None] = {}  # the records of ended runs, read once (gate_records)
         self.state: dict = {"started": time.time(), "running": None, "last_event": None, "last_reconcile": None,
                             "done": deque(maxlen=RECENT)}  # fmt: skip
         self.worker = threading.Thread(target=self._work, name="consistency-gate-watch", daemon=True)
@@ -253,7 +254,7 @@ class Watcher:
 
     def _records(self, name: str) -> list[GateRecord]:
         try:
-            return gate_records(self.client, name)
+            return gate_records(self.client, name, self.ended)
         except ModelError:  # no gate has run on it yet
             return []
 

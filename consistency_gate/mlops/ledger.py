@@ -52,12 +52,16 @@ class GateRecord:
         return self.registered or self.candidate
 
 
-def gate_records(client: MlflowClient, name: str) -> list[GateRecord]:
+def gate_records(
+    client: MlflowClient, name: str, ended: dict[str, GateRecord | None] | None = None
+) -> list[GateRecord]:
     """The gates of model ``name`` that decided, in the order they started, from each run's report;
     ModelError (exit 4) when the model has no gate run to read. A gate that decided and then failed
     or was killed (at the alias move, say) counts: its report says what it compared and that its
     promotion is unknown. A run whose report exists but cannot be read is a record with
-    ``unreadable`` set, never left out: what it promoted is unknown, and readers fail safe.
+    ``unreadable`` set, never left out: what it promoted is unknown, and readers fail safe. ``ended``: the
+    records of runs that had ended when read (their reports no longer change), kept by a caller that reads the
+    records again and again (the guard), so that each run's report is read once.
 
     Example::
 
@@ -70,7 +74,7 @@ def gate_records(client: MlflowClient, name: str) -> list[GateRecord]:
         if experiment is not None
         else []
     )
-    records = [_record(client, run.info.run_id) for run in runs if run.data.params.get("model") == name]
+    records = [_kept(client, run, ended) for run in runs if run.data.params.get("model") == name]
     records = [r for r in records if r is not None]
     if not records:
         raise ModelError(
@@ -78,6 +82,17 @@ def gate_records(client: MlflowClient, name: str) -> list[GateRecord]:
             "gate a version first (consistency-gate check --model ...)"
         )
     return records
+
+
+def _kept(client: MlflowClient, run: object, ended: dict[str, GateRecord | None] | None) -> GateRecord | None:
+    """A run's record, from ``ended`` where it is kept there, else read (and kept when the run has ended)."""
+    run_id = run.info.run_id
+    if ended is not None and run_id in ended:
+        return ended[run_id]
+    record = _record(client, run_id)
+    if ended is not None and run.info.status in ("FINISHED", "FAILED", "KILLED") and not (record and record.unreadable):
+        ended[run_id] = record
+    return record
 
 
 def _record(client: MlflowClient, run_id: str) -> GateRecord | None:
