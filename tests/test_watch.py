@@ -75,6 +75,19 @@ def test_a_watch_config_names_what_is_wrong_in_one_line(tmp_path):
     assert load_watch_config(tmp_path / "w.yaml").models[0].data == tmp_path / "eval.csv"
 
 
+def test_the_compose_stack_runs_the_listener_beside_a_server_that_can_reach_it():
+    import yaml
+
+    services = yaml.safe_load((Path(__file__).resolve().parents[1] / "docker" / "compose.yaml").read_text())["services"]
+    settings = services["mlflow"]["environment"]
+    assert settings["MLFLOW_WEBHOOK_ALLOW_PRIVATE_IPS"] == "true"
+    assert "http" in settings["MLFLOW_WEBHOOK_ALLOWED_SCHEMES"].split(",")
+    assert "MLFLOW_WEBHOOK_SECRET_ENCRYPTION_KEY" in settings
+    command = services["watch"]["command"]
+    assert command[0] == "watch" and command[command.index("--register") + 1] == "http://watch:8787/webhook"
+    assert "CONSISTENCY_GATE_WEBHOOK_SECRET" in services["watch"]["environment"]
+
+
 # ------------------------------------------------------------ a real server delivering to a real listener
 
 
@@ -189,6 +202,7 @@ def _champion(client: MlflowClient, name: str = MODEL) -> str:
     return str(client.get_model_version_by_alias(name, "champion").version)
 
 
+@pytest.mark.slow  # a server, a listener and its gates
 def test_a_new_version_is_gated_and_promoted_by_the_registrys_event(watched):
     client, listener = watched["client"], watched["listener"]
     started = time.perf_counter()
@@ -205,6 +219,7 @@ def test_a_new_version_is_gated_and_promoted_by_the_registrys_event(watched):
     assert guarded["said"].startswith(f"@champion on v{version}: left"), guarded
 
 
+@pytest.mark.slow  # a server, a listener and its gates
 def test_a_hand_move_to_an_ungated_version_is_reverted_and_said(watched):
     client, listener = watched["client"], watched["listener"]
     champion = _champion(client)
@@ -225,6 +240,7 @@ def test_a_hand_move_to_an_ungated_version_is_reverted_and_said(watched):
     assert done["job"] == f"guard {MODEL} v{poor}"
 
 
+@pytest.mark.slow  # a server, a listener and its gates
 def test_a_rollback_and_an_authorization_are_left_where_they_put_the_alias(watched):
     client, listener, uri = watched["client"], watched["listener"], watched["server"].url
     champion = _champion(client)
@@ -247,6 +263,7 @@ def test_a_rollback_and_an_authorization_are_left_where_they_put_the_alias(watch
     _until(lambda: (d := listener.did(f"guard {MODEL} v{restored}")) and d["at"] > left["at"], "the guard saw it back")
 
 
+@pytest.mark.slow  # a server, a listener and its gates
 def test_forged_stale_and_replayed_deliveries_change_nothing(watched):
     client, listener = watched["client"], watched["listener"]
     before, done = _champion(client), len(listener.health()["done"])
@@ -261,6 +278,7 @@ def test_forged_stale_and_replayed_deliveries_change_nothing(watched):
     assert [r["status"] for r in health["rejected"][-3:]] == [401, 400, 409]  # what was refused, and why
 
 
+@pytest.mark.slow  # a server, a listener and its gates
 def test_what_happens_while_the_listener_is_down_is_caught_by_its_reconcile(watched):
     client, listener = watched["client"], watched["listener"]
     champion = _champion(client)
@@ -276,6 +294,7 @@ def test_what_happens_while_the_listener_is_down_is_caught_by_its_reconcile(watc
     assert client.get_model_version(MODEL, new).tags["consistency_gate.started_by"] == "registry: a reconcile"
 
 
+@pytest.mark.slow  # a server, a listener and its gates
 def test_a_move_between_a_gates_re_read_and_its_own_is_seen_and_said(watched, tmp_path):
     """The race of docs/gate.md: someone moves @champion of the guarded model to v3 without the lock just before
     a CI gate's own move to v2 reaches the registry; the gate's move overwrites it; the guard says so on v3."""
@@ -305,6 +324,7 @@ def test_a_move_between_a_gates_re_read_and_its_own_is_seen_and_said(watched, tm
     )
 
 
+@pytest.mark.slow  # a server, a listener and its gates
 def test_the_listener_says_a_model_that_is_not_registered_in_one_line(watched, tmp_path):
     data = watched["root"] / "eval.csv"
     (tmp_path / "watch.yaml").write_text(f"models:\n  - {{name: no-such-model, data: {data}}}\n")
@@ -321,6 +341,7 @@ def test_the_listener_says_a_model_that_is_not_registered_in_one_line(watched, t
     print(json.dumps({k: round(v, 1) for k, v in watched.items() if k.endswith("_seconds")}))
 
 
+@pytest.mark.slow  # a server, a listener and its gates
 def test_an_event_handled_while_the_tracking_server_is_down_moves_nothing_and_says_why(watched):
     client, listener, server = watched["client"], watched["listener"], watched["server"]
     before = _champion(client)
