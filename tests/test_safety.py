@@ -433,7 +433,13 @@ def test_an_outage_longer_than_the_read_back_window_is_an_unknown_promotion(serv
         proxy = ForwardProxy(server.port, fail=fail).start()
         report = tmp_path / "report.json"
         args = check_args("2", store["data"], _con_config(tmp_path), server.url, "--promote", "--report", report)
-        proc = run_cli(*args, "--id-column", "id", env={**proxy.env(retries="0"), "CONSISTENCY_GATE_READ_BACK_S": "2"})
+        proc = run_cli(
+            *args,
+            "--id-column",
+            "id",
+            env={**proxy.env(retries="0"), "CONSISTENCY_GATE_READ_BACK_S": "2"},
+            process=False,
+        )
         assert moved and _champion(client) == "2"
         assert proc.returncode == 5, proc.stderr[-2000:]
         written = read_report(report)

@@ -23,7 +23,7 @@ def _bash(script: str, env: dict, cwd: Path = ROOT) -> subprocess.CompletedProce
 
 def test_compose_file_names_the_documented_services_and_volumes():
     compose = yaml.safe_load((ROOT / "docker/compose.yaml").read_text())
-    assert set(compose["services"]) == {"postgres", "mlflow", "gate"}
+    assert set(compose["services"]) == {"postgres", "mlflow", "gate", "watch"}
     assert set(compose["volumes"]) == {"pgdata", "mlartifacts"}
     command = compose["services"]["mlflow"]["command"]
     assert "postgresql://" in command and "--artifacts-destination /mlartifacts" in command

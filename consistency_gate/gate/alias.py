@@ -48,30 +48,42 @@ TAG_AUTHORIZED = "consistency_gate.authorized_by"  # on a version a person autho
 
 
 @dataclass(frozen=True)
+class Words:
+    """What a move's texts say: the alias, the version taken off it, the version put on it, why, and who."""
+
+    alias: str
+    current: str | None
+    to: str
+    why: str = ""
+    by: str = ""
+
+
+@dataclass(frozen=True)
 class Move:
     """How one kind of move reads: the report's verdict once it is read back, the run's name, and the
-    descriptions it leads the version taken off the alias with (None: left as it is) and the version put on it;
-    each a format string of ``alias``, ``current``, ``to``, ``why`` and ``by``."""
+    descriptions it leads the version taken off the alias with (None: left as it is) and the version put on it."""
 
     verdict: str
-    title: str
-    left: str | None
-    put: str
+    title: Callable[[Words], str]
+    left: Callable[[Words], str] | None
+    put: Callable[[Words], str]
 
 
 MOVES = {
     "rollback": Move(
-        "rolled back", "ROLLBACK v{current} to v{to}", "ROLLED BACK v{current} to v{to}: {why}.",
-        "RESTORED v{to} as @{alias} in place of v{current}: {why}.",
+        "rolled back", lambda w: f"ROLLBACK v{w.current} to v{w.to}",
+        lambda w: f"ROLLED BACK v{w.current} to v{w.to}: {w.why}.",
+        lambda w: f"RESTORED v{w.to} as @{w.alias} in place of v{w.current}: {w.why}.",
     ),
     "revert": Move(
-        "reverted", "REVERTED @{alias} v{current} -> v{to}",
-        "REVERTED: @{alias} was moved to v{current} without a gate's promotion, a rollback or an authorization; "
-        "moved back to v{to}: {why}.",
-        "RESTORED v{to} as @{alias} in place of v{current}, which nothing authorized: {why}.",
+        "reverted", lambda w: f"REVERTED @{w.alias} v{w.current} -> v{w.to}",
+        lambda w: f"REVERTED: @{w.alias} was moved to v{w.current} without a gate's promotion, a rollback or an "
+                  f"authorization; moved back to v{w.to}: {w.why}.",
+        lambda w: f"RESTORED v{w.to} as @{w.alias} in place of v{w.current}, which nothing authorized: {w.why}.",
     ),
     "authorize": Move(
-        "authorized", "AUTHORIZED v{to} as @{alias}", None, "AUTHORIZED v{to} as @{alias} by {by}: {why}."
+        "authorized", lambda w: f"AUTHORIZED v{w.to} as @{w.alias}", None,
+        lambda w: f"AUTHORIZED v{w.to} as @{w.alias} by {w.by}: {w.why}.",
     ),
 }  # fmt: skip
 
@@ -146,7 +158,7 @@ def move_in_session(
     target = resolve_version(client, name, to)
     if target.version == current and kind == "rollback":
         raise ModelError(f"model '{name}': @{ALIAS} already holds v{current}; nothing to roll back")
-    title = MOVES[kind].title.format(alias=ALIAS, current=current, to=target.version)
+    title = MOVES[kind].title(Words(ALIAS, current, target.version))
     run_id = session.start(tracking.experiment_name(name), title, f"{name} v{current}")
     report = move_in_run(client, name, current, target, run_id, why, kind=kind, **said)
     session.write_report(report)
@@ -220,7 +232,7 @@ def move_in_run(
         if promotion.promoted:
             _say(client, name, current, target.version, run_id, move, why, said.get("by", ""))
         else:  # the run's name says the move; a run that made none says so
-            title = move.title.format(alias=ALIAS, current=current, to=target.version)
+            title = move.title(Words(ALIAS, current, target.version))
             client.update_run(run_id, name=f"{title}: NOT MOVED ({report['verdict']})")
         tracking.log_json(report, "gate/report.json")
         tag_run(report)
@@ -243,10 +255,10 @@ def _say(client: MlflowClient, name: str, current: str | None, to: str, run_id: 
          by: str) -> None:  # fmt: skip
     """Say a move on both versions: the descriptions, the rolled-back tag on the version taken off the alias, who
     authorized the version put on it."""
-    words = {"alias": ALIAS, "current": current, "to": to, "why": why, "by": by}
+    words = Words(ALIAS, current, to, why, by)
     if move.left is not None and current is not None and current != to:
         client.set_model_version_tag(name, current, TAG_ROLLED_BACK, to)
-        describe_version(client, ModelRef(name, current), move.left.format(**words), run_id)
+        describe_version(client, ModelRef(name, current), move.left(words), run_id)
     if by:
         client.set_model_version_tag(name, to, TAG_AUTHORIZED, f"{by}: {why}"[:500])
-    describe_version(client, ModelRef(name, to), move.put.format(**words), run_id)
+    describe_version(client, ModelRef(name, to), move.put(words), run_id)

@@ -28,7 +28,12 @@ TAG_LOCK_OWNER = "consistency_gate.lock_owner"
 TAG_LOCK_EXPIRES = "consistency_gate.lock_expires"
 TAG_LOCK_TAKEOVER = "consistency_gate.lock_takeover"  # a waiter's claim on a dead holder's lock
 # how long the gate reads an alias back after asking to move it (a server restarting, a lost answer)
-READ_BACK_S = float(os.environ.get("CONSISTENCY_GATE_READ_BACK_S", "30"))
+READ_BACK_ENV, READ_BACK_S = "CONSISTENCY_GATE_READ_BACK_S", 30.0
+
+
+def read_back_s() -> float:
+    """How long a move is read back: ``CONSISTENCY_GATE_READ_BACK_S`` when set (read at each move), else 30 s."""
+    return float(os.environ.get(READ_BACK_ENV) or READ_BACK_S)
 
 
 @dataclass
@@ -206,7 +211,7 @@ def promote(
 
     Concurrent gates that compared against the same baseline: exactly one moves the alias; the
     others find it moved and report why. A lost response is resolved by reading the alias again for
-    ``READ_BACK_S`` seconds; past that the outcome is unknown (``promoted`` None), never false. A
+    :func:`read_back_s` seconds; past that the outcome is unknown (``promoted`` None), never false. A
     registry that fails before the move was asked for moved nothing, and says so.
 
     Example::
@@ -247,13 +252,13 @@ def promote(
 def _move_alias(client: MlflowClient, name: str, alias: str, version: str) -> Promotion:
     """Ask the registry to move ``@alias`` to ``version`` and read it back; a failed request may
     have gone through, so only the read-back decides."""
-    error = None
+    error, window = None, read_back_s()
     try:
         client.set_registered_model_alias(name, alias, version)
     except Exception as exc:  # noqa: BLE001 - the request may have gone through: read it back
         error = exc
     try:
-        holds = read_alias(client, name, alias, READ_BACK_S)
+        holds = read_alias(client, name, alias, window)
     except Exception as exc:  # noqa: BLE001
         return Promotion(
             alias,
@@ -261,7 +266,7 @@ def _move_alias(client: MlflowClient, name: str, alias: str, version: str) -> Pr
             None,
             "unknown",
             f"asked the registry to move @{alias} to v{version}, then could not read it back for "
-            f"{READ_BACK_S:.0f} s ({error_line(exc)}): whether it moved is unknown; read @{alias} in the "
+            f"{window:.0f} s ({error_line(exc)}): whether it moved is unknown; read @{alias} in the "
             "registry before deploying",
         )
     if holds == version:
