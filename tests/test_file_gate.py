@@ -53,12 +53,13 @@ def _args(root, *extra):
 
 
 def _env_without_tracking():
+    """This process's environment less MLFLOW_TRACKING_URI (the file gate reads it where it logs, not on import)."""
     return {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
 
 
 def test_files_gate_like_models_without_a_registry(files, tmp_path):
     report = tmp_path / "report.json"
-    proc = run_cli(*_args(files, "--report", report), cwd=tmp_path, env=_env_without_tracking())
+    proc = run_cli(*_args(files, "--report", report), cwd=tmp_path, env=_env_without_tracking(), process=False)
     saved = read_report(report)
     expected = compare_files(
         files / "labels.csv", files / "gen1.csv", files / "gen2.parquet", id_column="id", ks=[1, 2]
@@ -129,7 +130,8 @@ class _Tables(HTMLParser):
 
 def test_files_gate_html_report_holds_real_tables(files, tmp_path):
     report = tmp_path / "report.json"
-    proc = run_cli(*_args(files, "--report", report, "--format", "html"), cwd=tmp_path, env=_env_without_tracking())
+    args = _args(files, "--report", report, "--format", "html")
+    proc = run_cli(*args, cwd=tmp_path, env=_env_without_tracking(), process=False)
     assert proc.returncode in (0, 1), proc.stderr
     saved = read_report(report)
     page = _Tables()
@@ -187,7 +189,7 @@ def test_files_gate_logs_the_same_run_with_a_tracking_uri(files, tmp_path):
     ],
 )
 def test_mixed_options_are_usage_errors(files, extra, message):
-    proc = run_cli(*_args(files, *extra), env=_env_without_tracking())
+    proc = run_cli(*_args(files, *extra), env=_env_without_tracking(), process=False)
     assert proc.returncode == 2 and message in proc.stderr and "Traceback" not in proc.stderr
     assert "--name" not in proc.stderr  # no word about an option that was not given
 
@@ -195,15 +197,15 @@ def test_mixed_options_are_usage_errors(files, extra, message):
 def test_missing_file_option_remediation_and_bad_data(files, tmp_path):
     args = list(_args(files))
     partial = args[:5] + args[7:]  # no --candidate-predictions
-    proc = run_cli(*partial, env=_env_without_tracking())
+    proc = run_cli(*partial, env=_env_without_tracking(), process=False)
     assert proc.returncode == 2 and "missing --candidate-predictions" in proc.stderr
     remediation = tmp_path / "remediate.yaml"
     remediation.write_text(RULES + "remediation:\n  data: train.csv\n")
-    proc = run_cli(*_args(files, "--config", remediation), env=_env_without_tracking())
+    proc = run_cli(*_args(files, "--config", remediation), env=_env_without_tracking(), process=False)
     assert proc.returncode == 2 and "remediation trains and registers models" in proc.stderr
     bad = tmp_path / "labels.csv"
     pd.read_csv(files / "labels.csv").rename(columns={"label": "truth"}).to_csv(bad, index=False)
-    proc = run_cli(*_args(files)[:2], bad, *_args(files)[3:], env=_env_without_tracking())
+    proc = run_cli(*_args(files)[:2], bad, *_args(files)[3:], env=_env_without_tracking(), process=False)
     assert proc.returncode == 3 and "column 'label' not found" in proc.stderr
 
 
@@ -214,13 +216,13 @@ def test_files_gate_writes_an_error_report_on_every_error(files, tmp_path):
     report = tmp_path / "report.json"
     args = list(_args(files, "--report", report))
     args[args.index(files / "gen1.csv")] = short  # a sample short: its id is missing
-    proc = run_cli(*args, env=_env_without_tracking())
+    proc = run_cli(*args, env=_env_without_tracking(), process=False)
     saved = read_report(report)
     assert proc.returncode == 3 and saved["exit_code"] == 3, proc.stderr
     assert saved["verdict"] == "error" and "is missing" in saved["error"] and saved["run_id"] is None
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     missing_config = _args(files, "--report", report, "--tracking-uri", uri, "--config", tmp_path / "none.yaml")
-    proc = run_cli(*missing_config, env=_env_without_tracking())
+    proc = run_cli(*missing_config, env=_env_without_tracking(), process=False)
     assert proc.returncode == 2 and read_report(report)["exit_code"] == 2, proc.stderr
 
 
