@@ -153,17 +153,21 @@ def rollback(
     """Move @champion back to the champion before it, verified and read back like a promotion."""
     from consistency_gate.gate.alias import rollback as roll_back
 
-    report = roll_back(model, tracking_uri, to, reason, report_path)
+    return said_alias_move(roll_back(model, tracking_uri, to, reason, report_path), fmt)
+
+
+def said_alias_move(report: dict, fmt: str) -> int:
+    """Print a move of the alias (rollback, authorize) as JSON or a line and its warnings; its exit code, a
+    promotion's (0 when nothing had to move: a retried rollback)."""
+    from consistency_gate.mlops.promotion import Promotion
+    from consistency_gate.report.live import alias_move_text
+
     if fmt == "json":
         echo_json(report)
     else:
-        from consistency_gate.report.live import alias_move_text
-
         click.echo(alias_move_text(report))
         for warning in report.get("warnings") or []:
             click.echo(f"warning: {warning}", err=True)
     if report["promotion"] is None:  # a retry: the alias already holds what the last rollback restored
         return 0
-    from consistency_gate.mlops.promotion import Promotion
-
     return Promotion(**report["promotion"]).exit_code

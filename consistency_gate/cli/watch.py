@@ -11,8 +11,8 @@ from pathlib import Path
 
 import click
 
-from consistency_gate.cli.common import echo_json, tracking_uri_option
-from consistency_gate.cli.live import format_option, report_option
+from consistency_gate.cli.common import tracking_uri_option
+from consistency_gate.cli.live import format_option, report_option, said_alias_move
 from consistency_gate.errors import UsageError
 
 WEBHOOK_NAME = "consistency-gate-watch"
@@ -83,14 +83,5 @@ def authorize(
 ) -> int:
     """Move @champion to a version on purpose, recorded so that `watch` does not undo it."""
     from consistency_gate.gate.alias import authorize as move
-    from consistency_gate.mlops.promotion import Promotion
-    from consistency_gate.report.live import alias_move_text
 
-    report = move(model, tracking_uri, version, reason, by or getpass.getuser(), report_path)
-    if fmt == "json":
-        echo_json(report)
-    else:
-        click.echo(alias_move_text(report))
-        for warning in report.get("warnings") or []:
-            click.echo(f"warning: {warning}", err=True)
-    return Promotion(**report["promotion"]).exit_code
+    return said_alias_move(move(model, tracking_uri, version, reason, by or getpass.getuser(), report_path), fmt)
