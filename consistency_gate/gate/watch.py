@@ -315,7 +315,7 @@ class Watcher:
         the alias (the race of a move made without the lock): on the version, and in the status."""
         from consistency_gate.mlops.registry import ModelRef, lead_description
 
-        when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(job.event.signed_at if job.event else time.time()))
+        when = _utc(job.event.signed_at if job.event else time.time())
         text = (f"UNAUTHORIZED MOVE: @{DEFAULT_ALIAS} was moved to v{moved_to} at {when} without a gate's promotion or "
                 f"an authorization, and overwritten by v{holds} before the guard read it: v{moved_to} may have served "
                 "for that moment")  # fmt: skip
@@ -329,8 +329,10 @@ class Watcher:
         from consistency_gate.gate.session import GateSession
 
         seen = job.event.to_dict() if job.event else {"kind": "reconcile", "version": holds}
-        why = (f"@{DEFAULT_ALIAS} was moved to v{holds} ({seen['kind']}) but no gate promoted it, no rollback "
-               "restored it and no one authorized it")  # fmt: skip
+        when = _utc(job.event.signed_at if job.event else time.time())
+        how = f"seen by its {seen['kind']} event at {when}" if job.event else f"found by a reconcile at {when}"
+        why = (f"@{DEFAULT_ALIAS} was moved to v{holds} ({how}) but no gate promoted it, no rollback restored it "
+               "and no one authorized it")  # fmt: skip
         with GateSession(None) as session:
             session.connect(self.uri, existing=True)
             report = move_in_session(session, self.client, name, holds, target, why, "revert", event=seen)
@@ -361,3 +363,12 @@ class Watcher:
                     queued.append(self.submit(Job("gate", model.name, version.version)))
         self.state["last_reconcile"] = {"at": time.time(), "queued": queued}
         return "; ".join(queued) or "nothing missed"
+
+
+def _utc(seconds: float) -> str:
+    """A time as the versions' descriptions say it.
+
+    >>> _utc(0)
+    '1970-01-01 00:00:00 UTC'
+    """
+    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(seconds))
