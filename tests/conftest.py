@@ -43,12 +43,26 @@ def pytest_configure(config) -> None:
     command a test starts before the cache is written would otherwise compile the same kernels at once.
     The longest kernel compiles in a process of its own beside the others (25 s instead of 37 s cold)."""
     if not hasattr(config, "workerinput"):  # the controller, or a run without workers
+        _check_groups_work(config)
         from consistency_gate.core import kernels
 
         code = f"from consistency_gate.core.kernels import precompile; precompile(names={{{LONGEST_KERNEL!r}}})"
         beside = subprocess.Popen([sys.executable, "-c", code])
         kernels.precompile(names=set(kernels.kernel_names()) - {LONGEST_KERNEL})
         assert beside.wait() == 0, "compiling numba's kernels failed"
+
+
+def _check_groups_work(config) -> None:
+    """A usage error where pytest-xdist cannot keep a module's tests on one worker: pytest 9.2's node ids do not
+    take pytest-xdist 3.8's group names, so its module fixtures would be built on both workers and its ordered
+    tests run apart (pyproject.toml's dev extra keeps pytest below 9.2)."""
+    from packaging.version import Version
+
+    if config.getoption("dist", "no") == "loadgroup" and Version(pytest.__version__) >= Version("9.2"):
+        raise pytest.UsageError(
+            f"pytest {pytest.__version__} with pytest-xdist's --dist loadgroup runs a module's tests on both "
+            'workers; install the dev extra\'s versions (python -m pip install -e ".[dev]": pytest below 9.2)'
+        )
 
 
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
