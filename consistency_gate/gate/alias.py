@@ -67,6 +67,7 @@ class Move:
     title: Callable[[Words], str]
     left: Callable[[Words], str] | None
     put: Callable[[Words], str]
+    again: str  # what to do when the alias holds another version by the time the move is made
 
 
 MOVES = {
@@ -74,16 +75,19 @@ MOVES = {
         "rolled back", lambda w: f"ROLLBACK v{w.current} to v{w.to}",
         lambda w: f"ROLLED BACK v{w.current} to v{w.to}: {w.why}.",
         lambda w: f"RESTORED v{w.to} as @{w.alias} in place of v{w.current}: {w.why}.",
+        f"run rollback again to roll back from what @{DEFAULT_ALIAS} holds",
     ),
     "revert": Move(
         "reverted", lambda w: f"REVERTED @{w.alias} v{w.current} -> v{w.to}",
         lambda w: f"REVERTED: @{w.alias} was moved to v{w.current} without a gate's promotion, a rollback or an "
                   f"authorization; moved back to v{w.to}: {w.why}.",
         lambda w: f"RESTORED v{w.to} as @{w.alias} in place of v{w.current}, which nothing authorized: {w.why}.",
+        f"the guard reads @{DEFAULT_ALIAS} again at its next event or reconcile",
     ),
     "authorize": Move(
         "authorized", lambda w: f"AUTHORIZED v{w.to} as @{w.alias}", None,
         lambda w: f"AUTHORIZED v{w.to} as @{w.alias} by {w.by}: {w.why}.",
+        f"read @{DEFAULT_ALIAS} and authorize again",
     ),
 }  # fmt: skip
 
@@ -222,7 +226,7 @@ def move_in_run(
         **said,
     }
     tracking.log_json({**report, "outcome": "pending"}, "gate/report.json")
-    promotion = move_back(client, name, current, target.version, run_id, _again(kind))
+    promotion = move_back(client, name, current, target.version, run_id, move.again)
     report.update(promoted=promotion.promoted, promotion=promotion.to_dict(),
                   passed_version=target.version if promotion.promoted else None)  # fmt: skip
     if not promotion.promoted:
@@ -240,15 +244,6 @@ def move_in_run(
 
     after_move(client, name, report, promotion, record, end_run)
     return report
-
-
-def _again(kind: str) -> str:
-    """What to do when the alias holds another version by the time a move of ``kind`` is made."""
-    return {
-        "rollback": f"run rollback again to roll back from what @{ALIAS} holds",
-        "revert": f"the guard reads @{ALIAS} again at its next event or reconcile",
-        "authorize": f"read @{ALIAS} and authorize again",
-    }[kind]
 
 
 def _say(client: MlflowClient, name: str, current: str | None, to: str, run_id: str, move: Move, why: str,

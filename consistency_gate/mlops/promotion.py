@@ -481,7 +481,8 @@ def authority(records: list[GateRecord]) -> Authority:
         if record.unreadable:  # what it moved is unknown, until a later move is read back
             unreadable[record.run_id] = record.unreadable
             continue
-        target = record.candidate if record.kind in MOVES_TO_CANDIDATE else record.moving or record.promoted_version
+        # the version its move asked for (a killed rollback of an older report names none: its candidate)
+        target = record.moving or record.promoted_version or (record.candidate if record.kind == "rollback" else None)
         if record.promoted is True and target is not None:
             allowed, by, unreadable = {target}, record, {}
         elif record.promoted is None and (record.moving or record.kind == "rollback") and target is not None:
@@ -489,7 +490,3 @@ def authority(records: list[GateRecord]) -> Authority:
         elif not allowed and record.held_alias and record.baseline and not record.refused:
             allowed = {record.baseline}
     return Authority(frozenset(allowed), by, chain_doubt(unreadable))
-
-
-# the records whose move puts the alias on their candidate (a rollback restores it; a person authorizes it)
-MOVES_TO_CANDIDATE = ("rollback", "authorize", "revert")
