@@ -64,7 +64,7 @@ def test_a_valid_config_keeps_its_values():
         "  optimizer: adam\n  snapshot_one_run: false\n",
         "gate.yaml",
     )
-    assert config.ks == (1, 5) and config.ks_given
+    assert config.ks == (1, 5) and config.rule_ks == ()
     assert [(r.metric, r.kind, r.threshold, r.line) for r in config.rules] == [
         ("ctoi", "max", 0.02, 3),
         ("acc", "min_delta", -0.01, 4),

@@ -761,12 +761,15 @@ def test_a_duplicated_class_header_is_a_data_error(tmp_path):
     assert str(candidate) in line and "'setosa'" in line and "setosa.1" not in line
 
 
-def test_ks_beyond_the_class_count_is_a_usage_error(store, tmp_path):
+def test_a_rule_on_a_k_beyond_the_class_count_is_a_usage_error(store, tmp_path):
+    """ks beyond the classes are not applicable (tests/test_default_config.py); a rule on one cannot be judged."""
     config = tmp_path / "gate.yaml"
-    config.write_text("ks: [1, 5]\nrules:\n  - {metric: con, min: 0.5}\n")
+    config.write_text("ks: [1, 5]\nrules:\n  - {metric: con, min: 0.5}\n  - {metric: ccon@5, min: 0.5}\n")
     proc = run_cli(*check_args("2", store["data"], config, store["uri"], "--id-column", "id"))
     assert proc.returncode == 2, proc.stderr
-    assert "ks [5] larger than the 3 classes" in _one_error_line(proc)
+    assert "line 4: rule ccon@5 >= 0.5 cannot be judged for models:/iris-clf/1: k=5 is larger than its 3 classes" in (
+        _one_error_line(proc)
+    )
 
 
 # ---------------------------------------------------------------- items 10, 13: tracking URIs, secrets

@@ -1,4 +1,5 @@
-"""The commands on a gate config, without a model or a server: ``config``, ``plan`` and ``report-schema``."""
+"""The commands on a gate config: ``config`` (without a model or a server, or checked against a model), ``plan`` and
+``report-schema``."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from consistency_gate.cli.common import echo_json, level_option
+from consistency_gate.cli.common import echo_json, level_option, tracking_uri_option
 from consistency_gate.errors import UsageError
 
 
@@ -27,18 +28,49 @@ def report_schema(of_history: bool) -> None:
     "check_path",
     type=click.Path(path_type=Path),
     default=None,
-    help="Validate a config (rules and remediation) without touching a model or a server.",
+    help="Validate a config (rules and remediation); with --model, also against that model.",
 )
-def config(show_default: bool, check_path: Path | None) -> None:
-    """Print the default gate configuration (YAML), or check one."""
+@click.option("--model", default=None, help="With --check: the registered model the config will gate.")
+@click.option("--candidate", default=None, help="With --model: the candidate version (default: the latest).")
+@click.option("--baseline", default="@champion", show_default=True, help="With --model: the previous generation.")
+@click.option(
+    "--data",
+    default=None,
+    type=click.Path(path_type=Path),
+    help="With --model: the evaluation data (one row is predicted; default: the model's logged input example).",
+)
+@click.option("--label-column", default="label", show_default=True)
+@click.option("--id-column", default=None)
+@tracking_uri_option
+def config(
+    show_default: bool,
+    check_path: Path | None,
+    model: str | None,
+    candidate: str | None,
+    baseline: str,
+    data: Path | None,
+    label_column: str,
+    id_column: str | None,
+    tracking_uri: str | None,
+) -> None:
+    """Print the default gate configuration (YAML), or check one (against a model, with --model)."""
     from consistency_gate.gate.config import default_config_text, load_config
 
     if show_default == (check_path is not None):
         raise click.UsageError("give exactly one of --default and --check FILE")
+    if model is None and (candidate or data or baseline != "@champion"):
+        raise click.UsageError("--candidate, --baseline and --data check the config against a model: give --model")
     if show_default:
+        if model is not None:
+            raise click.UsageError("--model checks a config: give --check FILE")
         click.echo(default_config_text(), nl=False)
         return
     cfg = load_config(check_path)
+    against = []
+    if model is not None:
+        from consistency_gate.gate.fit import check_against_model
+
+        against = check_against_model(cfg, model, tracking_uri, candidate, baseline, data, label_column, id_column)
     click.echo(f"{check_path}: valid; {len(cfg.rules)} rules, ks {list(cfg.ks)}")
     for rule in cfg.rules:
         click.echo(f"  {rule.describe()}")
@@ -63,6 +95,11 @@ def config(show_default: bool, check_path: Path | None) -> None:
             )
         if remediation.max_models is not None:
             click.echo(f"  at most {remediation.max_models} models in what remediation registers (max_models)")
+    for line in against or [
+        "not checked against a model: the classes it answers in (ks, top-k rules, decision:) and whether it gives "
+        "class scores (pearson, cosine, top-k rules); give --model NAME to check them"
+    ]:
+        click.echo(line)
 
 
 @click.command()

@@ -35,20 +35,26 @@ from consistency_gate.errors import DataError, UsageError, plain
 DEFAULT_KS = (1, 5)
 
 
-def usable_ks(ks: Sequence[int] | None, widths: Mapping[str, int], where: str = "--k") -> tuple[int, ...]:
-    """The k values of the top-k metrics, by one rule for every command and gate.
+def usable_ks(
+    ks: Sequence[int] | None, widths: Mapping[str, int], where: str = "--k", needed: Iterable[int] | None = None
+) -> tuple[int, ...]:
+    """The k values of the top-k metrics to count, by one rule for every command and gate.
 
-    k values asked for (``ks`` not None: ``--k``, a config's ``ks:``) must each be at least 1 and at
-    most the class count of the narrowest generation that gives scores (``widths``: a name for each
-    such generation, its file or model, and its class count); otherwise a UsageError names ``where``
-    they came from and that generation. Nothing asked for is cut or dropped silently. Without a
-    request, the defaults ``DEFAULT_KS`` (1 and 5) are cut to the narrowest generation.
+    A k is *applicable* to a comparison when it is at most the class count of the narrowest generation that
+    gives scores (``widths``: a name for each such generation, its file or model, and its class count): a larger
+    k would put every class in the top k. Of the k values asked for (``ks`` not None: ``--k``, a config's
+    ``ks:``), those ``needed`` (default: all of them; a gate passes the ks its rules name) must be applicable,
+    else a UsageError names ``where`` they came from and that generation; the others that are not applicable
+    are not counted, and :func:`inapplicable_ks` gives their metrics as null with the reason, so nothing asked
+    for is dropped silently. Without a request, the defaults ``DEFAULT_KS`` (1 and 5) are cut to the narrowest
+    generation.
 
     Parameters
     ----------
     ks : the k values asked for, or None for the defaults.
     widths : {generation: number of classes} for the generations with score columns (none for hard labels).
     where : what the k values came from, for the error message.
+    needed : the k values that must be counted (a rule's); None: all of ``ks``.
 
     Returns
     -------
@@ -58,6 +64,8 @@ def usable_ks(ks: Sequence[int] | None, widths: Mapping[str, int], where: str = 
     --------
     >>> usable_ks(None, {"g1.csv": 3}), usable_ks([2, 1, 2], {"g1.csv": 3, "g2.csv": 10}), usable_ks(None, {})
     ((1,), (1, 2), (1, 5))
+    >>> usable_ks([1, 5], {"models:/clf/2": 2}, "gate.yaml: ks", needed=[1])  # k=5 does not apply to 2 classes
+    (1,)
     >>> usable_ks([5], {"models:/clf/2": 3}, "gate.yaml: ks")
     Traceback (most recent call last):
     ...
@@ -69,11 +77,35 @@ def usable_ks(ks: Sequence[int] | None, widths: Mapping[str, int], where: str = 
     below = [k for k in ks if k < 1]
     if below:
         raise UsageError(f"{where} {below}: k must be at least 1")
-    above = sorted({k for k in ks if narrowest is not None and k > narrowest[1]})
+    must = set(ks if needed is None else needed)
+    above = sorted({k for k in ks if narrowest is not None and k > narrowest[1] and k in must})
     if above:
         source, width = narrowest
         raise UsageError(f"{where} {above} larger than the {width} classes of {source}; use k <= {width}")
-    return tuple(sorted(set(ks)))
+    return tuple(sorted({k for k in ks if narrowest is None or k <= narrowest[1]})) or (1,)
+
+
+def inapplicable_ks(ks: Sequence[int], widths: Mapping[str, int]) -> Figures:
+    """The top-k metrics of the k values in ``ks`` that do not apply to these generations (larger than the class
+    count of the narrowest one that gives scores, ``widths`` as for :func:`usable_ks`): null, each with its
+    reason, for the report to say.
+
+    >>> figures = inapplicable_ks([1, 5], {"models:/clf/1": 2, "models:/clf/2": 2})
+    >>> sorted(figures.metrics)
+    ['cacc_candidate@5', 'cacc_previous@5', 'ccon@5']
+    >>> figures.null_reasons["ccon@5"]
+    'not applicable: k=5 is larger than the 2 classes of models:/clf/1 (its top 5 would hold every class)'
+    """
+    figures = Figures()
+    if not widths:
+        return figures
+    source, width = min(widths.items(), key=lambda item: item[1])
+    for k in sorted({k for k in ks if k > width}):
+        why = f"not applicable: k={k} is larger than the {width} classes of {source}"
+        why += f" (its top {k} would hold every class)"
+        for key in (f"ccon@{k}", f"cacc_previous@{k}", f"cacc_candidate@{k}"):
+            figures.null(key, why)
+    return figures
 
 
 def evaluate_frames(
@@ -259,6 +291,8 @@ class Evaluation:
         decision: BinaryDecision | None = None,
     ) -> None:
         self.names = list(names)
+        # each generation that gives scores -> its class count (what the top-k metrics can apply to)
+        self.widths = {n: len(cs) for n, cs in zip(self.names, class_sets, strict=True) if cs is not None}
         self.index = ClassIndex()
         self.index.add(canonical_classes(class_sets))
         ids = [None if cs is None else self.index.add([str(c) for c in cs]) for cs in class_sets]

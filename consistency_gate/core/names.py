@@ -29,3 +29,19 @@ HISTORY_METRICS = ("forgotten", "cumulative_nfr")
 FLOOR_METRICS = ("ctoi_excess", "floor_ctoi", "floor_con")
 # every metric a report's ``metrics`` may hold (report/schema.py), besides the top-k metrics of PER_K
 REPORTED = (*LEARNER_METRICS, *PAIR_METRICS, *COST_METRICS, *HISTORY_METRICS, *FLOOR_METRICS)
+
+
+def score_roles(metric: str) -> tuple[str, ...]:
+    """The generations that must give class scores for ``metric`` (as a rule names it) to have a value: both for
+    Pearson, cosine and top-k consistency beyond k = 1; the one measured for top-k accuracy beyond k = 1 (``cacc``
+    alone: the candidate); none for the metrics of answers (a model of class labels has them all).
+
+    >>> score_roles("pearson"), score_roles("cacc@5"), score_roles("cacc_previous@3"), score_roles("ccon@1")
+    (('previous', 'candidate'), ('candidate',), ('previous',), ())
+    """
+    per_k = PER_K.match(metric)
+    if metric in ("pearson", "cosine") or (per_k and per_k.group(1) == "ccon" and per_k.group(2) != "1"):
+        return ("previous", "candidate")
+    if per_k and per_k.group(2) != "1":
+        return ("previous",) if per_k.group(1) == "cacc_previous" else ("candidate",)
+    return ()

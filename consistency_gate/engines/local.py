@@ -23,9 +23,15 @@ from consistency_gate.io import predictions as io
 from consistency_gate.io.alignment import IN_ORDER, Alignment, row_order
 
 
-def resolve_ks(ks: Sequence[int] | None, sources: Sequence[io.PredictionSource], where: str = "--k") -> tuple[int, ...]:
+def resolve_ks(
+    ks: Sequence[int] | None,
+    sources: Sequence[io.PredictionSource],
+    where: str = "--k",
+    needed: Sequence[int] | None = None,
+) -> tuple[int, ...]:
     """The k values to count over these prediction files, by the rule of
-    :func:`~consistency_gate.core.evaluation.usable_ks` (files of hard labels have no class count).
+    :func:`~consistency_gate.core.evaluation.usable_ks` (files of hard labels have no class count; ``needed``:
+    the k values that must apply, default all of ``ks``).
 
     >>> scores = io.PredictionSource(Path("g1.csv"), ("a", "b", "c"), None)
     >>> sources = [scores, io.PredictionSource(Path("g2.csv"), None, None)]  # scores, hard labels
@@ -33,7 +39,7 @@ def resolve_ks(ks: Sequence[int] | None, sources: Sequence[io.PredictionSource],
     ((1,), (1, 2))
     """
     widths = {str(s.path): len(s.classes) for s in sources if s.classes is not None}
-    return usable_ks(ks or None, widths, where)
+    return usable_ks(ks or None, widths, where, needed)
 
 
 def compare_files(
@@ -111,14 +117,16 @@ def evaluate_files(
     slices: Sequence[str] = (),
     keep_samples: bool = False,
     ks_from: str = "--k",
+    needed_ks: Sequence[int] | None = None,
     decision: BinaryDecision | None = None,
 ) -> Evaluation:
     """Stream the files through an :class:`Evaluation`; rows align by id or by position; the first
     pair is also counted per value of the ``slices`` columns of the labels file. ``keep_samples``
     keeps each sample's predictions (for a flip table); ``ks_from`` names where ``ks`` came from
-    in an error; ``decision`` (its positive class named) answers binary scores at a threshold. Files are
-    read ``chunk_rows`` rows at a time (default: as many rows of the widest
-    file as :func:`~consistency_gate.io.predictions.chunk_rows_for` gives).
+    in an error, and ``needed_ks`` those that must apply (default all; a gate's: its rules'); ``decision``
+    (its positive class named) answers binary scores at a threshold. Files are read ``chunk_rows`` rows at a
+    time (default: as many rows of the widest file as :func:`~consistency_gate.io.predictions.chunk_rows_for`
+    gives).
 
     >>> import tempfile
     >>> folder = Path(tempfile.mkdtemp())
@@ -143,7 +151,7 @@ def evaluate_files(
         evaluation = Evaluation(
             list(generations),
             [s.classes for s in sources],
-            ks=resolve_ks(ks, sources, ks_from),
+            ks=resolve_ks(ks, sources, ks_from, needed_ks),
             slices=tuple(slices),
             keep_samples=keep_samples,
             decision=decision,

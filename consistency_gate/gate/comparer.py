@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 
 from consistency_gate.core import names
-from consistency_gate.core.evaluation import canonical_classes, evaluate_frames, flip_table, usable_ks
+from consistency_gate.core.evaluation import canonical_classes, evaluate_frames, flip_table, inapplicable_ks
 from consistency_gate.core.history import Figures, answers, floor_figures
 from consistency_gate.core.slices import TRUE_CLASS
 from consistency_gate.core.threshold import BinaryDecision
@@ -162,7 +162,7 @@ class Comparer:
         names = [gate.cand_ref.uri] if first_generation else [self.baseline.ref.uri, gate.cand_ref.uri]
         scored = zip(names, frames[: len(names)], strict=True)
         widths = {name: len(f.columns) for name, f in scored if isinstance(f, pd.DataFrame)}
-        counted = usable_ks(cfg.ks if cfg.ks_given else None, widths, f"{cfg.source}: ks")
+        counted = cfg.counted_ks(widths)
         plotted = range(1, min(10, *widths.values()) + 1) if widths else ()  # the top-k plot's
         ks = sorted(set(counted) | set(plotted))
         if gate.engine == "spark":
@@ -187,6 +187,7 @@ class Comparer:
             comparison = evaluation.result(confidence=cfg.confidence, interval_method=cfg.interval_method)
             ids = frame[gate.id_column].to_numpy() if gate.id_column else np.arange(len(frame))
             samples = flip_table(evaluation.samples(), ids)
+        comparison.add(inapplicable_ks(cfg.ks, widths))
         if not first_generation:
             comparison.add(self.figures(samples))
         return Decision.judge(comparison, cfg, samples, ks, first_generation, cost)

@@ -35,6 +35,7 @@ from consistency_gate.core.names import (
     LEARNER_METRICS,
     PAIR_METRICS,
     PER_K,
+    score_roles,
 )
 from consistency_gate.core.threshold import DEFAULT_THRESHOLD, BinaryDecision
 from consistency_gate.ensembles.config import RemediationBlock
@@ -59,7 +60,6 @@ class GateConfig:
     remediation: RemediationConfig | None = None
     classes: list[str] | None = None
     source: str = "default"
-    ks_given: bool = False  # the user's config names ks (then each must fit the models' classes)
     confidence: float = 0.95  # the level of the metrics' intervals
     interval_method: str = "wilson"  # for proportions: wilson or clopper-pearson
     slices: tuple[str, ...] = ()  # slicing columns of the evaluation data (or TRUE_CLASS)
@@ -70,6 +70,61 @@ class GateConfig:
     def needs_history(self) -> bool:
         """Whether a rule is judged over the model's champions (its gates' ledgers are read)."""
         return any(r.metric in HISTORY_METRICS for r in self.rules)
+
+    @property
+    def rule_ks(self) -> tuple[int, ...]:
+        """The k values the rules name (``cacc@5``): each must apply to the models gated; the other ``ks`` are
+        reported as not applicable where a model has fewer classes (:func:`~consistency_gate.core.evaluation.
+        usable_ks`).
+
+        >>> parse_config("ks: [1, 3, 5]\\nrules:\\n  - {metric: ccon@3, min: 0.9}\\n").rule_ks
+        (3,)
+        """
+        return tuple(sorted({int(m.group(2)) for r in self.rules if (m := PER_K.match(r.metric))}))
+
+    def counted_ks(self, widths: dict[str, int]) -> tuple[int, ...]:
+        """The k values to count for generations of these class counts (``widths``: a name for each generation
+        that gives scores, its class count): the config's ``ks`` that apply; a UsageError naming the first rule
+        whose k does not.
+
+        >>> load_config(None).counted_ks({"models:/bin/1": 2})  # k=5 does not apply to a binary model
+        (1,)
+        >>> parse_config("ks: [1, 5]\\nrules:\\n  - {metric: cacc@5, min: 0.9}\\n", "gate.yaml").counted_ks({"m": 2})
+        Traceback (most recent call last):
+        ...
+        consistency_gate.errors.UsageError: gate.yaml: line 3: rule cacc@5 >= 0.9 cannot be judged for m: k=5 is ...
+        """
+        from consistency_gate.core.evaluation import usable_ks
+
+        if widths:
+            source, width = min(widths.items(), key=lambda item: item[1])
+            for rule in self.rules:
+                per_k = PER_K.match(rule.metric)
+                if per_k and int(per_k.group(2)) > width:
+                    raise UsageError(
+                        f"{self.source}: line {rule.line}: rule {rule.describe()} cannot be judged for {source}: "
+                        f"k={per_k.group(2)} is larger than its {width} classes; use k <= {width} in the rule, or "
+                        "remove it"
+                    )
+        return usable_ks(self.ks, widths, f"{self.source}: ks", needed=())
+
+    def unjudged_for_labels(self, label_only: dict[str, str]) -> None:
+        """A UsageError naming the first rule that cannot be judged because a generation answers with class labels
+        only (``label_only``: role, ``previous`` or ``candidate`` -> what it is, e.g. its model's URI).
+
+        >>> parse_config("rules:\\n  - {metric: pearson, min: 0.9}\\n", "g.yaml").unjudged_for_labels({"previous": "m"})
+        Traceback (most recent call last):
+        ...
+        consistency_gate.errors.UsageError: g.yaml: line 2: rule pearson >= 0.9 cannot be judged for m: it answers ...
+        """
+        for rule in self.rules:
+            role = next((r for r in score_roles(rule.metric) if r in label_only), None)
+            if role is not None:
+                raise UsageError(
+                    f"{self.source}: line {rule.line}: rule {rule.describe()} cannot be judged for {label_only[role]}: "
+                    f"it answers with class labels only, and {rule.metric} needs class scores; remove the rule, or "
+                    "register a model that gives class scores (predict_proba)"
+                )
 
 
 def default_config_text() -> str:
@@ -168,7 +223,6 @@ def parse_config(text: str, source: str = "config") -> GateConfig:
         remediation=remediation,
         classes=[str(c) for c in document.classes] if document.classes else None,
         source=source,
-        ks_given="ks" in data and source != DEFAULT_SOURCE,
         confidence=document.confidence,
         interval_method=document.intervals,
         slices=tuple(document.slices or ()),

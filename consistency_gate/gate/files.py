@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 
 from consistency_gate.core import names
-from consistency_gate.core.evaluation import flip_table
+from consistency_gate.core.evaluation import flip_table, inapplicable_ks
 from consistency_gate.engines.local import evaluate_files
 from consistency_gate.errors import UsageError
 from consistency_gate.gate import config as gate_config
@@ -120,18 +120,21 @@ def _decide(
             f"{cfg.source}: decision: names no positive class, and prediction files do not say which class is "
             "positive (their columns are read in any order): add `positive: <class>` to the block"
         )
+    files = {"previous": previous, "candidate": candidate}
     evaluation = evaluate_files(
         labels,
-        {"previous": previous, "candidate": candidate},
+        files,
         label_column=label_column,
         id_column=id_column,
-        ks=cfg.ks if cfg.ks_given else None,
+        ks=cfg.ks,
         slices=cfg.slices,
         keep_samples=flips,
-        ks_from=f"{cfg.source}: ks",
+        ks_from=f"{cfg.source}: the rules need k",
+        needed_ks=cfg.rule_ks,
         decision=cfg.decision,
     )
     comparison = evaluation.result(confidence=cfg.confidence, interval_method=cfg.interval_method)
+    comparison.add(inapplicable_ks(cfg.ks, {str(files[name]): width for name, width in evaluation.widths.items()}))
     samples = pd.DataFrame()
     if flips:
         ids = io.read_column(labels, id_column).to_numpy() if id_column else np.arange(comparison.n)

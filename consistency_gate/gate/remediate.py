@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 
 from consistency_gate.core import names
-from consistency_gate.core.evaluation import evaluate_frames, usable_ks
+from consistency_gate.core.evaluation import evaluate_frames
 from consistency_gate.engines.spark import SparkModel
 from consistency_gate.ensembles.config import RemediationConfig
 from consistency_gate.ensembles.methods import METHODS, Built, Inputs, Method
@@ -295,7 +295,7 @@ def _calibration_judge(
     beside = (*names.COST_METRICS, *names.HISTORY_METRICS, *names.FLOOR_METRICS)
     margin = [rules.with_margin(r) for r in cfg.rules if r.metric not in beside and not r.per_slice]
     kept = replace(cfg, rules=margin, confidence=rules.tuning_confidence(cfg.confidence))
-    ks = usable_ks(None if not cfg.ks_given else cfg.ks, {str(source): len(classes)}, f"{cfg.source}: ks")
+    ks = cfg.counted_ks({str(source): len(classes)})
 
     def judge(probabilities: np.ndarray) -> tuple[bool, float]:
         repaired = pd.DataFrame(probabilities, columns=classes)

@@ -198,8 +198,8 @@ def verdict_table(report: dict) -> str:
 
 def beside_lines(report: dict) -> list[str]:
     """The figures measured beside the comparison, in words: the seed-noise floor and the
-    history metrics, each with its interval, what a false pass near 50% means, and the samples held out to
-    tune on (none without them).
+    history metrics, each with its interval, what a false pass near 50% means, the top-k metrics that do not
+    apply to the models' classes, and the samples held out to tune on (none without them).
 
     >>> report = {"metrics": {"floor_ctoi": 0.035, "floor_con": 0.95, "ctoi_excess": 0.031, "forgotten": 0.02},
     ...     "intervals": {"floor_ctoi": [0.025, 0.048], "floor_con": [0.93, 0.96], "ctoi_excess": [0.01, 0.05],
@@ -212,6 +212,8 @@ def beside_lines(report: dict) -> list[str]:
     'Over the champions: forgotten 0.0200 [0.0120, 0.0330].'
     >>> beside_lines({"rules": [{"metric": "ctoi", "decide": "upper", "false_pass": 0.04}]})  # bounded: nothing to say
     []
+    >>> print(beside_lines({"null_reasons": {"ccon@5": "not applicable: k=5 is larger than the 2 classes of m"}})[0])
+    Top-k: not applicable: k=5 is larger than the 2 classes of m: ccon@5, cacc_previous@5 and cacc_candidate@5 ...
     >>> samples = {"judged": 420, "tuning": 180, "tuning_share": 0.3, "held_out_by": "id", "tuning_ids": "ids.json"}
     >>> print(beside_lines({"samples": samples})[0])
     Samples: judged on 420; 180 held out to tune repairs on, never judged on (tuning_share 0.3, each sample by ...
@@ -240,6 +242,10 @@ def beside_lines(report: dict) -> list[str]:
             f"about 50% for a rule judged on its estimate ({', '.join(dict.fromkeys(loose))}): add decide: upper "
             "(max) or lower (min) to a rule to bound it at 1 - confidence."
         )
+    reasons = report.get("null_reasons") or {}
+    for key in (k for k in reasons if k.startswith("ccon@") and reasons[k].startswith("not applicable")):
+        k = key.split("@")[1]
+        lines.append(f"Top-k: {reasons[key]}: ccon@{k}, cacc_previous@{k} and cacc_candidate@{k} are null.")
     samples = report.get("samples")
     if samples and samples["tuning"]:
         by = "its id" if samples["held_out_by"] == "id" else "its row number"
