@@ -148,7 +148,9 @@ def test_first_generation_checks_only_single_model_rules(store):
     assert [r.held for r in result.rules] == [True, None]
     assert "first generation" in result.rules[1].note
     assert result.verdict == "passed"
-    assert set(result.metrics) == {"acc_candidate", "cacc_candidate@1"}
+    assert set(result.metrics) == {"acc_candidate", "cacc_candidate@1", "cacc_candidate@5"}
+    assert result.metrics["cacc_candidate@5"] is None  # k=5 of 3 classes: not applicable, said
+    assert result.null_reasons["cacc_candidate@5"].startswith("not applicable: k=5 is larger than the 3 classes")
     assert result.cost == {} and "cost" not in result.timings  # no rule, no repair and no --cost asked for it
 
 
