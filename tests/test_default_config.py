@@ -159,7 +159,7 @@ def test_the_printed_default_with_the_memory_gates_a_binary_model(store, tmp_pat
 
 
 def test_the_listener_gates_a_binary_model_with_the_printed_default(store, tmp_path):
-    from consistency_gate.gate.watch import Job, Watcher, load_watch_config
+    from consistency_gate.gate.watch import Watcher, load_watch_config
 
     config = _default_config(tmp_path)
     watch = tmp_path / "watch.yaml"
@@ -172,7 +172,10 @@ def test_the_listener_gates_a_binary_model_with_the_printed_default(store, tmp_p
     version = client.create_model_version("binary", second.source, second.run_id, model_id=second.model_id).version
     watcher = Watcher(load_watch_config(watch), store["uri"], echo=lambda line: None)
     watcher.check()
-    said = watcher.gate(Job("gate", "binary", str(version)))
+    try:
+        said = watcher.gate("binary", str(version))
+    finally:
+        watcher.worker.stop()
     assert said.startswith(("passed (exit 0", "failed (exit 1")), said
     tags = client.get_model_version("binary", str(version)).tags
     assert tags["consistency_gate.verdict"] in ("passed", "failed") and tags["consistency_gate.started_by"]

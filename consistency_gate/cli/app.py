@@ -18,11 +18,12 @@ from typing import NoReturn
 
 import click
 
+from consistency_gate.cli.alias import authorize, rollback
 from consistency_gate.cli.check import check, demo, history
 from consistency_gate.cli.config import config, plan, report_schema
 from consistency_gate.cli.files import compare, diagnose, generations
-from consistency_gate.cli.live import rollback, shadow
-from consistency_gate.cli.watch import authorize, watch
+from consistency_gate.cli.live import shadow
+from consistency_gate.cli.watch import watch
 from consistency_gate.errors import INTERNAL_ERROR, GateError, one_line, redact_credentials, redact_logs
 
 _verbose = False

@@ -6,6 +6,7 @@ import json
 import os
 import sys
 from collections.abc import Callable
+from pathlib import Path
 
 import click
 
@@ -21,6 +22,14 @@ tracking_uri_option = click.option(
     "--tracking-uri",
     default=None,
     help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else sqlite:///mlflow.db).",
+)
+
+
+report_option = click.option(
+    "--report", "report_path", default=None, type=click.Path(path_type=Path), help="Write the report as JSON here."
+)
+format_option = click.option(
+    "--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True
 )
 
 

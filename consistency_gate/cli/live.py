@@ -1,5 +1,5 @@
-"""The commands on live traffic: ``shadow check`` (a candidate judged on a capture as labels arrive) and
-``rollback`` (``@champion`` back to the champion before)."""
+"""The commands on live traffic: ``shadow serve`` (the champion answers, the candidate's answers captured beside)
+and ``shadow check`` (a candidate judged on a capture as labels arrive)."""
 
 from __future__ import annotations
 
@@ -7,16 +7,9 @@ from pathlib import Path
 
 import click
 
-from consistency_gate.cli.common import echo_json, tracking_uri_option
+from consistency_gate.cli.common import echo_json, format_option, report_option, tracking_uri_option
 
 EXIT_BY_DECISION = {"promote": 0, "continue": 0, "reject": 1}
-
-report_option = click.option(
-    "--report", "report_path", default=None, type=click.Path(path_type=Path), help="Write the report as JSON here."
-)
-format_option = click.option(
-    "--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True
-)
 
 
 @click.group()
@@ -138,36 +131,3 @@ def shadow_check(
 
         return Promotion(**move).exit_code
     return EXIT_BY_DECISION[report["decision"]]
-
-
-@click.command()
-@click.option("--model", required=True, help="Registered model name.")
-@click.option("--to", default=None, help="The version to restore (default: the champion before, from the gates).")
-@click.option("--reason", default="rolled back by hand", show_default=True, help="Why, for the tags and descriptions.")
-@tracking_uri_option
-@report_option
-@format_option
-def rollback(
-    model: str, to: str | None, reason: str, tracking_uri: str | None, report_path: Path | None, fmt: str
-) -> int:
-    """Move @champion back to the champion before it, verified and read back like a promotion."""
-    from consistency_gate.gate.alias import rollback as roll_back
-
-    return said_alias_move(roll_back(model, tracking_uri, to, reason, report_path), fmt)
-
-
-def said_alias_move(report: dict, fmt: str) -> int:
-    """Print a move of the alias (rollback, authorize) as JSON or a line and its warnings; its exit code, a
-    promotion's (0 when nothing had to move: a retried rollback)."""
-    from consistency_gate.mlops.promotion import Promotion
-    from consistency_gate.report.live import alias_move_text
-
-    if fmt == "json":
-        echo_json(report)
-    else:
-        click.echo(alias_move_text(report))
-        for warning in report.get("warnings") or []:
-            click.echo(f"warning: {warning}", err=True)
-    if report["promotion"] is None:  # a retry: the alias already holds what the last rollback restored
-        return 0
-    return Promotion(**report["promotion"]).exit_code

@@ -36,7 +36,7 @@ from consistency_gate.mlops.promotion import (
     record_move,
     restored_now,
 )
-from consistency_gate.mlops.registry import TAG_ROLLED_BACK, ModelRef, describe_version, resolve_version
+from consistency_gate.mlops.registry import TAG_ROLLED_BACK, ModelRef, describe_move, resolve_version
 from consistency_gate.report.live import alias_move_text
 from consistency_gate.report.schema import SCHEMA_VERSION
 
@@ -60,32 +60,37 @@ class Words:
 
 @dataclass(frozen=True)
 class Move:
-    """How one kind of move reads: the report's verdict once it is read back, the run's name, and the
-    descriptions it leads the version taken off the alias with (None: left as it is) and the version put on it."""
+    """One kind of move: what it means and how it reads. ``undoes``: it steps back to the champion before (the
+    chain of champions reads it as a step back, and the same move retried finds it done); the report's verdict
+    once it is read back; the run's name; the paragraphs it adds to the descriptions of the version taken off
+    the alias (None: none) and of the version put on it; what to do when the alias holds another version by the
+    time the move is made. Its meaning travels in its report (``kind``, ``undoes``), which the records of
+    :mod:`consistency_gate.mlops.ledger` and :func:`~consistency_gate.mlops.promotion.authority` read."""
 
+    undoes: bool
     verdict: str
     title: Callable[[Words], str]
     left: Callable[[Words], str] | None
     put: Callable[[Words], str]
-    again: str  # what to do when the alias holds another version by the time the move is made
+    again: str
 
 
 MOVES = {
     "rollback": Move(
-        "rolled back", lambda w: f"ROLLBACK v{w.current} to v{w.to}",
+        True, "rolled back", lambda w: f"ROLLBACK v{w.current} to v{w.to}",
         lambda w: f"ROLLED BACK v{w.current} to v{w.to}: {w.why}.",
         lambda w: f"RESTORED v{w.to} as @{w.alias} in place of v{w.current}: {w.why}.",
         f"run rollback again to roll back from what @{DEFAULT_ALIAS} holds",
     ),
     "revert": Move(
-        "reverted", lambda w: f"REVERTED @{w.alias} v{w.current} -> v{w.to}",
+        False, "reverted", lambda w: f"REVERTED @{w.alias} v{w.current} -> v{w.to}",
         lambda w: f"REVERTED: @{w.alias} was moved to v{w.current} without a gate's promotion, a rollback or an "
                   f"authorization; moved back to v{w.to}: {w.why}.",
         lambda w: f"RESTORED v{w.to} as @{w.alias} in place of v{w.current}, which nothing authorized: {w.why}.",
         f"the guard reads @{DEFAULT_ALIAS} again at its next event or reconcile",
     ),
     "authorize": Move(
-        "authorized", lambda w: f"AUTHORIZED v{w.to} as @{w.alias}", None,
+        False, "authorized", lambda w: f"AUTHORIZED v{w.to} as @{w.alias}", None,
         lambda w: f"AUTHORIZED v{w.to} as @{w.alias} by {w.by}: {w.why}.",
         f"read @{DEFAULT_ALIAS} and authorize again",
     ),
@@ -174,6 +179,7 @@ def already_rolled_back(name: str, current: str, before: GateRecord, why: str) -
     return {
         "schema_version": SCHEMA_VERSION,
         "kind": "rollback",
+        "undoes": True,
         "verdict": "nothing to decide",
         "candidate_verdict": "nothing to decide",
         "outcome": "already rolled back",
@@ -211,6 +217,7 @@ def move_in_run(
     report = {
         "schema_version": SCHEMA_VERSION,
         "kind": kind,
+        "undoes": move.undoes,
         "verdict": move.verdict,
         "candidate_verdict": "not judged",
         "outcome": move.verdict,
@@ -239,7 +246,7 @@ def move_in_run(
             title = move.title(Words(ALIAS, current, target.version))
             client.update_run(run_id, name=f"{title}: NOT MOVED ({report['verdict']})")
         tracking.log_json(report, "gate/report.json")
-        tag_run(report)
+        tag_run(report, move=True)
         tracking.describe_run(f"**{alias_move_text(report)}**: {why}")
 
     after_move(client, name, report, promotion, record, end_run)
@@ -253,7 +260,7 @@ def _say(client: MlflowClient, name: str, current: str | None, to: str, run_id: 
     words = Words(ALIAS, current, to, why, by)
     if move.left is not None and current is not None and current != to:
         client.set_model_version_tag(name, current, TAG_ROLLED_BACK, to)
-        describe_version(client, ModelRef(name, current), move.left(words), run_id)
+        describe_move(client, ModelRef(name, current), move.left(words), run_id)
     if by:
         client.set_model_version_tag(name, to, TAG_AUTHORIZED, f"{by}: {why}"[:500])
-    describe_version(client, ModelRef(name, to), move.put(words), run_id)
+    describe_move(client, ModelRef(name, to), move.put(words), run_id)

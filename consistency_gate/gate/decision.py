@@ -170,10 +170,12 @@ def reported_intervals(intervals: dict, metrics: dict, first_generation: bool) -
     return {k: v for k, v in intervals.items() if k in keep}
 
 
-def tag_run(report: dict) -> None:
+def tag_run(report: dict, move: bool = False) -> None:
     """The gate run's tags, from its report: the verdict (the report's: the final word, a repair's where one
     passed in the candidate's place), the rules the candidate failed, what the gate did (outcome), and the
-    candidate's own verdict apart (``consistency_gate.candidate_verdict``).
+    candidate's own verdict apart (``consistency_gate.candidate_verdict``). A ``move`` of the alias other than a
+    promotion (a rollback, the guard's revert, an authorization) tags its outcome ``consistency_gate.moved``: it
+    promoted nothing.
 
     Example::
 
@@ -188,7 +190,9 @@ def tag_run(report: dict) -> None:
         or "none",
         "consistency_gate.outcome": report["outcome"],
         "consistency_gate.candidate_verdict": report["candidate_verdict"],
-        "consistency_gate.promoted": {True: "True", False: "False"}.get(report["promoted"], "unknown"),
+        f"consistency_gate.{'moved' if move else 'promoted'}": {True: "True", False: "False"}.get(
+            report["promoted"], "unknown"
+        ),
     }
     if report["promotion"] and report["promoted"] is not True:
         tags["consistency_gate.promotion"] = report["promotion"]["reason"][:500]

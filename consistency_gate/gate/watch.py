@@ -1,66 +1,67 @@
-"""``consistency-gate watch``: the registry starts the gate and guards ``@champion`` (the specification's
-"Registry events").
+"""``consistency-gate watch``: a controller that keeps the registry in its desired state, as a Kubernetes controller
+does (the specification's "Registry events"). For every watched model:
 
-A :class:`Watcher` takes the events the listener (:mod:`consistency_gate.mlops.webhooks`) accepted as jobs, one
-at a time (so one gate at a time per model), each job once however often its event is delivered:
+- **every version** registered from a starting point on (``since:``) has **exactly one gate record**: a version
+  without one is gated as ``check`` gates it (the same run, report, tags, ledger and promotion), whatever its age
+  or the order it came in; a version older than the one ``@champion`` holds is gated but not promoted;
+- **``@champion`` holds an authorized version** (:mod:`consistency_gate.gate.guard`): a move to any other is moved
+  back, verified and read back like a promotion.
 
-- ``gate``: a version registered (``model_version.created``) is gated as ``check`` gates it, in a process of its
-  own, with the model's data, config and ``--promote`` from the watch config; the version's tag
-  ``consistency_gate.started_by`` says the registry started it. A version a gate registered (a repair) or one
-  already gated is left alone.
-- ``guard``: ``@champion`` moved (``model_version_alias.created``) to a version that the records do not authorize
-  (:func:`~consistency_gate.mlops.promotion.authority`: a gate's or shadow check's promotion, a rollback, a
-  person's ``authorize``) is moved back to the authorized one, verified and read back like a promotion, in a run
-  ``REVERTED @champion v7 -> v5`` (:mod:`consistency_gate.gate.alias`). A move the guard finds already
-  overwritten (the race ``docs/gate.md`` describes: a move made between a gate's re-read and its own) is said on
-  the version and in the status. Records that cannot say (an unreadable report, an unknown outcome) move nothing.
-- ``reconcile``: at start and every ``reconcile_every_s``: versions registered after the newest gated one with
-  no gate record are gated, and an alias on a version nothing authorized is guarded, so an event lost while the
-  listener was down is caught late, not never.
+What is missing is found from the registry (its versions, the gate runs' reports, the alias), never from the
+listener's memory, so a lost or repeated event changes nothing: events (MLflow's webhooks, when the registry sends
+them) only wake the reconcile of their model early, and a timer wakes it too, alone where the registry sends no
+webhooks (``--poll``). One listener acts for a model at a time, under the model's lease
+(:mod:`consistency_gate.mlops.lease`): two listeners, a restarted one, or a gate left by one that died never gate a
+version twice. Guarding runs on its own thread and never waits behind a gate; gates run one at a time in a warm
+worker (:mod:`consistency_gate.gate.worker`).
 
     watcher = Watcher(load_watch_config("watch.yaml"), None)
     watcher.check()  # the models exist, their data and configs are there: one line each otherwise
     watcher.start()
     watcher.on_event(event)
-    # 'queued: gate fraud-clf v7'
+    # 'woke fraud-clf: versions'
 """
 
 from __future__ import annotations
 
 import json
-import os
-import queue
-import subprocess
-import sys
+import socket
 import tempfile
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Annotated, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from consistency_gate.errors import DataError, GateError, ModelError, UsageError, error_line
+from consistency_gate.gate.workqueue import WorkQueue
 from consistency_gate.mlops.ledger import GateRecord, gate_records
 from consistency_gate.mlops.promotion import DEFAULT_ALIAS, authority, read_alias
 from consistency_gate.mlops.store import looks_unreachable
-from consistency_gate.mlops.tracking import STARTED_BY_ENV, TAG_STARTED_BY, experiment_name
+from consistency_gate.mlops.tracking import LEASE_ENV, STARTED_BY_ENV, TAG_STARTED_BY, experiment_name
 
 if TYPE_CHECKING:
+    from consistency_gate.mlops.lease import Lease
     from consistency_gate.mlops.webhooks import Event
 
-TAG_UNAUTHORIZED = "consistency_gate.unauthorized_move"  # on a version the alias was moved to without authority
 DEFAULT_SECRET_ENV = "CONSISTENCY_GATE_WEBHOOK_SECRET"
+TAG_SINCE = "consistency_gate.watch_since"  # on a watched model: the first version its listener gates
 RECENT = 50  # outcomes the status keeps
+START = "the listener's start"  # what woke the first reconcile of a model
+LEFT = (f"@{DEFAULT_ALIAS} on v", f"@{DEFAULT_ALIAS} of")  # how the guard says it moved nothing
+RETRY_S, RETRY_MAX_S = 30.0, 3600.0  # a gate that ended in an error is tried again after 30 s, 60 s, ... 1 h
 
 
 class WatchedModel(BaseModel):
     """One model the listener watches: its evaluation data and gate config (None: the default), its id and label
-    columns, whether a new version is gated (False: the gates run elsewhere, in CI), whether a passing gate
+    columns, whether a new version is gated (False: the gates run elsewhere, in CI) and from which version on
+    (``since``: a number; ``champion``, the versions after the one ``@champion`` held when the listener first
+    watched the model; ``all``; ``new``, those registered after that first start), whether a passing gate
     promotes, and whether ``@champion`` is guarded."""
 
     model_config = ConfigDict(extra="forbid")
@@ -71,20 +72,32 @@ class WatchedModel(BaseModel):
     id_column: str | None = None
     label_column: str = "label"
     gate: bool = True
+    since: Literal["champion", "all", "new"] | Annotated[int, Field(ge=1)] = "champion"
     promote: bool = True
     guard: bool = True
 
 
 class WatchConfig(BaseModel):
     """The listener's config: the tracking server, the environment variable that holds the webhook secret, how
-    often it reconciles, and the models it watches."""
+    often it reconciles with webhooks on (``--poll`` sets it without), its lease's duration, how long the tracking
+    server caches its webhooks (``MLFLOW_WEBHOOK_CACHE_TTL`` there), and the models it watches (each once)."""
 
     model_config = ConfigDict(extra="forbid")
 
     tracking_uri: str | None = None
     secret_env: str = DEFAULT_SECRET_ENV
-    reconcile_every_s: float = Field(default=300.0, gt=0)
+    reconcile_every_s: float = Field(default=300.0, ge=1.0, le=86_400.0)
+    lease_s: float = Field(default=15.0, ge=3.0, le=600.0)
+    webhook_cache_s: float = Field(default=60.0, ge=0.0, le=3_600.0)
     models: list[WatchedModel] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _each_model_once(self) -> WatchConfig:
+        names = [m.name for m in self.models]
+        twice = sorted({n for n in names if names.count(n) > 1})
+        if twice:
+            raise ValueError(f"model {twice[0]!r} is listed {names.count(twice[0])} times: list each model once")
+        return self
 
 
 def load_watch_config(path: str | Path) -> WatchConfig:
@@ -110,7 +123,7 @@ def load_watch_config(path: str | Path) -> WatchConfig:
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"]) or "the top level"
-        raise UsageError(f"{path}: {where}: {first['msg']} (see docs/watch.md)") from None
+        raise UsageError(f"{path}: {where}: {first['msg'].removeprefix('Value error, ')} (see docs/watch.md)") from None
     for model in config.models:
         model.data = path.parent / model.data
         model.config = None if model.config is None else path.parent / model.config
@@ -118,52 +131,76 @@ def load_watch_config(path: str | Path) -> WatchConfig:
 
 
 @dataclass(frozen=True)
-class Job:
-    """One thing to do: ``gate`` a version, ``guard`` the alias (moved to ``version``) or ``reconcile``; the event
-    that asked (None: a reconcile)."""
+class Guard:
+    """An item of the guard's queue: reconcile ``model``'s alias; ``seen``, the version an event saw it moved to."""
 
-    kind: str
-    model: str = ""
-    version: str = ""
-    event: Event | None = field(default=None, compare=False, hash=False)
-
-    @property
-    def key(self) -> tuple[str, str, str]:
-        """What makes two jobs the same (their event aside)."""
-        return (self.kind, self.model, self.version)
+    model: str
+    seen: str = ""
+    event: Event | None = None
 
     def describe(self) -> str:
-        """The job in words.
+        """As the status and the output say it.
 
-        >>> Job("gate", "clf", "7").describe(), Job("reconcile").describe()
-        ('gate clf v7', 'reconcile')
+        >>> Guard("clf", "7").describe(), Guard("clf").describe()
+        ('guard clf v7', 'guard clf')
         """
-        return " ".join(w for w in (self.kind, self.model, f"v{self.version}" if self.version else "") if w)
+        return f"guard {self.model}" + (f" v{self.seen}" if self.seen else "")
 
 
 class Watcher:
-    """The listener's work: a queue of :class:`Job`, run one at a time by a thread of its own, each key queued
-    once at a time; what each did is kept for ``/health`` and said on ``echo``."""
+    """The controller: the models' leases kept by one thread, the guard's queue and the gates' queue each worked by
+    a thread of its own, a timer that reconciles every model; what each did is kept for ``/health`` and said on
+    ``echo``. ``poll_s``: reconcile that often (a registry that sends no webhooks); ``holder``: this listener's
+    identity in the leases."""
 
-    def __init__(self, config: WatchConfig, tracking_uri: str | None, echo: Callable[[str], None] = print) -> None:
+    def __init__(
+        self,
+        config: WatchConfig,
+        tracking_uri: str | None,
+        echo: Callable[[str], None] = print,
+        poll_s: float | None = None,
+        holder: str | None = None,
+    ) -> None:
+        from consistency_gate.gate.worker import GateWorker
+        from consistency_gate.mlops.lease import Lease, identity
         from consistency_gate.mlops.store import connect
 
         self.config, self.echo = config, echo
         self.uri, self.client = connect(tracking_uri or config.tracking_uri, existing=True)
         self.models = {m.name: m for m in config.models}
-        self.jobs: queue.Queue[Job | None] = queue.Queue()
-        self.queued: set[tuple[str, str, str]] = set()
-        self.lock = threading.Lock()
+        self.period = poll_s or config.reconcile_every_s
+        self.mode = f"polling every {self.period:g} s" if poll_s else "webhooks"
+        self.holder = holder or identity()
+        deadline, retry = config.lease_s * 2 / 3, config.lease_s / 7.5  # 15 s: renewed every 2 s, deadline 10 s
+        self.retry_s = retry
+        self.leases: dict[str, Lease] = {
+            name: Lease(self.client, name, self.holder, config.lease_s, deadline) for name in self.models
+        }
+        self.guards, self.gates = WorkQueue(), WorkQueue()
+        self.worker = GateWorker()
         self.stopped = threading.Event()
         self.ended: dict[str, GateRecord | None] = {}  # the records of ended runs, read once (gate_records)
-        self.state: dict = {"started": time.time(), "running": None, "last_event": None, "last_reconcile": None,
-                            "done": deque(maxlen=RECENT)}  # fmt: skip
-        self.worker = threading.Thread(target=self._work, name="consistency-gate-watch", daemon=True)
+        self.repairs: dict[tuple[str, str], bool] = {}  # (model, version) -> registered by a gate (a repair)
+        self.retries: dict[tuple[str, str], tuple[int, float, str]] = {}  # looked at again later: tries, when, why
+        self.woken_by: dict[str, str] = {}  # model -> what woke its last reconcile (an event, the timer, ...)
+        self.state: dict = {"started": time.time(), "mode": self.mode, "holder": self.holder, "running": None,
+                            "last_event": None, "last_reconcile": None, "done": deque(maxlen=RECENT)}  # fmt: skip
+        self.threads = [
+            threading.Thread(target=self._keep_leases, name="consistency-gate-leases", daemon=True),
+            threading.Thread(target=self._work, args=(self.guards, self._guard), name="consistency-gate-guard",
+                             daemon=True),
+            threading.Thread(target=self._work, args=(self.gates, self._gate_next), name="consistency-gate-gates",
+                             daemon=True),
+            threading.Thread(target=self._tick, name="consistency-gate-timer", daemon=True),
+        ]  # fmt: skip
+
+    # ------------------------------------------------------------------------------------------------ lifecycle
 
     def check(self) -> None:
-        """Each watched model is registered, its data file and gate config are there: one line otherwise (exit 4,
-        3 or 2), before anything is listened to."""
+        """Each watched model is registered, its data file is there with its id and label columns, its gate config
+        is valid: one line otherwise (exit 4, 3 or 2), before anything is listened to."""
         from consistency_gate.gate.config import load_config
+        from consistency_gate.io.predictions import file_columns, file_format
         from consistency_gate.mlops.registry import is_not_found
 
         for model in self.config.models:
@@ -178,79 +215,160 @@ class Watcher:
                 raise
             if not model.data.is_file():
                 raise DataError(f"{model.data}: the evaluation data of '{model.name}' does not exist")
+            columns = file_columns(model.data) if file_format(model.data) != "npz" else []
+            for role, column in (("label_column", model.label_column), ("id_column", model.id_column)):
+                if column and columns and column not in columns:
+                    raise DataError(
+                        f"{model.data}: no column '{column}' (the {role} of '{model.name}' in the watch config); its "
+                        f"columns: {', '.join(columns[:12])}{' ...' if len(columns) > 12 else ''}"
+                    )
             if model.config is not None:
                 load_config(model.config)
 
     def start(self) -> None:
-        """Start the worker, queue a first reconcile, and reconcile every ``reconcile_every_s`` after it."""
-        self.worker.start()
-        self.submit(Job("reconcile"))
+        """Start the threads: the leases are tried at once, and each model is reconciled once its lease is held."""
+        for thread in self.threads:
+            thread.start()
 
-        def every() -> None:
-            while not self.stopped.wait(self.config.reconcile_every_s):
-                self.submit(Job("reconcile"))
+    def reconcile_in(self, seconds: float, why: str) -> None:
+        """Reconcile every model in ``seconds`` (e.g. once the tracking server's webhook cache has expired)."""
 
-        threading.Thread(target=every, name="consistency-gate-reconcile", daemon=True).start()
+        def later() -> None:
+            if not self.stopped.wait(seconds):
+                self.wake_all(why)
+
+        threading.Thread(target=later, name="consistency-gate-later", daemon=True).start()
 
     def stop(self, wait_s: float | None = None) -> None:
-        """Take no more jobs; the one running ends first (up to ``wait_s``)."""
+        """Take no more work; the gate running ends first (up to ``wait_s``); the leases are released for the next
+        listener to take at once."""
         self.stopped.set()
-        self.jobs.put(None)
-        self.worker.join(wait_s)
+        self.guards.close()
+        self.gates.close()
+        for thread in self.threads[1:3]:
+            thread.join(wait_s)
+        self.worker.stop()
+        for lease in self.leases.values():
+            lease.release()
+
+    # -------------------------------------------------------------------------------------------------- wake-ups
 
     def on_event(self, event: Event) -> str:
-        """Queue what an accepted event asks (fast: the work is the worker's); what it did, in words."""
+        """Wake the reconcile of what an accepted event may have changed (fast: the work is the threads'); what it
+        did, in words. A listener that does not hold the model's lease leaves the holder a wake-up on the lease."""
+        from consistency_gate.mlops.webhooks import WAKES
+
         self.state["last_event"] = {**event.to_dict(), "received": time.time()}
-        model = self.models.get(event.model)
+        model, part = self.models.get(event.model), WAKES.get(event.kind)
         if model is None:
             return f"ignored: '{event.model}' is not watched"
-        if event.kind == "model_version.created":
-            if not model.gate:
-                return f"ignored: '{event.model}' is gated elsewhere"
-            return self.submit(Job("gate", event.model, event.version, event))
-        if event.kind == "model_version_alias.created":
-            if event.alias != DEFAULT_ALIAS or not model.guard:
-                return f"ignored: @{event.alias} is not guarded"
-            return self.submit(Job("guard", event.model, event.version, event))
-        return f"ignored: {event.kind} is not an event the listener acts on"
+        if part is None:
+            return f"ignored: {event.kind} is not an event the listener acts on"
+        if part == "alias" and (event.alias != DEFAULT_ALIAS or not model.guard):
+            return f"ignored: @{event.alias} is not guarded"
+        if part == "versions" and not model.gate:
+            return f"ignored: '{event.model}' is gated elsewhere"
+        lease = self.leases[event.model]
+        if not lease.held:
+            lease.wake(f"{event.kind} v{event.version}")
+            holder = lease.observed.holder if lease.observed else None
+            return f"not the holder of the lease on '{event.model}' ({holder or 'no one yet'}): left it a wake-up"
+        self.woken_by[event.model] = f"{event.kind}, delivery {event.delivery_id}"
+        if part == "alias":
+            self.guards.add(Guard(event.model, event.version, event))
+        else:
+            self.gates.add(event.model)
+        return f"woke {event.model}: {part}"
 
-    def submit(self, job: Job) -> str:
-        """Queue ``job`` unless the same is already waiting."""
-        with self.lock:
-            if job.key in self.queued:
-                return f"already queued: {job.describe()}"
-            self.queued.add(job.key)
-        self.jobs.put(job)
-        return f"queued: {job.describe()}"
+    def wake(self, name: str, why: str) -> None:
+        """Reconcile model ``name``: its alias first (a gate compares against it), then its versions."""
+        model = self.models[name]
+        self.woken_by[name] = why
+        if model.guard:
+            self.guards.add(Guard(name))
+        if model.gate:
+            self.gates.add(name)
+        self.state["last_reconcile"] = {"at": time.time(), "why": why}
+
+    def wake_all(self, why: str) -> None:
+        """Reconcile every model this listener holds the lease of."""
+        for name, lease in self.leases.items():
+            if lease.held:
+                self.wake(name, why)
+
+    def _tick(self) -> None:
+        while not self.stopped.wait(self.period):
+            self.wake_all("the timer")
+
+    def _keep_leases(self) -> None:
+        """Try every model's lease each retry period: a model whose lease is taken (or whose holder left a
+        wake-up) is reconciled; a lease lost is said."""
+        while not self.stopped.is_set():
+            for name, lease in self.leases.items():
+                had, woken = lease.held, lease.woken
+                lease.try_acquire_or_renew()
+                if lease.held and not had:
+                    self._said(f"lease {name}", f"held (generation {lease.generation}): acting for '{name}'")
+                    self.wake(name, f"the lease taken, generation {lease.generation}")
+                elif had and not lease.held:
+                    holder = lease.observed.holder if lease.observed else None
+                    self._said(f"lease {name}", f"lost to {holder or 'no one (the registry did not answer)'}")
+                elif lease.held and lease.woken != woken:
+                    self.wake(name, f"a wake-up left by another listener: {lease.woken}")
+            self.stopped.wait(self.retry_s)
+
+    # ---------------------------------------------------------------------------------------------------- status
 
     def status(self) -> dict:
-        """What ``/health`` answers: healthy while the worker runs; the queue, the job running, the last event and
-        reconcile, and the last :data:`RECENT` outcomes."""
+        """What ``/health`` answers: healthy while the threads run; the mode, the leases, the queues, the job
+        running, the last event and reconcile, the gates waiting to be tried again, and the last outcomes."""
+        leases = {
+            name: {"held": lease.held, "generation": lease.generation or (lease.observed and lease.observed.generation),
+                   "holder": lease.observed.holder if lease.observed else None}
+            for name, lease in self.leases.items()
+        }  # fmt: skip
+        retries = {f"{m} v{v}": {"tries": n, "next_in_s": round(max(at - time.time(), 0), 1), "why": why}
+                   for (m, v), (n, at, why) in self.retries.items()}  # fmt: skip
         return {
-            "healthy": self.worker.is_alive() and not self.stopped.is_set(),
-            "queue": self.jobs.qsize(),
+            "healthy": all(t.is_alive() for t in self.threads) and not self.stopped.is_set(),
+            "leases": leases,
+            "queue": {"guard": len(self.guards), "gates": len(self.gates)},
+            "retries": retries,
             **{k: (list(v) if isinstance(v, deque) else v) for k, v in self.state.items()},
         }
 
-    def _work(self) -> None:
-        while (job := self.jobs.get()) is not None:
-            with self.lock:
-                self.queued.discard(job.key)
-            self.state["running"] = {"job": job.describe(), "since": time.time()}
+    def _said(self, job: str, said: str) -> None:
+        self.state["done"].append({"job": job, "at": time.time(), "said": said})
+        self.echo(f"{job}: {said}")
+
+    def _work(self, queue: WorkQueue, step: Callable[[Hashable], tuple[str, str] | None]) -> None:
+        """Work ``queue`` until it closes: each item's ``step`` under its model's lease; an error is one line. The
+        gates' thread starts the warm worker first, so that the first gate does not wait for its imports."""
+        from consistency_gate.gate.worker import WorkerEnded
+        from consistency_gate.mlops.lease import acting_as
+
+        if queue is self.gates:
             try:
-                said = {"gate": self.gate, "guard": self.guard, "reconcile": self.reconcile}[job.kind](job)
+                self.worker.start()
+            except WorkerEnded as exc:
+                self._said("worker", f"{exc}; started again at the first gate")
+        while (item := queue.get()) is not None:
+            name = item.model if isinstance(item, Guard) else item
+            job = item.describe() if isinstance(item, Guard) else f"gates {item}"
+            lease = self.leases[name]
+            try:
+                if not lease.held:
+                    continue  # its holder acts for it; this listener left it a wake-up if an event came here
+                with acting_as(lease.name):
+                    outcome = step(item)
+                if outcome is not None:
+                    self._said(*outcome)
             except GateError as exc:
-                said = f"error: {error_line(exc)}"
+                self._said(job, f"error: {error_line(exc)}")
             except Exception as exc:  # noqa: BLE001 - the listener outlives any one job; said, never swallowed
-                said = (
-                    f"error: the tracking server does not answer ({error_line(exc)[:300]}): nothing was moved; the "
-                    "next event or reconcile tries again"
-                    if looks_unreachable(exc)
-                    else f"error (report it): {type(exc).__name__}: {error_line(exc)}"
-                )
-            self.state["running"] = None
-            self.state["done"].append({"job": job.describe(), "at": time.time(), "said": said})
-            self.echo(f"{job.describe()}: {said}")
+                self._said(job, _unexpected(exc))
+            finally:
+                queue.done(item)
 
     def _records(self, name: str) -> list[GateRecord]:
         try:
@@ -258,117 +376,157 @@ class Watcher:
         except ModelError:  # no gate has run on it yet
             return []
 
-    def gate(self, job: Job) -> str:
-        """Gate ``job``'s version as ``check`` does, in a process of its own; what it decided, in words."""
-        model = self.models[job.model]
-        version = self.client.get_model_version(job.model, job.version)
-        if self._registered_by_a_gate(job.model, version.run_id):
-            return "left alone: a gate registered it (a repair)"
-        gated = next((r for r in self._records(job.model) if r.candidate == job.version), None)
-        if gated is not None:
-            return f"left alone: gated already (run {gated.run_id})"
-        why = f"{job.event.kind} (delivery {job.event.delivery_id})" if job.event else "a reconcile"
-        self.client.set_model_version_tag(job.model, job.version, TAG_STARTED_BY, f"registry: {why}")
+    # ----------------------------------------------------------------------------------------------------- guard
+
+    def _guard(self, item: Guard) -> tuple[str, str]:
+        from consistency_gate.gate.guard import guard
+
+        said = guard(self.client, self.uri, self._records, item.model, item.seen or None, item.event)
+        if said.startswith("REVERTED") and self.models[item.model].gate:
+            self.gates.add(item.model)  # the version moved off may be one no gate has seen yet
+        if item.event is None and said.startswith(LEFT):  # a timer's look that found nothing to do: status only
+            self.state["last_guard"] = {"at": time.time(), "model": item.model, "said": said}
+            return None
+        return item.describe(), said
+
+    # ----------------------------------------------------------------------------------------------------- gates
+
+    def missing(self, name: str) -> list[str]:
+        """The versions of model ``name`` that should have a gate record and have none, oldest first: from its
+        starting point (``since``) on, neither gated nor registered by a gate (a repair), nor the version the alias
+        holds with authority (where the team started), nor waiting to be tried again after an error."""
+        from consistency_gate.mlops.registry import version_numbers
+
+        records = self._records(name)
+        holds = read_alias(self.client, name, DEFAULT_ALIAS)
+        known = {r.candidate for r in records} | {r.registered for r in records if r.registered}
+        known |= {r.baseline for r in records if r.baseline}
+        if holds is not None and authority(records).allows(holds):
+            known.add(holds)
+        numbers = version_numbers(self.client, name)
+        since = self._since(name, holds, numbers)
+        now = time.time()
+        return [
+            str(v) for v in numbers
+            if v >= since and str(v) not in known and not self._registered_by_a_gate(name, str(v))
+            and self.retries.get((name, str(v)), (0, 0.0, ""))[1] <= now
+        ]  # fmt: skip
+
+    def _since(self, name: str, holds: str | None, numbers: list[int]) -> int:
+        """The first version the listener gates: the config's number, else the model's tag, which the first
+        listener to watch it sets from ``since:`` (``champion``, ``all``, ``new``): every listener agrees."""
+        since = self.models[name].since
+        if isinstance(since, int):
+            return since
+        tag = (self.client.get_registered_model(name).tags or {}).get(TAG_SINCE, "")
+        if tag.isdigit():
+            return int(tag)
+        first = {"all": 1, "champion": int(holds) + 1 if holds else 1, "new": max(numbers, default=0) + 1}[since]
+        self.client.set_registered_model_tag(name, TAG_SINCE, str(first))
+        self._said(f"since {name}", f"gating the versions from v{first} on (since: {since}; tag {TAG_SINCE})")
+        return first
+
+    def _registered_by_a_gate(self, name: str, version: str) -> bool:
+        """Whether a version's run is a gate's (a repair a gate registered): the model's gate experiment."""
+        if (name, version) not in self.repairs:
+            run_id = self.client.get_model_version(name, version).run_id
+            experiment = self.client.get_experiment_by_name(experiment_name(name))
+            self.repairs[(name, version)] = bool(
+                run_id
+                and experiment is not None
+                and self.client.get_run(run_id).info.experiment_id == experiment.experiment_id
+            )
+        return self.repairs[(name, version)]
+
+    def _gate_next(self, name: str) -> tuple[str, str] | None:
+        """Gate the oldest version of ``name`` that misses its gate record, then queue the model again while any
+        is left (each gate re-reads the registry: what another gate did meanwhile counts)."""
+        missing = self.missing(name)
+        if not missing:
+            waiting = [v for (m, v) in self.retries if m == name]
+            self.state["last_reconcile"] = {"at": time.time(), "model": name, "missing": [], "retrying": waiting}
+            return None
+        version = missing[0]
+        job = f"gate {name} v{version}"
+        self.state["running"] = {"job": job, "since": time.time()}
+        try:
+            said = self.gate(name, version, f"a reconcile ({self.woken_by.get(name, START)})")
+        finally:
+            self.state["running"] = None
+        if len(missing) > 1:
+            self.gates.add(name)
+        return job, said
+
+    def gate(self, name: str, version: str, why: str = "a reconcile") -> str:
+        """Gate version ``version`` of ``name`` as ``check`` does, in the warm worker; what it decided, in words.
+        A gate of it still running (started by a listener that died) is ended first if its process is gone, else
+        left to end; a version older than the one ``@champion`` holds is not promoted."""
+        from consistency_gate.gate.worker import WorkerEnded
+
+        model, lease = self.models[name], self.leases[name]
+        running = self._running_gate(name, version)
+        if running is not None:
+            return running
+        holds = read_alias(self.client, name, DEFAULT_ALIAS)
+        promote = model.promote and (holds is None or not holds.isdigit() or int(version) > int(holds))
+        started_by = f"registry: {why}"
+        self.client.set_model_version_tag(name, version, TAG_STARTED_BY, started_by)
         with tempfile.TemporaryDirectory() as folder:
             report = Path(folder) / "report.json"
-            args = ["check", "--model", job.model, "--candidate", job.version, "--data", str(model.data),
-                    "--tracking-uri", self.uri, "--label-column", model.label_column,
-                    "--report", str(report)]  # fmt: skip
+            args = ["check", "--model", name, "--candidate", version, "--data", str(model.data), "--tracking-uri",
+                    self.uri, "--label-column", model.label_column, "--report", str(report)]  # fmt: skip
             args += ["--config", str(model.config)] if model.config else []
             args += ["--id-column", model.id_column] if model.id_column else []
-            args += ["--promote"] if model.promote else []
-            proc = subprocess.run([sys.executable, "-m", "consistency_gate", *args], capture_output=True, text=True,
-                                  env={**os.environ, STARTED_BY_ENV: f"registry: {why}"})  # fmt: skip
+            args += ["--promote"] if promote else []
+            try:
+                code, last = self.worker.run(args, {STARTED_BY_ENV: started_by, LEASE_ENV: lease.name or ""})
+            except WorkerEnded as exc:
+                return self._retry(name, version, f"{exc}; a new worker gates v{version} again")
             said = json.loads(report.read_text()) if report.is_file() else {}
-        if proc.returncode >= 2:
-            line = (proc.stderr.strip().splitlines() or ["no message"])[-1]
-            return f"gate ended with exit {proc.returncode}: {line}"
+        if code >= 2:
+            return self._retry(name, version, f"the gate ended with exit {code}: {last or 'no message'}")
+        self.retries.pop((name, version), None)
         promoted = {True: "promoted", False: "not promoted", None: "promotion unknown"}[said.get("promoted")]
-        return f"{said.get('verdict', 'unknown')} (exit {proc.returncode}, run {said.get('run_id')}): {promoted}"
+        if model.promote and not promote:
+            promoted = f"not promoted: v{version} is older than v{holds}, which @{DEFAULT_ALIAS} holds"
+        return f"{said.get('verdict', 'unknown')} (exit {code}, run {said.get('run_id')}): {promoted}"
 
-    def _registered_by_a_gate(self, name: str, run_id: str | None) -> bool:
-        """Whether a version's run is a gate's (a repair a gate registered): the model's gate experiment."""
-        if not run_id:
-            return False
+    def _retry(self, name: str, version: str, why: str) -> str:
+        """A gate that ended in an error: tried again later (30 s, 60 s, ... 1 h), as the status says."""
+        tries = self.retries.get((name, version), (0, 0.0, ""))[0] + 1
+        wait = min(RETRY_S * 2 ** (tries - 1), RETRY_MAX_S)
+        return self._later(name, version, wait, why, tries) + f" (try {tries})"
+
+    def _later(self, name: str, version: str, seconds: float, why: str, tries: int | None = None) -> str:
+        """Look at version ``version`` again in ``seconds`` (the versions after it go on meanwhile)."""
+        tries = self.retries.get((name, version), (0, 0.0, ""))[0] if tries is None else tries
+        self.retries[(name, version)] = (tries, time.time() + seconds, why)
+        self.gates.add_after(name, seconds)
+        return f"{why}; looked at again in {seconds:.0f} s"
+
+    def _running_gate(self, name: str, version: str) -> str | None:
+        """Why version ``version`` must not be gated now: a gate of it is running (None: none is). A gate left
+        RUNNING by a process that has ended (a listener killed with its worker) is ended FAILED and gated again."""
+        from consistency_gate.mlops.tracking import TAG_HOST, TAG_PID, close_runs, process_alive
+
         experiment = self.client.get_experiment_by_name(experiment_name(name))
-        return experiment is not None and self.client.get_run(run_id).info.experiment_id == experiment.experiment_id
-
-    def guard(self, job: Job) -> str:
-        """Move ``@champion`` back when it holds a version the records do not authorize; what it did, in words."""
-        name, moved_to = job.model, job.version
-        holds = read_alias(self.client, name, DEFAULT_ALIAS)
-        records = self._records(name)
-        said = authority(records)
-        if holds is None:
-            return f"@{DEFAULT_ALIAS} of '{name}' is unset now: nothing to move back"
-        if said.allows(holds):
-            if holds != moved_to and not said.allows(moved_to):
-                return self._overwritten(name, moved_to, holds, job)
-            why = said.doubt or (f"authorized by run {said.by.run_id}" if said.by else "nothing authorized yet")
-            return f"@{DEFAULT_ALIAS} on v{holds}: left ({why})"
-        if said.version is None:
-            return f"@{DEFAULT_ALIAS} on v{holds} is not authorized, but the records name no one version: left"
-        return self._revert(name, holds, said.version, job)
-
-    def _overwritten(self, name: str, moved_to: str, holds: str, job: Job) -> str:
-        """Say a move to ``moved_to`` that nothing authorized and that another move overwrote before the guard read
-        the alias (the race of a move made without the lock): on the version, and in the status."""
-        from consistency_gate.mlops.registry import ModelRef, lead_description
-
-        when = _utc(job.event.signed_at if job.event else time.time())
-        text = (f"UNAUTHORIZED MOVE: @{DEFAULT_ALIAS} was moved to v{moved_to} at {when} without a gate's promotion or "
-                f"an authorization, and overwritten by v{holds} before the guard read it: v{moved_to} may have served "
-                "for that moment")  # fmt: skip
-        self.client.set_model_version_tag(name, moved_to, TAG_UNAUTHORIZED, text[:500])
-        lead_description(self.client, ModelRef(name, moved_to), text + ".")
-        return text
-
-    def _revert(self, name: str, holds: str, target: str, job: Job) -> str:
-        """Move ``@champion`` from ``holds`` back to ``target`` in a run of the model's experiment."""
-        from consistency_gate.gate.alias import move_in_session
-        from consistency_gate.gate.session import GateSession
-
-        seen = job.event.to_dict() if job.event else {"kind": "reconcile", "version": holds}
-        when = _utc(job.event.signed_at if job.event else time.time())
-        how = f"seen by its {seen['kind']} event at {when}" if job.event else f"found by a reconcile at {when}"
-        why = (f"@{DEFAULT_ALIAS} was moved to v{holds} ({how}) but no gate promoted it, no rollback restored it "
-               "and no one authorized it")  # fmt: skip
-        with GateSession(None) as session:
-            session.connect(self.uri, existing=True)
-            report = move_in_session(session, self.client, name, holds, target, why, "revert", event=seen)
-        if report["promoted"]:
-            return f"REVERTED @{DEFAULT_ALIAS} v{holds} -> v{target} (run {report['run_id']})"
-        now = report["promotion"]["holds"]
-        overwritten = report["promotion"]["refused"] and now not in (None, "unknown", holds)
-        if overwritten and authority(self._records(name)).allows(now):  # a gate's move, while the guard waited
-            return self._overwritten(name, holds, now, job)
-        return f"not reverted: {report['promotion']['reason']}"
-
-    def reconcile(self, job: Job) -> str:
-        """Gate the versions registered after the newest gated one that no gate recorded, and guard an alias on a
-        version nothing authorized, for every watched model; what it queued, in words."""
-        queued = []
-        for model in self.config.models:
-            records = self._records(model.name)
-            holds = read_alias(self.client, model.name, DEFAULT_ALIAS)
-            known = {r.candidate for r in records} | {r.registered for r in records if r.registered}
-            known |= {r.baseline for r in records if r.baseline}
-            # before any gate, what the alias holds is where the team starts; after, only what the gates saw counts
-            numbers = [int(v) for v in (known if records else {holds}) if v and v.isdigit()]
-            newest = max(numbers, default=0)
-            if model.guard and holds is not None and not authority(records).allows(holds):
-                queued.append(self.submit(Job("guard", model.name, holds)))  # first: a gate compares against it
-            for version in self.client.search_model_versions(f"name='{model.name}'") if model.gate else ():
-                if int(version.version) > newest and version.version not in known:
-                    queued.append(self.submit(Job("gate", model.name, version.version)))
-        self.state["last_reconcile"] = {"at": time.time(), "queued": queued}
-        return "; ".join(queued) or "nothing missed"
+        if experiment is None:
+            return None
+        query = f"attributes.status = 'RUNNING' and attributes.run_name = 'gate {name} v{version}'"
+        for run in self.client.search_runs([experiment.experiment_id], filter_string=query, max_results=10):
+            tags, run_id = run.data.tags, run.info.run_id
+            pid, here = tags.get(TAG_PID, ""), tags.get(TAG_HOST) == socket.gethostname()
+            if here and pid.isdigit() and process_alive(int(pid)):
+                return self._later(name, version, 5.0, f"left to the gate running in run {run_id} (process {pid})")
+            why = (f"ended: the gate's process (host {tags.get(TAG_HOST)}, pid {pid}) ended before it decided (its "
+                   f"listener stopped); {self.holder} gates v{version} again")  # fmt: skip
+            close_runs(self.client, [run_id], "FAILED", why, 0)
+        return None
 
 
-def _utc(seconds: float) -> str:
-    """A time as the versions' descriptions say it.
-
-    >>> _utc(0)
-    '1970-01-01 00:00:00 UTC'
-    """
-    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(seconds))
+def _unexpected(exc: Exception) -> str:
+    """An error no one line of ours explains, in one line: the tracking server away, or a bug to report."""
+    if looks_unreachable(exc):
+        return (f"error: the tracking server does not answer ({error_line(exc)[:300]}): nothing was moved; the next "
+                "event or reconcile tries again")  # fmt: skip
+    return f"error (report it): {type(exc).__name__}: {error_line(exc)}"

@@ -40,9 +40,10 @@ class GateRecord:
     n: int | None = None  # the samples the gate judged on: the rows its ledger must hold
     held_alias: bool = False  # its baseline held the baseline alias when it ran (gated against it, or promoting)
     refused: bool = False  # its move was refused: the alias had moved since it read the baseline
-    kind: str = "gate"  # "gate", "shadow", "rollback", "authorize" (a person's, by hand) or "revert" (the guard's)
+    kind: str = "gate"  # "gate", "shadow", or an alias move's (gate/alias.py MOVES: rollback, revert, authorize)
     unreadable: str | None = None  # why its report could not be read: what it saw and did is unknown
     moving: str | None = None  # the version its promotion asked the alias to hold (None: it asked none)
+    undoes: bool = False  # a move back to the champion before (a rollback): its report says so
 
     @property
     def promoted_version(self) -> str | None:
@@ -105,9 +106,10 @@ def _record(client: MlflowClient, run_id: str) -> GateRecord | None:
         return None
     base = report.get("baseline") or {}
     repair = report.get("ensemble") or {}
+    kind, candidate = report.get("kind", "gate"), str(report["candidate"]["version"])
     return GateRecord(
         run_id,
-        str(report["candidate"]["version"]),
+        candidate,
         str(base["version"]) if base.get("version") else None,
         report["candidate_verdict"],
         report["outcome"],
@@ -117,8 +119,10 @@ def _record(client: MlflowClient, run_id: str) -> GateRecord | None:
         report.get("n"),
         bool(base.get("alias")) or report.get("promotion") is not None,
         bool((report.get("promotion") or {}).get("refused")),
-        report.get("kind", "gate"),
-        moving=(report.get("promotion") or {}).get("version"),
+        kind,
+        # a rollback's report from before the move's meaning was recorded in it says neither: its kind does
+        moving=(report.get("promotion") or {}).get("version") or (candidate if kind == "rollback" else None),
+        undoes=report.get("undoes", kind == "rollback"),
     )
 
 

@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING
 
 from consistency_gate.errors import ModelError, error_line
+from consistency_gate.mlops.lease import fenced
 from consistency_gate.mlops.ledger import GateRecord, unreadable_reports
 from consistency_gate.mlops.registry import TAG_ROLLED_BACK, ModelRef, is_not_found, is_number, lead_description
 from consistency_gate.mlops.tracking import TAG_HOST, TAG_PID, process_alive
@@ -210,9 +211,11 @@ def promote(
     when the alias moved meanwhile (default: gate the version again against the new baseline).
 
     Concurrent gates that compared against the same baseline: exactly one moves the alias; the
-    others find it moved and report why. A lost response is resolved by reading the alias again for
-    :func:`read_back_s` seconds; past that the outcome is unknown (``promoted`` None), never false. A
-    registry that fails before the move was asked for moved nothing, and says so.
+    others find it moved and report why. A move made for a listener that has lost its lease since
+    (:func:`~consistency_gate.mlops.lease.fenced`) is refused too. A lost response is resolved by
+    reading the alias again for :func:`read_back_s` seconds; past that the outcome is unknown
+    (``promoted`` None), never false. A registry that fails before the move was asked for moved
+    nothing, and says so.
 
     Example::
 
@@ -223,6 +226,8 @@ def promote(
     try:
         with promotion_lock(client, name, owner):
             current = read_alias(client, name, alias)
+            if why := fenced(client):  # a listener's gate or revert, and that listener lost its lease meanwhile
+                return Promotion(alias, version, False, current, f"not moved: {why}", refused=True)
             if current != expected:
                 was = f"v{expected}" if expected else "unset"
                 now = f"v{current}" if current else "unset"
@@ -386,31 +391,27 @@ def rollback_target(records: list[GateRecord], current: str, holds: Callable[[st
 
 
 def last_move(records: list[GateRecord]) -> GateRecord | None:
-    """The last record that moved the alias (a gate's or shadow check's promotion), or may have (a rollback,
-    whose run may have lost its record of the move).
+    """The last record that moved the alias (a gate's or shadow check's promotion, a rollback), or may have (a
+    move whose run may have lost its record of it).
 
-    >>> r = lambda c, b, p, kind: GateRecord("r" + c, c, b, "passed", "passed", p, None, None, True, kind=kind)
-    >>> last_move([r("2", "1", True, "gate"), r("1", "2", None, "rollback"), r("3", "1", False, "gate")]).run_id
+    >>> r = lambda c, b, p, undoes: GateRecord("r" + c, c, b, "passed", "passed", p, None, None, True, moving=c,
+    ...     undoes=undoes)
+    >>> last_move([r("2", "1", True, False), r("1", "2", None, True), r("3", "1", False, False)]).run_id
     'r1'
     """
-    moves = (r for r in reversed(records) if r.promoted_version or (r.kind == "rollback" and r.promoted is None))
+    moves = (r for r in reversed(records) if r.promoted_version or (r.moving and r.promoted is None))
     return next(moves, None)
 
 
 def restored_now(record: GateRecord | None, current: str) -> bool:
-    """Whether ``record`` is a rollback that put the alias where it is now, ``current`` (its move read back, or
-    unknown in its run: the registry holding its target says it went through).
+    """Whether ``record`` is a step back (a rollback: ``undoes``) that put the alias where it is now, ``current``
+    (its move read back, or unknown in its run: the registry holding its target says it went through).
 
-    >>> r = GateRecord("r", "1", "2", "rolled back", "pending", None, None, None, True, kind="rollback")
+    >>> r = GateRecord("r", "1", "2", "rolled back", "pending", None, None, None, True, kind="rollback", undoes=True)
     >>> restored_now(r, "1"), restored_now(r, "2")
     (True, False)
     """
-    return (
-        record is not None
-        and record.kind == "rollback"
-        and record.candidate == current
-        and record.promoted is not False
-    )
+    return record is not None and record.undoes and record.candidate == current and record.promoted is not False
 
 
 def move_back(client: MlflowClient, name: str, current: str, to: str, owner: str, again: str = "") -> Promotion:
@@ -472,7 +473,7 @@ def authority(records: list[GateRecord]) -> Authority:
     ['2', '3']
     >>> authority([r("2", "1", False)]).version, authority([]).version  # none moved: what held it then
     ('1', None)
-    >>> authority([r("2", "1", True, moving="2"), r("1", "2", True, kind="rollback")]).version
+    >>> authority([r("2", "1", True, moving="2"), r("1", "2", True, kind="rollback", moving="1")]).version
     '1'
     """
     allowed: set[str] = set()
@@ -481,12 +482,11 @@ def authority(records: list[GateRecord]) -> Authority:
         if record.unreadable:  # what it moved is unknown, until a later move is read back
             unreadable[record.run_id] = record.unreadable
             continue
-        # the version its move asked for (a killed rollback of an older report names none: its candidate)
-        target = record.moving or record.promoted_version or (record.candidate if record.kind == "rollback" else None)
+        target = record.moving or record.promoted_version  # the version its move asked for
         if record.promoted is True and target is not None:
             allowed, by, unreadable = {target}, record, {}
-        elif record.promoted is None and (record.moving or record.kind == "rollback") and target is not None:
-            allowed, by = allowed | {target}, record
+        elif record.promoted is None and record.moving is not None:
+            allowed, by = allowed | {record.moving}, record
         elif not allowed and record.held_alias and record.baseline and not record.refused:
             allowed = {record.baseline}
     return Authority(frozenset(allowed), by, chain_doubt(unreadable))

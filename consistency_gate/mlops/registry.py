@@ -27,6 +27,7 @@ TAG_ROLLED_BACK = "consistency_gate.rolled_back_to"  # on a version rolled back:
 TAG_MODELS = "consistency_gate.models"  # the models a registered repair carries, its own repairs' included
 SIGNATURE = "consistency-gate run "  # how the gate's paragraph of a version's description ends (and its run id)
 OLD_PREFIX = "consistency-gate: "  # how it started before it led with the verdict
+MOVE_SIGNATURE = "consistency-gate move"  # how an alias move's paragraph ends (and its run id)
 MAX_VERSION = 2**31 - 1  # the registry stores version numbers as 32-bit integers
 
 
@@ -269,16 +270,57 @@ def models_carried(client: MlflowClient, name: str, version: str) -> int:
 def describe_version(client: MlflowClient, ref: ModelRef, text: str, run_id: str) -> None:
     """Lead the version's description with ``text``, the verdict and versions first (the registry's versions
     table shows a description's first characters), signed ``consistency-gate run RUN_ID.``: one paragraph that
-    an earlier gate's paragraph is replaced by, what anyone else wrote stays below.
+    an earlier gate's paragraph is replaced by; an alias move's paragraph and what anyone else wrote stay below.
 
     Example::
 
         describe_version(client, ModelRef("fraud-clf", "4"), "PASSED v4 vs v3 (@champion) on eval.csv ...", run_id)
     """
     own = client.get_model_version(ref.name, ref.version).description or ""
-    if ours(own.partition("\n\n")[0]):
-        own = own.partition("\n\n")[2]
-    client.update_model_version(ref.name, ref.version, description=f"{text} {SIGNATURE}{run_id}.\n\n{own}".strip())
+    client.update_model_version(ref.name, ref.version, description=with_verdict(own, f"{text} {SIGNATURE}{run_id}."))
+
+
+def describe_move(client: MlflowClient, ref: ModelRef, text: str, run_id: str | None) -> None:
+    """Say a move of the alias on the version (rolled back, restored, reverted, authorized): a paragraph after the
+    gate's verdict, which stays first, in place of an earlier move's, signed ``consistency-gate move run RUN_ID.``
+    (``consistency-gate move.`` when no run made it: a move the guard saw overwritten).
+
+    Example::
+
+        describe_move(client, ModelRef("fraud-clf", "4"), "ROLLED BACK v4 to v3: complaints.", run_id)
+    """
+    own = client.get_model_version(ref.name, ref.version).description or ""
+    signed = f"{text} {MOVE_SIGNATURE}" + (f" run {run_id}." if run_id else ".")
+    client.update_model_version(ref.name, ref.version, description=with_move(own, signed))
+
+
+def with_verdict(description: str, paragraph: str) -> str:
+    r"""``description`` led by a gate's ``paragraph`` in place of an earlier gate's; a move's paragraph and what
+    anyone else wrote follow.
+
+    >>> with_verdict("ROLLED BACK v4. consistency-gate move run r2.\n\nMine.", "FAILED v4. consistency-gate run r3.")
+    'FAILED v4. consistency-gate run r3.\n\nROLLED BACK v4. consistency-gate move run r2.\n\nMine.'
+    """
+    first, _, rest = description.partition("\n\n")
+    kept = rest if ours(first) else description
+    return f"{paragraph}\n\n{kept}".strip()
+
+
+def with_move(description: str, paragraph: str) -> str:
+    r"""``description`` with a move's ``paragraph`` after the gate's verdict (never in its place), in place of an
+    earlier move's.
+
+    >>> with_move("PASSED v4. consistency-gate run r1.\n\nMine.", "ROLLED BACK v4. consistency-gate move run r2.")
+    'PASSED v4. consistency-gate run r1.\n\nROLLED BACK v4. consistency-gate move run r2.\n\nMine.'
+    >>> with_move(_, "RESTORED v4. consistency-gate move run r5.").split("\n\n")[1]
+    'RESTORED v4. consistency-gate move run r5.'
+    """
+    paragraphs = [p for p in description.split("\n\n") if p]
+    verdict = paragraphs[:1] if paragraphs and ours(paragraphs[0]) else []
+    rest = paragraphs[len(verdict) :]
+    if rest and moved(rest[0]):
+        rest = rest[1:]
+    return "\n\n".join([*verdict, paragraph, *rest])
 
 
 def lead_description(client: MlflowClient, ref: ModelRef, sentence: str) -> None:
@@ -294,6 +336,15 @@ def lead_description(client: MlflowClient, ref: ModelRef, sentence: str) -> None
     if ours(first) and not first.startswith(sentence):
         text = f"{sentence} {first}\n\n{rest}".strip()
         client.update_model_version(ref.name, ref.version, description=text)
+
+
+def moved(paragraph: str) -> bool:
+    """Whether a description's paragraph is an alias move's (:func:`describe_move`).
+
+    >>> moved("REVERTED: @champion was moved to v7 ... consistency-gate move run 3f2a."), moved("Mine.")
+    (True, False)
+    """
+    return re.search(rf"{MOVE_SIGNATURE}( run \w+)?\.$", paragraph) is not None
 
 
 def ours(paragraph: str) -> bool:

@@ -369,6 +369,8 @@ TAG_ERROR = "consistency_gate.error"
 TAG_SESSION = "consistency_gate.session"  # one gate's runs: finds a run whose create response was lost
 TAG_STARTED_BY = "consistency_gate.started_by"  # a gate the registry's event started (consistency-gate watch)
 STARTED_BY_ENV = "CONSISTENCY_GATE_STARTED_BY"  # what started the gate, when not a person or a CI step
+TAG_LEASE = "consistency_gate.lease"  # a gate a listener started: the lease generation it held (mlops/lease.py)
+LEASE_ENV = "CONSISTENCY_GATE_LEASE"  # how a listener hands its gate that generation
 # a gate run RUNNING this long is taken as orphaned even when its process cannot be checked
 ORPHAN_AFTER_S = 24 * 3600
 
@@ -392,9 +394,10 @@ def pending_tags() -> dict[str, str]:
 
 
 def started_by_tags() -> dict[str, str]:
-    """The tag that says what started a gate (:data:`STARTED_BY_ENV`, set by ``consistency-gate watch``), if set."""
-    started = os.environ.get(STARTED_BY_ENV)
-    return {TAG_STARTED_BY: started[:500]} if started else {}
+    """The tags that say what started a gate (:data:`STARTED_BY_ENV`, set by ``consistency-gate watch``) and the lease
+    generation of the listener that started it (:data:`LEASE_ENV`), where set."""
+    started, lease = os.environ.get(STARTED_BY_ENV), os.environ.get(LEASE_ENV)
+    return {**({TAG_STARTED_BY: started[:500]} if started else {}), **({TAG_LEASE: lease} if lease else {})}
 
 
 def owner_tags(session: str) -> dict[str, str]:

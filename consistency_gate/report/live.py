@@ -94,7 +94,7 @@ def alias_move_text(report: dict) -> str:
     if report.get("outcome") == "already rolled back":
         said = report["note"]
     else:
-        verb = report.get("verdict") if report.get("kind", "rollback") != "rollback" else "rolled back"
+        verb = report.get("verdict", "rolled back")  # the move's own word (a report before moves had kinds: none)
         said = f"{verb}, read back" if report["promoted"] else report["promotion"]["reason"]
     moved = f"v{report['baseline']['version']} -> v{report['candidate']['version']}"
     return f"@champion of {report['candidate']['name']}: {moved}: {said}"
