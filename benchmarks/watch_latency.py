@@ -1,10 +1,12 @@
-"""How fast the registry's own events act (``consistency-gate watch``): from a version's registration to its gate's
-verdict, and from a hand move of ``@champion`` to a version nothing authorized to the alias read back where it
-was. A real ``mlflow server`` (SQLite, two workers) sends its webhooks to a real listener; the script registers
-``--rounds`` versions (each gated by the listener, alternately passing and failing) and after each failing one
-moves ``@champion`` to it by hand. It prints each time and their medians (seconds, wall clock, 2 cores).
+"""How fast the listener acts (``consistency-gate watch``): from a version's registration (its creation time in the
+registry) to its gate's verdict (the event woke the reconcile, the warm worker gated it), beside the same gate as a fresh ``consistency-gate check``
+process (what the listener ran before its worker), alternating; and from a hand move of ``@champion`` to a version
+nothing authorized to the alias read back where it was, with the listener idle and while a gate runs (a model that
+answers only once the script lets it). A real ``mlflow server`` (SQLite, two workers, its webhook cache at 1 s so
+that the first minute's events are delivered too) sends its webhooks to a real listener. Prints each round and the
+medians, p90 and the ratio (seconds, wall clock).
 
-    python benchmarks/watch_latency.py [--rounds 5]
+    python benchmarks/watch_latency.py [--rounds 10]
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ def free_port() -> int:
 
 
 def started(command: list[str], env: dict, ready: callable) -> subprocess.Popen:  # noqa: ANN001
-    """A process, once ``ready()`` (its own signal: a port that answers)."""
+    """A process, once ``ready()`` (its own signal: a port that answers, a lease held)."""
     proc = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             start_new_session=True)  # fmt: skip
     while not ready():
@@ -50,19 +52,44 @@ def started(command: list[str], env: dict, ready: callable) -> subprocess.Popen:
     return proc
 
 
-def answers(url: str) -> bool:
+def health(url: str) -> dict | None:
+    """What ``url``/health answers (the listener's JSON; MLflow's "OK" as {}), None while nothing answers."""
     try:
-        urllib.request.urlopen(url, timeout=2)
-        return True
+        with urllib.request.urlopen(f"{url}/health", timeout=5) as response:
+            text = response.read()
     except OSError:
-        return False
+        return None
+    return json.loads(text) if text.startswith(b"{") else {}
 
 
-def register(client: MlflowClient, x: pd.DataFrame, y: pd.Series, poor: bool) -> str:
-    """A logistic regression of the iris set (``poor``: on one column), registered; its version."""
-    fitted = x[["sepal_width"]].assign(sepal_length=0, petal_length=0, petal_width=0)[x.columns] if poor else x
-    model = LogisticRegression(max_iter=500, C=1.0 + np.random.default_rng().random()).fit(fitted, y)
+class Waits(mlflow.pyfunc.PythonModel):
+    """A model whose predictions wait for the file ``release``: a gate that runs until the script lets it end."""
+
+    def __init__(self, release: str) -> None:
+        self.release = release
+
+    def predict(self, context, model_input, params=None):  # noqa: ANN001, ANN201
+        while not os.path.exists(self.release):
+            time.sleep(0.02)
+        length = model_input["petal_length"].to_numpy()
+        votes = np.stack([length < 2.5, (length >= 2.5) & (length < 4.9), length >= 4.9], axis=1) * 0.9 + 0.05
+        return pd.DataFrame(votes / votes.sum(1, keepdims=True), columns=["setosa", "versicolor", "virginica"])
+
+
+def register(x: pd.DataFrame, y: pd.Series, poor: bool = False, release: Path | None = None) -> str:
+    """A logistic regression of the iris set (``poor``: on one column), or a waiting model; its version."""
     with mlflow.start_run():
+        if release is not None:
+            info = mlflow.pyfunc.log_model(
+                name="model",
+                python_model=Waits(str(release)),
+                registered_model_name=MODEL,
+                signature=infer_signature(x, np.zeros((2, 3))),
+                pip_requirements=["pandas"],
+            )
+            return str(info.registered_model_version)  # fmt: skip
+        fitted = x[["sepal_width"]].assign(sepal_length=0, petal_length=0, petal_width=0)[x.columns] if poor else x
+        model = LogisticRegression(max_iter=500, C=1.0 + np.random.default_rng().random()).fit(fitted, y)
         info = mlflow.sklearn.log_model(
             model, name="model", registered_model_name=MODEL, signature=infer_signature(x, model.predict_proba(x)),
             pip_requirements=["scikit-learn"], pyfunc_predict_fn="predict_proba", serialization_format="cloudpickle",
@@ -70,21 +97,37 @@ def register(client: MlflowClient, x: pd.DataFrame, y: pd.Series, poor: bool) ->
     return str(info.registered_model_version)
 
 
-def done(listener: str, job: str, after: float) -> dict | None:
-    """The listener's outcome of ``job`` since ``after``, from its /health."""
-    with urllib.request.urlopen(f"{listener}/health", timeout=30) as response:
-        said = json.loads(response.read())["done"]
+def until(condition) -> object:  # noqa: ANN001
+    while not (found := condition()):
+        time.sleep(0.02)
+    return found
+
+
+def outcome(listener: str, job: str, after: float) -> dict | None:
+    said = (health(listener) or {}).get("done", [])
     return next((d for d in reversed(said) if d["job"] == job and d["at"] > after), None)
 
 
-def until(condition) -> None:  # noqa: ANN001
-    while not condition():
-        time.sleep(0.05)
+def holder(client: MlflowClient) -> str:
+    return str(client.get_model_version_by_alias(MODEL, "champion").version)
+
+
+def revert_seconds(client: MlflowClient, poor: str) -> float:
+    """Move @champion to ``poor`` by hand; the seconds until it is read back where it was."""
+    before, begin = holder(client), time.perf_counter()
+    client.set_registered_model_alias(MODEL, "champion", poor)
+    until(lambda: holder(client) == before)
+    return time.perf_counter() - begin
+
+
+def summary(name: str, values: list[float]) -> str:
+    p90 = sorted(values)[max(int(round(0.9 * len(values))) - 1, 0)]
+    return f"{name}: median {statistics.median(values):.2f} s, p90 {p90:.2f} s ({len(values)})"
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--rounds", type=int, default=10)
     args = parser.parse_args()
     from cryptography.fernet import Fernet
 
@@ -94,46 +137,61 @@ def main() -> None:
                   "MLFLOW_WEBHOOK_ALLOW_PRIVATE_IPS": "true", "MLFLOW_WEBHOOK_ALLOWED_SCHEMES": "http,https",
                   "MLFLOW_WEBHOOK_SECRET_ENCRYPTION_KEY": Fernet.generate_key().decode(),
                   "MLFLOW_WEBHOOK_CACHE_TTL": "1"}  # fmt: skip
+    uri, listener = f"http://127.0.0.1:{port}", f"http://127.0.0.1:{listen}"
     server = started([sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port", str(port),
                       "--backend-store-uri", f"sqlite:///{root / 'mlflow.db'}", "--artifacts-destination",
                       str(root / "artifacts"), "--workers", "2"], server_env,
-                     lambda: answers(f"http://127.0.0.1:{port}/health"))  # fmt: skip
-    uri, listener = f"http://127.0.0.1:{port}", f"http://127.0.0.1:{listen}"
+                     lambda: health(uri) is not None)  # fmt: skip
     watch = None
     try:
         mlflow.set_tracking_uri(uri)
         mlflow.set_experiment("training")
         client = MlflowClient(uri)
         iris = load_iris(as_frame=True)
-        x, y = iris.data.set_axis(["sepal_length", "sepal_width", "petal_length", "petal_width"], axis=1), iris.target
-        y = y.map(dict(enumerate(iris.target_names)))
-        client.set_registered_model_alias(MODEL, "champion", register(client, x, y, poor=False))
+        x = iris.data.set_axis(["sepal_length", "sepal_width", "petal_length", "petal_width"], axis=1)
+        y = iris.target.map(dict(enumerate(iris.target_names)))
+        client.set_registered_model_alias(MODEL, "champion", register(x, y))
         x.assign(label=y, id=[f"s{i}" for i in range(len(x))]).to_csv(root / "eval.csv", index=False)
         (root / "gate.yaml").write_text("rules:\n  - {metric: con, min: 0.9}\n")
         (root / "watch.yaml").write_text(
-            f"models:\n  - {{name: {MODEL}, data: eval.csv, config: gate.yaml, id_column: id}}\n"
+            f"webhook_cache_s: 1\nmodels:\n  - {{name: {MODEL}, data: eval.csv, config: gate.yaml, id_column: id}}\n"
         )
         watch = started([sys.executable, "-m", "consistency_gate", "watch", "--config", str(root / "watch.yaml"),
                          "--port", str(listen), "--register", f"{listener}/webhook", "--tracking-uri", uri],
                         {**os.environ, "CONSISTENCY_GATE_WEBHOOK_SECRET": SECRET},
-                        lambda: answers(f"{listener}/health"))  # fmt: skip
-        gates, reverts = [], []
+                        lambda: ((health(listener) or {}).get("leases") or {}).get(MODEL, {}).get("held"))  # fmt: skip
+        until(lambda: (health(listener) or {}).get("worker", {}).get("ready"))  # warm: a listener pays it once
+        gates, fresh, idle, busy = [], [], [], []
+        check = [sys.executable, "-m", "consistency_gate", "check", "--model", MODEL, "--data", str(root / "eval.csv"),
+                 "--config", str(root / "gate.yaml"), "--id-column", "id", "--tracking-uri", uri]  # fmt: skip
         for round_ in range(args.rounds):
-            for poor in (False, True):
-                champion = str(client.get_model_version_by_alias(MODEL, "champion").version)
-                begin = time.time()
-                version = register(client, x, y, poor)
-                until(lambda v=version, b=begin: done(listener, f"gate {MODEL} v{v}", b))
-                gates.append(time.time() - begin)
-                if poor:  # by hand, to a version its gate failed
-                    begin = time.time()
-                    client.set_registered_model_alias(MODEL, "champion", version)
-                    until(lambda c=champion: str(client.get_model_version_by_alias(MODEL, "champion").version) == c)
-                    reverts.append(time.time() - begin)
-            print(f"round {round_ + 1}: registration to verdict {gates[-2]:.1f} s, {gates[-1]:.1f} s; "
-                  f"move to revert {reverts[-1]:.1f} s")  # fmt: skip
-        print(f"median registration to verdict: {statistics.median(gates):.1f} s ({len(gates)} gates); "
-              f"median move to revert: {statistics.median(reverts):.1f} s ({len(reverts)} moves)")  # fmt: skip
+            begin, before = time.time(), holder(client)
+            version = register(x, y)
+            done = until(lambda v=version, b=begin: outcome(listener, f"gate {MODEL} v{v}", b))
+            gates.append(done["at"] - client.get_model_version(MODEL, version).creation_timestamp / 1000)
+            begin = time.perf_counter()  # the same gate as a fresh process (no promotion: the listener promoted it)
+            subprocess.run([*check, "--candidate", version, "--baseline", before], capture_output=True, check=False)
+            fresh.append(time.perf_counter() - begin)
+            begin = time.time()
+            poor = register(x, y, poor=True)
+            until(lambda v=poor, b=begin: outcome(listener, f"gate {MODEL} v{v}", b))
+            idle.append(revert_seconds(client, poor))
+            release = root / f"release-{round_}"
+            waiting = register(x, y, release=release)
+            until(lambda w=waiting: ((health(listener) or {}).get("running") or {}).get("job") == f"gate {MODEL} v{w}")
+            busy.append(revert_seconds(client, poor))
+            release.touch()
+            until(lambda w=waiting, b=begin: outcome(listener, f"gate {MODEL} v{w}", b))
+            print(
+                f"round {round_ + 1}: registration to verdict {gates[-1]:.2f} s (a fresh check process "
+                f"{fresh[-1]:.2f} s); revert {idle[-1]:.2f} s idle, {busy[-1]:.2f} s during a gate",
+                flush=True,
+            )
+        ratio = statistics.median(g / f for g, f in zip(gates, fresh, strict=True))
+        print(summary("registration to verdict", gates))
+        print(summary("a fresh check process, the same gate", fresh) + f"; ratio listener / fresh {ratio:.2f}x")
+        print(summary("move to revert, listener idle", idle))
+        print(summary("move to revert, during a gate", busy))
     finally:
         for proc in (watch, server):
             if proc is not None and proc.poll() is None:

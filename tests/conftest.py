@@ -25,11 +25,11 @@ if getattr(__main__, "__spec__", None) is None and not hasattr(__main__, "__file
 # workers take work in collection order (`--no-loadscope-reorder`), and a long module handed out last keeps one
 # worker busy while the other waits
 LONGEST_FIRST = (
-    "test_safety.py", "test_spark.py", "test_docs_pages.py", "test_shipping.py", "test_watch.py",
+    "test_watch.py", "test_safety.py", "test_spark.py", "test_docs_pages.py", "test_shipping.py",
     "test_real_server.py", "test_tensor_models.py", "test_reliability.py", "test_shadow_server.py",
     "test_memory_gate.py", "test_docs.py", "test_correctness_gate.py", "test_repair_gate.py", "test_gate.py",
     "test_compare_cli.py", "test_flavors.py", "test_file_gate.py", "test_remediation.py", "test_history_registry.py",
-    "test_generations_registry.py",
+    "test_generations_registry.py", "test_watch_poll.py", "test_default_config.py",
 )  # fmt: skip
 
 

@@ -19,9 +19,7 @@ from pathlib import Path
 
 import pytest
 from conftest import run_cli
-from mlflow import MlflowClient
 from mlflow_server import MlflowServer, free_port
-from registry_fixtures import iris_frames
 from watch_fixtures import (
     SECRET,
     Listener,
@@ -31,6 +29,7 @@ from watch_fixtures import (
     register,
     register_waiting,
     until,
+    watched_registry,
 )
 
 from consistency_gate.errors import UsageError
@@ -107,7 +106,6 @@ def watched(tmp_path_factory):
     """A tracking server with the settings docs/watch.md gives (MLflow's own webhook cache and retries), two models
     whose v1 was registered and made @champion just before the listener registered its webhook (so the server's
     workers cache "no webhook" for those events for a minute), and the listener."""
-    import mlflow
     from cryptography.fernet import Fernet
 
     root = tmp_path_factory.mktemp("watch")
@@ -115,20 +113,12 @@ def watched(tmp_path_factory):
            "MLFLOW_WEBHOOK_SECRET_ENCRYPTION_KEY": Fernet.generate_key().decode()}  # fmt: skip
     server = MlflowServer(root, env=env).start()
     try:
-        mlflow.set_tracking_uri(server.url)
-        mlflow.set_registry_uri(server.url)
-        mlflow.set_experiment("training")
-        client = MlflowClient(tracking_uri=server.url, registry_uri=server.url)
-        for name in (MODEL, GUARDED):
-            client.set_registered_model_alias(name, "champion", register(client, name))
-        x, y = iris_frames()
-        x.assign(label=y, id=[f"s{i}" for i in range(len(x))]).to_csv(root / "eval.csv", index=False)
-        (root / "gate.yaml").write_text("rules:\n  - {metric: con, min: 0.9}\n")
-        (root / "watch.yaml").write_text(
+        client = watched_registry(
+            root, server.url, (MODEL, GUARDED),
             f"reconcile_every_s: 3600\nmodels:\n"
             f"  - {{name: {MODEL}, data: eval.csv, config: gate.yaml, id_column: id}}\n"
-            f"  - {{name: {GUARDED}, data: eval.csv, config: gate.yaml, id_column: id, gate: false}}\n"
-        )
+            f"  - {{name: {GUARDED}, data: eval.csv, config: gate.yaml, id_column: id, gate: false}}\n",
+        )  # fmt: skip
         listener = Listener(root / "watch.yaml", server.url, free_port()).start()
         try:
             yield {"server": server, "client": client, "root": root, "listener": listener}
@@ -153,7 +143,9 @@ def test_versions_registered_while_the_servers_webhook_cache_is_stale_are_each_g
     stale = woken == "registry: a reconcile (the tracking server's webhook cache expired)"
     assert stale or woken.startswith("registry: a reconcile (model_version.created, delivery "), woken
     watched["stale_cache_missed_the_first_event"] = stale
-    later = register(client, MODEL)  # the cache has expired: delivered
+    cache = "the tracking server's webhook cache expired"
+    until(lambda: (listener.health()["woken"].get(MODEL) or {}).get("why") == cache or stale, "the cache expired")
+    later = register(client, MODEL)  # every worker's cache has expired: delivered
     until(lambda: listener.did(f"gate {MODEL} v{later}"), "the delivered version gated")
     assert champion(client, MODEL) == later
     for version in (early, later):

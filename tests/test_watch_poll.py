@@ -8,13 +8,11 @@ from __future__ import annotations
 
 import os
 
-import mlflow
 import pytest
 from conftest import run_cli
-from mlflow import MlflowClient
 from mlflow_server import free_port
-from registry_fixtures import iris_frames, sqlite_uri
-from watch_fixtures import Listener, champion, gate_runs, register, until
+from registry_fixtures import sqlite_uri
+from watch_fixtures import Listener, champion, gate_runs, register, until, watched_registry
 
 MODEL = "iris-polled"
 pytestmark = pytest.mark.slow  # a listener process and its gates
@@ -24,15 +22,11 @@ pytestmark = pytest.mark.slow  # a listener process and its gates
 def polled(tmp_path_factory):
     root = tmp_path_factory.mktemp("poll")
     uri = sqlite_uri(root)
-    mlflow.set_tracking_uri(uri)
-    mlflow.set_registry_uri(uri)
-    client = MlflowClient(tracking_uri=uri, registry_uri=uri)
-    client.set_registered_model_alias(MODEL, "champion", register(client, MODEL))
-    x, y = iris_frames()
-    x.assign(label=y, id=[f"s{i}" for i in range(len(x))]).to_csv(root / "eval.csv", index=False)
-    (root / "gate.yaml").write_text("rules:\n  - {metric: con, min: 0.9}\n")
-    (root / "watch.yaml").write_text(
-        f"models:\n  - {{name: {MODEL}, data: eval.csv, config: gate.yaml, id_column: id, since: all}}\n"
+    client = watched_registry(
+        root,
+        uri,
+        (MODEL,),
+        f"models:\n  - {{name: {MODEL}, data: eval.csv, config: gate.yaml, id_column: id, since: all}}\n",
     )
     listener = Listener(root / "watch.yaml", uri, free_port(), "--poll", "1", secret=None).start(register=False)
     try:

@@ -87,6 +87,24 @@ def register_waiting(client: MlflowClient, name: str, release: Path) -> str:
     return str(info.registered_model_version)
 
 
+def watched_registry(root: Path, uri: str, names: tuple[str, ...], watch: str) -> MlflowClient:
+    """MLflow pointed at ``uri``; v1 of each model registered and made @champion; the evaluation set, a gate config
+    and the watch config (``watch``, YAML; ``eval.csv`` and ``gate.yaml`` beside it) written in ``root``."""
+    import mlflow
+
+    mlflow.set_tracking_uri(uri)
+    mlflow.set_registry_uri(uri)
+    mlflow.set_experiment("training")
+    client = MlflowClient(tracking_uri=uri, registry_uri=uri)
+    for name in names:
+        client.set_registered_model_alias(name, "champion", register(client, name))
+    x, y = iris_frames()
+    x.assign(label=y, id=[f"s{i}" for i in range(len(x))]).to_csv(root / "eval.csv", index=False)
+    (root / "gate.yaml").write_text("rules:\n  - {metric: con, min: 0.9}\n")
+    (root / "watch.yaml").write_text(watch)
+    return client
+
+
 def _training(client: MlflowClient) -> str:
     found = client.get_experiment_by_name("training")
     return found.experiment_id if found else client.create_experiment("training")

@@ -11,8 +11,10 @@ import json
 import os
 import signal
 import sys
+import threading
 import time
 
+KEEP_LOADED = 4  # model versions kept loaded between gates: the champion is the next gate's baseline too
 WARM = (  # what a gate imports, paid once by the worker (each skipped where it is not installed)
     "consistency_gate.gate.run", "consistency_gate.cli.app", "consistency_gate.io.validation", "mlflow.pyfunc",
     "mlflow.sklearn", "sklearn.linear_model", "matplotlib.pyplot", "great_expectations", "torch", "mlflow.pytorch",
@@ -20,14 +22,22 @@ WARM = (  # what a gate imports, paid once by the worker (each skipped where it 
 
 
 def _die_with_parent() -> None:
-    """On Linux, ask the kernel to kill this process when the thread that started it ends (the listener killed by
-    ``kill -9``): a gate never outlives its listener."""
-    if not sys.platform.startswith("linux"):
-        return
-    import ctypes
+    """End this process when its listener ends, even during a gate: on Linux the kernel kills it when the thread
+    that started it ends (``PR_SET_PDEATHSIG``); everywhere, a thread sees the parent change (an orphan is given
+    to another) and ends it. A gate never outlives the listener that started it."""
+    parent = os.getppid()
+    if sys.platform.startswith("linux"):
+        import ctypes
 
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+        with contextlib.suppress(OSError, AttributeError):
+            ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+    def watch_parent() -> None:
+        while os.getppid() == parent:
+            time.sleep(0.5)
+        os._exit(1)
+
+    threading.Thread(target=watch_parent, name="consistency-gate-parent", daemon=True).start()
 
 
 def _warm() -> None:
@@ -65,9 +75,12 @@ def _gate(argv: list[str], env: dict[str, str]) -> dict:
 
 def serve(replies_fd: int) -> None:
     """The worker's side: warm up, say so, then run each request read from stdin until it closes."""
+    from consistency_gate.mlops.scoring import keep_loaded
+
     _die_with_parent()
     replies = os.fdopen(replies_fd, "w", encoding="utf-8")
     _warm()
+    keep_loaded(KEEP_LOADED)
     replies.write("ready\n")
     replies.flush()
     for line in sys.stdin:

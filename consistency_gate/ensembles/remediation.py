@@ -389,6 +389,8 @@ def log_build(build: EnsembleBuild) -> None:
     import matplotlib.pyplot as plt
     import mlflow
 
+    from consistency_gate.mlops import tracking
+
     s = build.settings
     mlflow.log_params(
         {
@@ -420,7 +422,7 @@ def log_build(build: EnsembleBuild) -> None:
         for r in build.runs
         for j, acc in enumerate(r.val_accs)
     ]
-    mlflow.log_table(pd.DataFrame(rows), artifact_file="ensemble/snapshots.json")
+    tracking.log_table(pd.DataFrame(rows), "ensemble/snapshots.json")
     fig, ax = plt.subplots(figsize=(6, 3.5))
     for r in build.runs[:5]:
         ax.plot(range(1, len(r.lr_curve) + 1), r.lr_curve, label=f"run {r.run + 1}")

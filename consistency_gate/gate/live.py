@@ -301,7 +301,7 @@ def _log_stream(result: StreamResult, inputs: ShadowInputs, candidate: ModelRef,
     ]
     labelled = result.steps["labelled"].tolist()
     mlflow.log_image(_image(png_bytes(bounds_curve(curves, labelled, result.decided_at))), "shadow/bounds.png")
-    mlflow.log_table(result.steps.assign(time=result.steps["time"].astype(str)), "shadow/steps.json")
+    tracking.log_table(result.steps.assign(time=result.steps["time"].astype(str)), "shadow/steps.json")
 
 
 def _image(png: bytes):  # noqa: ANN202 - a PIL image

@@ -138,17 +138,20 @@ def _versions(
     single-model rules; versions a gate failed never were)."""
     cand_ref = registry.resolve_version(client, model, None if candidate is None else str(candidate))
     base_spec = str(baseline or DEFAULT_BASELINE)
-    if baseline is None and not registry.alias_exists(client, model, base_spec[1:]):
-        earlier = registry.possible_baselines(client, model, int(cand_ref.version))
-        if earlier:  # a model with history and no alias: a mis-wired baseline, never a silent first generation
-            raise ModelError(
-                f"model '{model}' has earlier versions ({', '.join(map(str, earlier[-5:]))}) but no version holds "
-                f"{base_spec}, so v{cand_ref.version} has no baseline to be gated against: pass --baseline VERSION "
-                f"(e.g. --baseline {earlier[-1]}), or set the alias on the version in production "
-                f"(MlflowClient().set_registered_model_alias('{model}', '{base_spec[1:]}', VERSION))"
-            )
-        return cand_ref, None
-    return cand_ref, registry.resolve_version(client, model, base_spec)
+    try:
+        return cand_ref, registry.resolve_version(client, model, base_spec)  # the alias read once where it is set
+    except ModelError:
+        if baseline is not None or registry.alias_exists(client, model, base_spec[1:]):
+            raise
+    earlier = registry.possible_baselines(client, model, int(cand_ref.version))
+    if earlier:  # a model with history and no alias: a mis-wired baseline, never a silent first generation
+        raise ModelError(
+            f"model '{model}' has earlier versions ({', '.join(map(str, earlier[-5:]))}) but no version holds "
+            f"{base_spec}, so v{cand_ref.version} has no baseline to be gated against: pass --baseline VERSION "
+            f"(e.g. --baseline {earlier[-1]}), or set the alias on the version in production "
+            f"(MlflowClient().set_registered_model_alias('{model}', '{base_spec[1:]}', VERSION))"
+        )
+    return cand_ref, None
 
 
 def _same_version(cand_ref: registry.ModelRef, base_ref: registry.ModelRef) -> GateResult:
@@ -228,7 +231,7 @@ def _gate_in_run(gate: GateRun) -> GateResult:
             f"the candidate v{cand_ref.version} and the baseline v{base_ref.version} are the same logged model "
             f"({cand_ref.model_id}): the same model registered twice",
         )
-    with gate.timed("logging"):
+    with gate.timed("logging"), tracking.uploads():
         if comparer.past is not None and not single.samples.empty:  # a rule on the history: draw it
             _log_history(gate, comparer.past, single)
         single.log(cand_ref.model_id, gate.dataset)
@@ -345,9 +348,8 @@ def _log_diagnosis(base_scores: pd.DataFrame, cand_scores: pd.DataFrame, labels:
     )
     report = diagnose(names, probs, y, classes)
     tracking.log_json(report, "gate/diagnose.json")
-    import mlflow
 
-    mlflow.log_text("\n".join(f"- {line}" for line in report["explanation"]), "gate/diagnose.md")
+    tracking.log_text("\n".join(f"- {line}" for line in report["explanation"]), "gate/diagnose.md")
     return report
 
 

@@ -160,6 +160,7 @@ class GateSession:
         self.started: list[str] = []  # the runs this gate opened: the gate run first, then remediation runs
         self.experiment_id = ""
         self.owner = ""  # what the runs it leaves RUNNING belong to, for the error message
+        self.run_name = ""  # the name the gate run started with (its verdict leads it once decided)
         self.token = uuid.uuid4().hex  # tags every run it creates (tracking.TAG_SESSION)
 
     def __enter__(self) -> GateSession:
@@ -208,6 +209,7 @@ class GateSession:
                 f"cannot start an MLflow run on {redact_credentials(self.uri)}: {exc}"
             ) from None
         self.started.append(run.info.run_id)
+        self.run_name = run_name
         tracking.close_orphaned_runs(self.client, run.info.run_id)
         tracking.close_lost_runs(self.client, self.experiment_id, self.token, self.started)  # a retried create's twin
         return run.info.run_id
@@ -226,17 +228,17 @@ class GateSession:
     def log_verdict(self, result: GateResult, decision: Decision, diagnosis: dict | None = None) -> None:
         """The verdict's artifacts in the gate run (:meth:`log_report`), and its name led by the verdict."""
         self.log_report(result, decision, diagnosis)
-        run = self.client.get_run(self.run_id)
         # the verdict and the failed rules first: the MLflow UI's runs list cuts a long name at its width
-        self.client.update_run(self.run_id, name=run_title(result, run.info.run_name))
+        self.client.update_run(self.run_id, name=run_title(result, self.run_name))
 
     def log_report(self, result: GateResult, decision: Decision, diagnosis: dict | None = None) -> None:
         """``gate/report.json``, ``gate/report.html`` (kept in ``result.html``), the run's tags and
         its description, from ``result`` as it stands (logged again after a promotion)."""
         report = result.to_dict()
-        tracking.log_json(report, "gate/report.json")
         result.html = decision.html(report, diagnosis)
-        tracking.log_html(result.html, "gate/report.html")
+        with tracking.uploads():
+            tracking.log_json(report, "gate/report.json")
+            tracking.log_html(result.html, "gate/report.html")
         tag_run(report)
         tracking.describe_run(verdict_markdown(report))
 

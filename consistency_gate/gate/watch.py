@@ -55,6 +55,7 @@ RECENT = 50  # outcomes the status keeps
 START = "the listener's start"  # what woke the first reconcile of a model
 LEFT = (f"@{DEFAULT_ALIAS} on v", f"@{DEFAULT_ALIAS} of")  # how the guard says it moved nothing
 RETRY_S, RETRY_MAX_S = 30.0, 3600.0  # a gate that ended in an error is tried again after 30 s, 60 s, ... 1 h
+UNREAD = "unread"  # gate()'s holds when the caller has not read @champion
 
 
 class WatchedModel(BaseModel):
@@ -181,10 +182,12 @@ class Watcher:
         self.stopped = threading.Event()
         self.ended: dict[str, GateRecord | None] = {}  # the records of ended runs, read once (gate_records)
         self.repairs: dict[tuple[str, str], bool] = {}  # (model, version) -> registered by a gate (a repair)
+        self.first: dict[str, int] = {}  # model -> the first version it gates (since:), once resolved
+        self.experiments: dict[str, str] = {}  # model -> its gate experiment's id, once it exists
         self.retries: dict[tuple[str, str], tuple[int, float, str]] = {}  # looked at again later: tries, when, why
-        self.woken_by: dict[str, str] = {}  # model -> what woke its last reconcile (an event, the timer, ...)
         self.state: dict = {"started": time.time(), "mode": self.mode, "holder": self.holder, "running": None,
-                            "last_event": None, "last_reconcile": None, "done": deque(maxlen=RECENT)}  # fmt: skip
+                            "last_event": None, "last_reconcile": None, "done": deque(maxlen=RECENT),
+                            "woken": {}}  # fmt: skip  # woken: model -> what woke its last reconcile, and when
         self.threads = [
             threading.Thread(target=self._keep_leases, name="consistency-gate-leases", daemon=True),
             threading.Thread(target=self._work, args=(self.guards, self._guard), name="consistency-gate-guard",
@@ -273,7 +276,7 @@ class Watcher:
             lease.wake(f"{event.kind} v{event.version}")
             holder = lease.observed.holder if lease.observed else None
             return f"not the holder of the lease on '{event.model}' ({holder or 'no one yet'}): left it a wake-up"
-        self.woken_by[event.model] = f"{event.kind}, delivery {event.delivery_id}"
+        self.state["woken"][event.model] = {"at": time.time(), "why": f"{event.kind}, delivery {event.delivery_id}"}
         if part == "alias":
             self.guards.add(Guard(event.model, event.version, event))
         else:
@@ -283,12 +286,11 @@ class Watcher:
     def wake(self, name: str, why: str) -> None:
         """Reconcile model ``name``: its alias first (a gate compares against it), then its versions."""
         model = self.models[name]
-        self.woken_by[name] = why
+        self.state["woken"][name] = {"at": time.time(), "why": why}
         if model.guard:
             self.guards.add(Guard(name))
         if model.gate:
             self.gates.add(name)
-        self.state["last_reconcile"] = {"at": time.time(), "why": why}
 
     def wake_all(self, why: str) -> None:
         """Reconcile every model this listener holds the lease of."""
@@ -321,7 +323,8 @@ class Watcher:
 
     def status(self) -> dict:
         """What ``/health`` answers: healthy while the threads run; the mode, the leases, the queues, the job
-        running, the last event and reconcile, the gates waiting to be tried again, and the last outcomes."""
+        running, the last event, what last woke each model, the last reconcile of versions, the gates waiting to be
+        tried again, the worker, and the last outcomes."""
         leases = {
             name: {"held": lease.held, "generation": lease.generation or (lease.observed and lease.observed.generation),
                    "holder": lease.observed.holder if lease.observed else None}
@@ -334,6 +337,7 @@ class Watcher:
             "leases": leases,
             "queue": {"guard": len(self.guards), "gates": len(self.gates)},
             "retries": retries,
+            "worker": {"ready": self.worker.ready, "started": self.worker.started, "log": str(self.worker.log)},
             **{k: (list(v) if isinstance(v, deque) else v) for k, v in self.state.items()},
         }
 
@@ -391,26 +395,26 @@ class Watcher:
 
     # ----------------------------------------------------------------------------------------------------- gates
 
-    def missing(self, name: str) -> list[str]:
+    def missing(self, name: str) -> tuple[list[str], str | None]:
         """The versions of model ``name`` that should have a gate record and have none, oldest first: from its
         starting point (``since``) on, neither gated nor registered by a gate (a repair), nor the version the alias
-        holds with authority (where the team started), nor waiting to be tried again after an error."""
-        from consistency_gate.mlops.registry import version_numbers
-
+        holds with authority (where the team started), nor waiting to be tried again after an error; and the
+        version ``@champion`` holds (None: unset)."""
         records = self._records(name)
         holds = read_alias(self.client, name, DEFAULT_ALIAS)
         known = {r.candidate for r in records} | {r.registered for r in records if r.registered}
         known |= {r.baseline for r in records if r.baseline}
         if holds is not None and authority(records).allows(holds):
             known.add(holds)
-        numbers = version_numbers(self.client, name)
-        since = self._since(name, holds, numbers)
+        versions = {int(v.version): v.run_id for v in self.client.search_model_versions(f"name='{name}'")}
+        since = self._since(name, holds, list(versions))
         now = time.time()
-        return [
-            str(v) for v in numbers
-            if v >= since and str(v) not in known and not self._registered_by_a_gate(name, str(v))
+        missing = [
+            str(v) for v, run_id in sorted(versions.items())
+            if v >= since and str(v) not in known and not self._registered_by_a_gate(name, str(v), run_id)
             and self.retries.get((name, str(v)), (0, 0.0, ""))[1] <= now
         ]  # fmt: skip
+        return missing, holds
 
     def _since(self, name: str, holds: str | None, numbers: list[int]) -> int:
         """The first version the listener gates: the config's number, else the model's tag, which the first
@@ -418,30 +422,38 @@ class Watcher:
         since = self.models[name].since
         if isinstance(since, int):
             return since
-        tag = (self.client.get_registered_model(name).tags or {}).get(TAG_SINCE, "")
-        if tag.isdigit():
-            return int(tag)
-        first = {"all": 1, "champion": int(holds) + 1 if holds else 1, "new": max(numbers, default=0) + 1}[since]
-        self.client.set_registered_model_tag(name, TAG_SINCE, str(first))
-        self._said(f"since {name}", f"gating the versions from v{first} on (since: {since}; tag {TAG_SINCE})")
-        return first
+        if name not in self.first:
+            tag = (self.client.get_registered_model(name).tags or {}).get(TAG_SINCE, "")
+            if not tag.isdigit():
+                first = {"all": 1, "champion": int(holds) + 1 if holds else 1, "new": max(numbers, default=0) + 1}
+                tag = str(first[since])
+                self.client.set_registered_model_tag(name, TAG_SINCE, tag)
+                self._said(f"since {name}", f"gating the versions from v{tag} on (since: {since}; tag {TAG_SINCE})")
+            self.first[name] = int(tag)
+        return self.first[name]
 
-    def _registered_by_a_gate(self, name: str, version: str) -> bool:
+    def _experiment(self, name: str) -> str | None:
+        """The id of model ``name``'s gate experiment (None: no gate has run), kept once found."""
+        if name not in self.experiments:
+            found = self.client.get_experiment_by_name(experiment_name(name))
+            if found is None:
+                return None
+            self.experiments[name] = found.experiment_id
+        return self.experiments[name]
+
+    def _registered_by_a_gate(self, name: str, version: str, run_id: str | None) -> bool:
         """Whether a version's run is a gate's (a repair a gate registered): the model's gate experiment."""
         if (name, version) not in self.repairs:
-            run_id = self.client.get_model_version(name, version).run_id
-            experiment = self.client.get_experiment_by_name(experiment_name(name))
+            experiment = self._experiment(name) if run_id else None
             self.repairs[(name, version)] = bool(
-                run_id
-                and experiment is not None
-                and self.client.get_run(run_id).info.experiment_id == experiment.experiment_id
+                experiment is not None and self.client.get_run(run_id).info.experiment_id == experiment
             )
         return self.repairs[(name, version)]
 
     def _gate_next(self, name: str) -> tuple[str, str] | None:
         """Gate the oldest version of ``name`` that misses its gate record, then queue the model again while any
         is left (each gate re-reads the registry: what another gate did meanwhile counts)."""
-        missing = self.missing(name)
+        missing, holds = self.missing(name)
         if not missing:
             waiting = [v for (m, v) in self.retries if m == name]
             self.state["last_reconcile"] = {"at": time.time(), "model": name, "missing": [], "retrying": waiting}
@@ -450,27 +462,34 @@ class Watcher:
         job = f"gate {name} v{version}"
         self.state["running"] = {"job": job, "since": time.time()}
         try:
-            said = self.gate(name, version, f"a reconcile ({self.woken_by.get(name, START)})")
+            woken = self.state["woken"].get(name, {}).get("why", START)
+            said = self.gate(name, version, f"a reconcile ({woken})", holds)
         finally:
             self.state["running"] = None
         if len(missing) > 1:
             self.gates.add(name)
         return job, said
 
-    def gate(self, name: str, version: str, why: str = "a reconcile") -> str:
+    def gate(self, name: str, version: str, why: str = "a reconcile", holds: str | None = UNREAD) -> str:
         """Gate version ``version`` of ``name`` as ``check`` does, in the warm worker; what it decided, in words.
         A gate of it still running (started by a listener that died) is ended first if its process is gone, else
         left to end; a version older than the one ``@champion`` holds is not promoted."""
         from consistency_gate.gate.worker import WorkerEnded
+        from consistency_gate.mlops.registry import is_not_found
 
         model, lease = self.models[name], self.leases[name]
         running = self._running_gate(name, version)
         if running is not None:
             return running
-        holds = read_alias(self.client, name, DEFAULT_ALIAS)
+        holds = read_alias(self.client, name, DEFAULT_ALIAS) if holds is UNREAD else holds
         promote = model.promote and (holds is None or not holds.isdigit() or int(version) > int(holds))
         started_by = f"registry: {why}"
-        self.client.set_model_version_tag(name, version, TAG_STARTED_BY, started_by)
+        try:
+            self.client.set_model_version_tag(name, version, TAG_STARTED_BY, started_by)
+        except Exception as exc:  # noqa: BLE001 - MLflow's own kinds; not found is the registry's state, not a fault
+            if is_not_found(exc):
+                return f"v{version} is not registered now (deleted meanwhile): nothing to gate"
+            raise
         with tempfile.TemporaryDirectory() as folder:
             report = Path(folder) / "report.json"
             args = ["check", "--model", name, "--candidate", version, "--data", str(model.data), "--tracking-uri",
@@ -509,11 +528,11 @@ class Watcher:
         RUNNING by a process that has ended (a listener killed with its worker) is ended FAILED and gated again."""
         from consistency_gate.mlops.tracking import TAG_HOST, TAG_PID, close_runs, process_alive
 
-        experiment = self.client.get_experiment_by_name(experiment_name(name))
+        experiment = self._experiment(name)
         if experiment is None:
             return None
         query = f"attributes.status = 'RUNNING' and attributes.run_name = 'gate {name} v{version}'"
-        for run in self.client.search_runs([experiment.experiment_id], filter_string=query, max_results=10):
+        for run in self.client.search_runs([experiment], filter_string=query, max_results=10):
             tags, run_id = run.data.tags, run.info.run_id
             pid, here = tags.get(TAG_PID, ""), tags.get(TAG_HOST) == socket.gethostname()
             if here and pid.isdigit() and process_alive(int(pid)):

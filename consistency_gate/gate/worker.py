@@ -6,9 +6,9 @@ fresh process's start.
 The worker is the crash boundary: a gate that kills it (a model's native code, the memory running out) ends the
 worker, not the listener, which says so, starts a new worker and gates the version again; a gate that decided
 before it died is a record already (its report, its promotion unknown) and is not gated again. The worker ends
-with its listener (its requests' pipe closes; on Linux the kernel also kills it when the listener dies), so a gate
-never outlives the listener that started it, and a restarted listener's reconcile finds the killed gate's run and
-gates the version once more.
+with its listener, even mid-gate (on Linux the kernel kills it with its parent; elsewhere it sees its parent gone
+within half a second), so a gate never outlives the listener that started it, and a restarted listener's
+reconcile finds the killed gate's run and gates the version once more.
 
     worker = GateWorker()
     code, said = worker.run(["check", "--model", "fraud-clf", "--candidate", "7", ...], {"X": "y"})
@@ -44,6 +44,7 @@ class GateWorker:
         self.replies: io.TextIOWrapper | None = None
         self.lock = threading.Lock()
         self.started = 0  # workers started (1 + restarts)
+        self.ready = False  # a worker has imported what a gate needs and waits for one
 
     @property
     def log(self) -> Path:
@@ -64,6 +65,7 @@ class GateWorker:
         self.started += 1
         if not self.replies.readline():
             raise WorkerEnded(f"the gate worker ended while starting (exit {self.proc.wait()}): {self.last_words()}")
+        self.ready = True
 
     def run(self, argv: list[str], env: dict[str, str]) -> tuple[int, str]:
         """Run ``consistency-gate ARGV`` in the worker with ``env`` set; its exit code and the last line it wrote
@@ -79,7 +81,7 @@ class GateWorker:
                 reply = ""
             if not reply:
                 code = self.proc.wait()
-                self.proc = None
+                self.proc, self.ready = None, False
                 how = f"signal {-code}" if code < 0 else f"exit {code}"
                 raise WorkerEnded(f"the gate worker ended ({how}) during the gate: {self.last_words()}")
             said = json.loads(reply)

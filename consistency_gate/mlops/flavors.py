@@ -130,7 +130,7 @@ def _native(flavor: str) -> Callable[[ModelRef, list[str] | None, TensorInput | 
     (:func:`estimator_scorer`): its scorer and the columns it takes as categories."""
 
     def load(ref: ModelRef, hint: list[str] | None, tensor: TensorInput | None) -> tuple[Scorer, tuple]:
-        model = importlib.import_module(f"mlflow.{flavor}").load_model(ref.uri)
+        model = importlib.import_module(f"mlflow.{flavor}").load_model(ref.artifacts)
         return estimator_scorer(ref, model, hint), categorical_columns(model)
 
     return load
@@ -279,7 +279,7 @@ def _torch_scorer(ref: ModelRef, classes_hint: list[str] | None, tensor: TensorI
     classes = named_classes(ref, classes_hint, "a PyTorch model")
     logits = _outputs_logits(ref, default=True)
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    model = mlflow.pytorch.load_model(ref.uri, map_location=device)
+    model = mlflow.pytorch.load_model(ref.artifacts, map_location=device)
     with contextlib.suppress(NotImplementedError):  # exported (pt2) graphs have no train/eval modes
         model.eval()
     # an exported (pt2) program, what MLflow 3 logs by default, loads on the CPU whatever map_location says
@@ -333,7 +333,7 @@ def _outputs_logits(ref: ModelRef, default: bool | None) -> bool | None:
 def _pyfunc_scorer(ref: ModelRef, classes_hint: list[str] | None, tensor: TensorInput | None) -> tuple[Scorer, tuple]:
     import mlflow.pyfunc
 
-    model = mlflow.pyfunc.load_model(ref.uri)
+    model = mlflow.pyfunc.load_model(ref.artifacts)
     logits = _outputs_logits(ref, default=None)
 
     def score(features: pd.DataFrame) -> Output:

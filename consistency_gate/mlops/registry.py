@@ -42,11 +42,17 @@ class ModelRef:
     tags: dict[str, str] = field(default_factory=dict)
     model_id: str | None = None  # the MLflow 3 logged model behind the version (its page shows linked metrics)
     source: str | None = None  # a model that is not a registered version: its URI (``models:/m-...``)
+    local: str | None = None  # the folder its artifacts were downloaded to, once loaded (mlops/scoring.py)
 
     @property
     def uri(self) -> str:
         """``models:/NAME/VERSION`` (or the unregistered model's ``source`` URI)."""
         return self.source or f"models:/{self.name}/{self.version}"
+
+    @property
+    def artifacts(self) -> str:
+        """Where to load the model from: the folder it was downloaded to, else its URI."""
+        return self.local or self.uri
 
     def to_dict(self) -> dict:
         """As in the JSON report."""
@@ -65,14 +71,10 @@ def resolve_version(client: MlflowClient, name: str, spec: str | None) -> ModelR
     from mlflow.exceptions import MlflowException
 
     try:
-        client.get_registered_model(name)
-    except MlflowException as exc:
-        store = redact_credentials(mlflow_tracking_uri())
-        _reraise(exc, f"registered model '{name}' not found in {store}; check --model and --tracking-uri")
-    try:
         if spec is None:
             versions = client.search_model_versions(f"name='{name}'")
             if not versions:
+                _require_model(client, name)
                 raise ModelError(f"model '{name}' has no versions; register one first")
             mv = max(versions, key=lambda v: int(v.version))
             alias = None
@@ -87,9 +89,22 @@ def resolve_version(client: MlflowClient, name: str, spec: str | None) -> ModelR
                 raise ModelError(f"model '{name}': version '{spec}' not found; {registered_versions(client, name)}")
             mv = client.get_model_version(name, spec)
     except MlflowException as exc:
+        _require_model(client, name)  # the model itself missing is the first thing to say
         what = f"alias '@{spec[1:]}' is not set" if spec and spec.startswith("@") else f"version '{spec}' not found"
         _reraise(exc, f"model '{name}': {what}; {registered_versions(client, name)}")
     return ModelRef(name, str(mv.version), alias, mv.run_id, dict(mv.tags or {}), logged_model_id(mv))
+
+
+def _require_model(client: MlflowClient, name: str) -> None:
+    """ModelError (exit 4) when no registered model is named ``name`` (asked only once a look-up failed: a gate
+    that finds its versions pays no request for it)."""
+    from mlflow.exceptions import MlflowException
+
+    try:
+        client.get_registered_model(name)
+    except MlflowException as exc:
+        store = redact_credentials(mlflow_tracking_uri())
+        _reraise(exc, f"registered model '{name}' not found in {store}; check --model and --tracking-uri")
 
 
 def is_number(text: str) -> bool:

@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import re
 import warnings
+from collections import OrderedDict
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -26,7 +27,7 @@ from consistency_gate.errors import DataError, GateError, ModelError, TrackingEr
 from consistency_gate.io.casts import cast_to_signature
 from consistency_gate.io.tensors import TensorInput, array_column
 from consistency_gate.mlops.flavors import FLAVORS, Output, Scorer, flavor_of
-from consistency_gate.mlops.registry import ModelRef
+from consistency_gate.mlops.registry import CLASSES_TAG, OUTPUTS_TAG, ModelRef
 from consistency_gate.mlops.store import looks_unreachable
 
 if TYPE_CHECKING:
@@ -47,10 +48,24 @@ class LoadedModel:
     categorical: tuple[str, ...] = ()  # the columns it takes as pandas categories (gradient-boosted trees)
 
 
+_KEPT: OrderedDict[tuple, LoadedModel] = OrderedDict()  # the versions a long-lived process keeps loaded
+_KEEP = [0]  # how many (keep_loaded)
+
+
+def keep_loaded(count: int) -> None:
+    """Keep up to ``count`` registered versions loaded in this process, the most recently used (a process that
+    gates again and again, the listener's worker: the champion a gate compares against is the next gate's
+    baseline too). A version's artifacts never change once registered; the tags that say what its outputs mean
+    are part of what is kept. 0 (the default): load each time."""
+    _KEEP[0] = count
+    while len(_KEPT) > count:
+        _KEPT.popitem(last=False)
+
+
 def load_model(ref: ModelRef, classes_hint: list[str] | None = None) -> LoadedModel:
     """Load a version as a scorer, with the first flavor it was logged with of the table
     :data:`~consistency_gate.mlops.flavors.FLAVORS` (lightgbm, xgboost, catboost, sklearn, pytorch,
-    python_function).
+    python_function); a version kept loaded (:func:`keep_loaded`) is not loaded again.
 
     Example::
 
@@ -60,12 +75,31 @@ def load_model(ref: ModelRef, classes_hint: list[str] | None = None) -> LoadedMo
     """
     import mlflow
 
+    meaning = tuple(sorted((k, v) for k, v in ref.tags.items() if k in (CLASSES_TAG, OUTPUTS_TAG)))
+    key = (mlflow.get_registry_uri(), ref.name, ref.version, ref.model_id, meaning, tuple(classes_hint or ()))
+    if ref.source is None and key in _KEPT:
+        _KEPT.move_to_end(key)
+        return _KEPT[key]
+    loaded = _load(ref, classes_hint)
+    if ref.source is None and _KEEP[0]:
+        _KEPT[key] = loaded
+        keep_loaded(_KEEP[0])
+    return loaded
+
+
+def _load(ref: ModelRef, classes_hint: list[str] | None) -> LoadedModel:
+    """The version's artifacts downloaded once (its MLmodel, then its flavor loaded from the same folder: one
+    download where reading the metadata and loading were two), and its scorer."""
+    import mlflow
+
     try:
-        info = mlflow.models.get_model_info(ref.uri)
+        local = mlflow.artifacts.download_artifacts(ref.uri)
+        info = mlflow.models.Model.load(local)
     except Exception as exc:  # noqa: BLE001 - MLflow raises many kinds here
         if looks_unreachable(exc):
             raise TrackingError(f"cannot reach the store to load {ref.uri}: {exc}") from None
         raise ModelError(f"{ref.uri}: cannot read the model's metadata ({exc})") from None
+    ref = replace(ref, local=local)
     flavors = info.flavors or {}
     features, types = _signature_features(info.signature)
     tensor = _signature_tensor(info.signature)

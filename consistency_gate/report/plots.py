@@ -210,7 +210,8 @@ def png_bytes(fig: Figure, dpi: int = 100) -> bytes:
     import io
 
     buffer = io.BytesIO()
-    fig.savefig(buffer, format="png", dpi=dpi)
+    # zlib's fastest level: a third less time than its default for a tenth more bytes (a gate draws three)
+    fig.savefig(buffer, format="png", dpi=dpi, pil_kwargs={"compress_level": 1})
     plt.close(fig)
     return buffer.getvalue()
 
