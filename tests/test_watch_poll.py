@@ -84,3 +84,17 @@ def test_a_store_without_webhooks_is_polled_and_register_there_is_refused(polled
         "(mlflow server) only: polling it every 30 s (--poll SECONDS to choose)"
     )
     assert proc.stderr.strip().splitlines()[-1].startswith(f"error: port {polled['listener'].port} is in use")
+
+
+def test_a_watch_config_whose_data_lacks_its_columns_is_refused_before_listening(polled, tmp_path):
+    data = polled["root"] / "eval.csv"
+    (tmp_path / "watch.yaml").write_text(f"models:\n  - {{name: {MODEL}, data: {data}, id_column: sample}}\n")
+    proc = run_cli("watch", "--config", tmp_path / "watch.yaml", "--tracking-uri", polled["uri"], "--poll", "5")
+    assert proc.returncode == 3
+    assert (
+        proc.stderr.strip()
+        .splitlines()[-1]
+        .startswith(
+            f"error: {data}: no column 'sample' (the id_column of '{MODEL}' in the watch config); its columns: "
+        )
+    )

@@ -31,6 +31,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Hashable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Literal
@@ -179,6 +180,7 @@ class Watcher:
         }
         self.guards, self.gates = WorkQueue(), WorkQueue()
         self.worker = GateWorker()
+        self.pool = ThreadPoolExecutor(4, thread_name_prefix="consistency-gate-read")  # reads made side by side
         self.stopped = threading.Event()
         self.ended: dict[str, GateRecord | None] = {}  # the records of ended runs, read once (gate_records)
         self.repairs: dict[tuple[str, str], bool] = {}  # (model, version) -> registered by a gate (a repair)
@@ -251,6 +253,7 @@ class Watcher:
         for thread in self.threads[1:3]:
             thread.join(wait_s)
         self.worker.stop()
+        self.pool.shutdown(wait=False)
         for lease in self.leases.values():
             lease.release()
 
@@ -400,13 +403,15 @@ class Watcher:
         starting point (``since``) on, neither gated nor registered by a gate (a repair), nor the version the alias
         holds with authority (where the team started), nor waiting to be tried again after an error; and the
         version ``@champion`` holds (None: unset)."""
-        records = self._records(name)
-        holds = read_alias(self.client, name, DEFAULT_ALIAS)
+        # three reads of the registry at once: each is a round trip to the tracking server
+        reads = [self.pool.submit(self._records, name), self.pool.submit(read_alias, self.client, name, DEFAULT_ALIAS),
+                 self.pool.submit(self.client.search_model_versions, f"name='{name}'")]  # fmt: skip
+        records, holds, found = (read.result() for read in reads)
         known = {r.candidate for r in records} | {r.registered for r in records if r.registered}
         known |= {r.baseline for r in records if r.baseline}
         if holds is not None and authority(records).allows(holds):
             known.add(holds)
-        versions = {int(v.version): v.run_id for v in self.client.search_model_versions(f"name='{name}'")}
+        versions = {int(v.version): v.run_id for v in found}
         since = self._since(name, holds, list(versions))
         now = time.time()
         missing = [
