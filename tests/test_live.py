@@ -356,3 +356,16 @@ def test_shadow_check_reads_a_sagemaker_shadow_test_capture(store, tmp_path):
     table = shadow(store, *args, "--capture", tmp_path / "table")
     assert proc.returncode == table.returncode and proc.returncode in (0, 1), proc.stderr
     assert json.loads(proc.stdout)["metrics"] == json.loads(table.stdout)["metrics"]
+
+
+def test_shadow_serve_refuses_a_capture_under_a_file_and_a_port_out_of_range_in_one_line(tmp_path):
+    taken = tmp_path / "answers.csv"
+    taken.write_text("id\n")
+    for capture in (taken, taken / "parts"):
+        proc = run_cli("shadow", "serve", "--model", "m", "--capture", capture, "--tracking-uri", "sqlite:///none.db")
+        assert proc.returncode == 2 and proc.stderr == (
+            f"error: --capture {capture}: {taken} is a file, not a folder; give a folder for the capture's Parquet "
+            "parts (made if it is not there)\n"
+        )
+    proc = run_cli("shadow", "serve", "--model", "m", "--capture", tmp_path / "c", "--port", "99999")
+    assert proc.returncode == 2 and "'--port': 99999 is not in the range 0<=x<=65535" in proc.stderr

@@ -25,7 +25,7 @@ def shadow() -> None:
     "--capture", required=True, type=click.Path(path_type=Path), help="Folder of the capture's Parquet parts."
 )
 @click.option("--host", default="127.0.0.1", show_default=True)
-@click.option("--port", type=int, default=5001, show_default=True)
+@click.option("--port", type=click.IntRange(0, 65535), default=5001, show_default=True)
 @click.option("--roll-rows", type=click.IntRange(min=1), default=10_000, show_default=True, help="Rows per part.")
 @click.option(
     "--roll-seconds", type=click.FloatRange(min=0.1), default=60.0, show_default=True, help="Seconds per part."
@@ -43,8 +43,10 @@ def shadow_serve(
     """Answer with the champion on MLflow's scoring protocol (POST /invocations), score the candidate off the
     request path, and capture both answers (id, time, champion, candidate) until SIGTERM."""
     from consistency_gate.gate.live import shadow_serve as run_server
+    from consistency_gate.io.capture_writer import capture_folder
     from consistency_gate.mlops.shadow_server import ServeOptions
 
+    capture_folder(capture)  # a file where the folder should be: one line, before any model loads
     names = tuple(c.strip() for c in classes.split(",")) if classes else None
     options = ServeOptions(host, port, roll_rows, roll_seconds, candidate_timeout, drain_seconds)
     summary = run_server(model, candidate, champion, capture, tracking_uri, options, names)

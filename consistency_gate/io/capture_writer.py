@@ -23,11 +23,31 @@ from pathlib import Path
 
 import pandas as pd
 
-from consistency_gate.errors import one_line
+from consistency_gate.errors import UsageError, one_line
 
 JOURNAL = ".journal.jsonl"
 COLUMNS = ("id", "time", "champion", "candidate", "candidate_error")
 UNSCORED = "not scored: the server ended before the candidate answered"  # a journaled request's, until captured
+
+
+def capture_folder(folder: str | Path) -> Path:
+    """``folder`` as a capture's folder (made if it is not there); a UsageError (exit 2) naming it when it, or a
+    folder above it, is a file.
+
+    >>> import tempfile; taken = Path(tempfile.mkdtemp()) / "answers.csv"; _ = taken.write_text("id")
+    >>> capture_folder(taken / "parts")
+    Traceback (most recent call last):
+    ...
+    consistency_gate.errors.UsageError: --capture .../answers.csv/parts: .../answers.csv is a file, not a folder; ...
+    """
+    folder = Path(folder)
+    for place in (folder, *folder.parents):
+        if place.exists() and not place.is_dir():
+            raise UsageError(
+                f"--capture {folder}: {place} is a file, not a folder; give a folder for the capture's Parquet parts "
+                "(made if it is not there)"
+            )
+    return folder
 
 
 class CaptureWriter:
@@ -46,7 +66,7 @@ class CaptureWriter:
     """
 
     def __init__(self, folder: str | Path, roll_rows: int = 10_000, roll_seconds: float = 60.0) -> None:
-        self.folder = Path(folder)
+        self.folder = capture_folder(folder)
         self.folder.mkdir(parents=True, exist_ok=True)
         taken = [
             int(p.stem.split("-")[1]) for p in self.folder.glob("part-*.parquet") if p.stem.split("-")[1].isdigit()
