@@ -3,11 +3,12 @@ the registry) to its gate's verdict (the event woke the reconcile, the warm work
 as a fresh ``consistency-gate check`` process (what the listener ran before its worker), alternating; and from a
 hand move of ``@champion`` to a version nothing authorized to the alias read back where it was, with the listener
 idle and while a gate runs (a model that answers only once the script lets it); the model a digits classifier
-(scikit-learn's 1,797 samples, 10 classes, all of them the evaluation set). A real ``mlflow server`` (SQLite,
-two workers, its webhook cache at 1 s so that the first minute's events are delivered too) sends its webhooks to
-a real listener. Prints each round and the medians, p90 and the ratio (seconds, wall clock).
+(scikit-learn's 1,797 samples, 10 classes, all of them the evaluation set). A real ``mlflow server`` (SQLite, two
+workers, its webhook cache at 1 s so that the first minute's events are delivered too; MLflow's default uvicorn
+backend, or gunicorn with ``--server gunicorn``) sends its webhooks to a real listener. Prints each round and the
+medians, p90 and the ratio (seconds, wall clock).
 
-    python benchmarks/watch_latency.py [--rounds 10]
+    python benchmarks/watch_latency.py [--rounds 10] [--server uvicorn|gunicorn]
 """
 
 from __future__ import annotations
@@ -126,6 +127,8 @@ def summary(name: str, values: list[float]) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=10)
+    parser.add_argument("--server", choices=["uvicorn", "gunicorn"], default="uvicorn",
+                        help="the tracking server: MLflow's default backend or gunicorn (--gunicorn-opts)")  # fmt: skip
     args = parser.parse_args()
     from cryptography.fernet import Fernet
 
@@ -138,7 +141,8 @@ def main() -> None:
     uri, listener = f"http://127.0.0.1:{port}", f"http://127.0.0.1:{listen}"
     server = started([sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port", str(port),
                       "--backend-store-uri", f"sqlite:///{root / 'mlflow.db'}", "--artifacts-destination",
-                      str(root / "artifacts"), "--workers", "2"], server_env,
+                      str(root / "artifacts"), "--workers", "2",
+                      *(["--gunicorn-opts", "--workers 2"] if args.server == "gunicorn" else [])], server_env,
                      lambda: health(uri) is not None)  # fmt: skip
     watch = None
     try:
