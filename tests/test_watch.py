@@ -178,7 +178,7 @@ def test_a_hand_move_during_a_gate_is_moved_back_while_the_gate_runs(watched, tm
     until(lambda: listener.did(f"gate {MODEL} v{poor}"), "the poor version gated")
     release = tmp_path / "release"
     waiting = register_waiting(client, MODEL, release)
-    until(lambda: (listener.health()["running"] or {}).get("job") == f"gate {MODEL} v{waiting}", "the gate running")
+    until(lambda: gate_runs(client, MODEL, waiting, decided_only=False), "the gate's run started (its baseline read)")
     started = time.perf_counter()
     client.set_registered_model_alias(MODEL, "champion", poor)  # by hand, while the gate waits
     done = until(lambda: listener.did(f"REVERTED @champion v{poor} -> v{before}"), "the revert")
@@ -186,7 +186,12 @@ def test_a_hand_move_during_a_gate_is_moved_back_while_the_gate_runs(watched, tm
     assert champion(client, MODEL) == before and done["job"] == f"guard {MODEL} v{poor}"
     assert listener.health()["running"]["job"] == f"gate {MODEL} v{waiting}"  # the gate still runs
     release.touch()
-    until(lambda: listener.did(f"gate {MODEL} v{waiting}"), "the gate ended")
+    gated = until(lambda: listener.did(f"gate {MODEL} v{waiting}"), "the gate ended")
+    assert gated["said"].startswith("passed") and gated["said"].endswith(": promoted"), gated
+    # its promotion came after the revert, though its run started before: the guard leaves it (moves in move order)
+    left = until(lambda: listener.did(f"guard {MODEL} v{waiting}"), "the guard saw the gate's promotion")
+    assert left["said"].startswith(f"@champion on v{waiting}: left"), left
+    assert champion(client, MODEL) == waiting
     description = client.get_model_version(MODEL, poor).description.split("\n\n")
     assert description[0].startswith("FAILED") and description[1].startswith("REVERTED: @champion was moved to v")
     revert = client.search_runs(

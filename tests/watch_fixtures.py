@@ -55,34 +55,33 @@ def register(client: MlflowClient, name: str, poor: bool = False) -> str:
 
 def register_waiting(client: MlflowClient, name: str, release: Path) -> str:
     """Register a model whose gate runs until the file ``release`` exists (its predictions wait for it), then
-    answers as a petal-length rule that agrees with the iris regressions; its version."""
+    answers as a logistic regression of the iris set (as :func:`register`'s: it passes a gate against them); its
+    version."""
     import mlflow
     import numpy as np
     from mlflow.models import infer_signature
+    from sklearn.linear_model import LogisticRegression
 
     class Waits(mlflow.pyfunc.PythonModel):
-        def __init__(self, release: str) -> None:
-            self.release = release
+        def __init__(self, release: str, model: LogisticRegression) -> None:
+            self.release, self.model = release, model
 
         def predict(self, context, model_input, params=None):
             import os
             import time
 
-            import numpy as np
             import pandas as pd
 
             while not os.path.exists(self.release):  # the test's signal, not a clock
                 time.sleep(0.05)
-            length = model_input["petal_length"].to_numpy()
-            votes = np.stack([length < 2.5, (length >= 2.5) & (length < 4.9), length >= 4.9], axis=1)
-            scores = votes.astype(float) * 0.9 + 0.05
-            return pd.DataFrame(scores / scores.sum(1, keepdims=True), columns=["setosa", "versicolor", "virginica"])
+            return pd.DataFrame(self.model.predict_proba(model_input), columns=list(self.model.classes_))
 
-    x, _ = iris_frames()
+    x, y = iris_frames()
+    fitted = LogisticRegression(max_iter=500).fit(x, y)
     with mlflow.start_run(experiment_id=_training(client)):
         info = mlflow.pyfunc.log_model(
-            name="model", python_model=Waits(str(release)), registered_model_name=name, pip_requirements=["pandas"],
-            signature=infer_signature(x, np.zeros((2, 3))),
+            name="model", python_model=Waits(str(release), fitted), registered_model_name=name,
+            pip_requirements=["pandas", "scikit-learn"], signature=infer_signature(x, np.zeros((2, 3))),
         )  # fmt: skip
     return str(info.registered_model_version)
 

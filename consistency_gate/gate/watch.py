@@ -398,18 +398,20 @@ class Watcher:
 
     # ----------------------------------------------------------------------------------------------------- gates
 
-    def missing(self, name: str) -> tuple[list[str], str | None]:
+    def missing(self, name: str) -> tuple[list[str], str | None, bool]:
         """The versions of model ``name`` that should have a gate record and have none, oldest first: from its
         starting point (``since``) on, neither gated nor registered by a gate (a repair), nor the version the alias
-        holds with authority (where the team started), nor waiting to be tried again after an error; and the
-        version ``@champion`` holds (None: unset)."""
+        holds with authority (where the team started), nor waiting to be tried again after an error; the version
+        ``@champion`` holds (None: unset); and whether the records authorize it (a gate never compares against a
+        version the guard is about to move back)."""
         # three reads of the registry at once: each is a round trip to the tracking server
         reads = [self.pool.submit(self._records, name), self.pool.submit(read_alias, self.client, name, DEFAULT_ALIAS),
                  self.pool.submit(self.client.search_model_versions, f"name='{name}'")]  # fmt: skip
         records, holds, found = (read.result() for read in reads)
         known = {r.candidate for r in records} | {r.registered for r in records if r.registered}
         known |= {r.baseline for r in records if r.baseline}
-        if holds is not None and authority(records).allows(holds):
+        authorized = holds is None or authority(records).allows(holds)
+        if holds is not None and authorized:
             known.add(holds)
         versions = {int(v.version): v.run_id for v in found}
         since = self._since(name, holds, list(versions))
@@ -419,7 +421,7 @@ class Watcher:
             if v >= since and str(v) not in known and not self._registered_by_a_gate(name, str(v), run_id)
             and self.retries.get((name, str(v)), (0, 0.0, ""))[1] <= now
         ]  # fmt: skip
-        return missing, holds
+        return missing, holds, authorized
 
     def _since(self, name: str, holds: str | None, numbers: list[int]) -> int:
         """The first version the listener gates: the config's number, else the model's tag, which the first
@@ -458,7 +460,11 @@ class Watcher:
     def _gate_next(self, name: str) -> tuple[str, str] | None:
         """Gate the oldest version of ``name`` that misses its gate record, then queue the model again while any
         is left (each gate re-reads the registry: what another gate did meanwhile counts)."""
-        missing, holds = self.missing(name)
+        missing, holds, authorized = self.missing(name)
+        if missing and not authorized:  # the guard moves the alias back first: gate against what it restores
+            self.guards.add(Guard(name))
+            self.gates.add_after(name, 2.0)
+            return None
         if not missing:
             waiting = [v for (m, v) in self.retries if m == name]
             self.state["last_reconcile"] = {"at": time.time(), "model": name, "missing": [], "retrying": waiting}

@@ -44,6 +44,8 @@ class GateRecord:
     unreadable: str | None = None  # why its report could not be read: what it saw and did is unknown
     moving: str | None = None  # the version its promotion asked the alias to hold (None: it asked none)
     undoes: bool = False  # a move back to the champion before (a rollback): its report says so
+    moved_at: float | None = None  # when its move of the alias was asked for (its report's promotion ``at``)
+    started: float = 0.0  # when its run started (seconds since the epoch)
 
     @property
     def promoted_version(self) -> str | None:
@@ -90,18 +92,19 @@ def _kept(client: MlflowClient, run: object, ended: dict[str, GateRecord | None]
     run_id = run.info.run_id
     if ended is not None and run_id in ended:
         return ended[run_id]
-    record = _record(client, run_id)
+    record = _record(client, run_id, run.info.start_time / 1000 if run.info.start_time else 0.0)
     if ended is not None and run.info.status in ("FINISHED", "FAILED", "KILLED") and not (record and record.unreadable):
         ended[run_id] = record
     return record
 
 
-def _record(client: MlflowClient, run_id: str) -> GateRecord | None:
+def _record(client: MlflowClient, run_id: str, started: float) -> GateRecord | None:
     """A gate run's record from its report (None for a run without one: a gate that never decided)."""
     try:
         report = _artifact_json(client, run_id, REPORT)
     except UnreadableArtifact as exc:
-        return GateRecord(run_id, "unknown", None, "unknown", "unknown", None, None, None, unreadable=str(exc))
+        return GateRecord(run_id, "unknown", None, "unknown", "unknown", None, None, None, unreadable=str(exc),
+                          started=started)  # fmt: skip
     if report is None or report.get("verdict") == "error" or not report.get("candidate"):
         return None
     base = report.get("baseline") or {}
@@ -123,6 +126,8 @@ def _record(client: MlflowClient, run_id: str) -> GateRecord | None:
         # a rollback's report from before the move's meaning was recorded in it says neither: its kind does
         moving=(report.get("promotion") or {}).get("version") or (candidate if kind == "rollback" else None),
         undoes=report.get("undoes", kind == "rollback"),
+        moved_at=(report.get("promotion") or {}).get("at"),
+        started=started,
     )
 
 

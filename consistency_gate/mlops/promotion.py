@@ -44,7 +44,9 @@ class Promotion:
     ``promoted`` is True only when the alias was read back pointing to ``version``, None (unknown)
     when the move was asked for and the alias could not be read back; ``holds`` is the version the
     alias points to now (None if unset, ``"unknown"`` if it could not be read); ``refused`` is True
-    when the gate did not move it because the baseline had moved.
+    when the gate did not move it because the baseline had moved; ``at`` is when the move was asked
+    for (its pending record: when it was about to be), the order moves are read in
+    (:func:`in_move_order`).
     """
 
     alias: str
@@ -53,6 +55,7 @@ class Promotion:
     holds: str | None
     reason: str = ""
     refused: bool = False
+    at: float | None = None  # when the alias was asked to move (seconds since the epoch; None: it was not)
 
     @property
     def exit_code(self) -> int:
@@ -82,6 +85,7 @@ class Promotion:
             alias, version, None, "unknown",
             f"recorded before @{alias} was moved to v{version}; the gate could not record the move's outcome "
             f"after it: read @{alias} in the registry",
+            at=time.time(),  # the move comes right after: a reader orders it among the others from this
         )  # fmt: skip
 
 
@@ -257,7 +261,7 @@ def promote(
 def _move_alias(client: MlflowClient, name: str, alias: str, version: str) -> Promotion:
     """Ask the registry to move ``@alias`` to ``version`` and read it back; a failed request may
     have gone through, so only the read-back decides."""
-    error, window = None, read_back_s()
+    error, window, asked = None, read_back_s(), time.time()
     try:
         client.set_registered_model_alias(name, alias, version)
     except Exception as exc:  # noqa: BLE001 - the request may have gone through: read it back
@@ -273,19 +277,25 @@ def _move_alias(client: MlflowClient, name: str, alias: str, version: str) -> Pr
             f"asked the registry to move @{alias} to v{version}, then could not read it back for "
             f"{window:.0f} s ({error_line(exc)}): whether it moved is unknown; read @{alias} in the "
             "registry before deploying",
+            at=asked,
         )
     if holds == version:
-        return Promotion(alias, version, True, holds)
+        return Promotion(alias, version, True, holds, at=asked)
     now = f"v{holds}" if holds else "unset"
     if error is None:  # the move went through, and another moved the alias before it was read back
         return Promotion(
             alias, version, False, holds,
             f"moved @{alias} to v{version}, then another gate or a person moved it to {now} before it was read back: "
             f"@{alias} holds {now}",
-            refused=True,
+            refused=True, at=asked,
         )  # fmt: skip
     return Promotion(
-        alias, version, False, holds, f"moving @{alias} to v{version} failed ({error_line(error)}); it is {now}"
+        alias,
+        version,
+        False,
+        holds,
+        f"moving @{alias} to v{version} failed ({error_line(error)}); it is {now}",
+        at=asked,
     )
 
 
@@ -390,6 +400,19 @@ def rollback_target(records: list[GateRecord], current: str, holds: Callable[[st
     return next((v for v in reversed(before) if v != current and not holds(v)), None)
 
 
+def in_move_order(records: list[GateRecord]) -> list[GateRecord]:
+    """The records in the order their moves of the alias happened (``moved_at``; a record without one, by its run's
+    start), where the runs started in another: a revert made while a long gate ran moved the alias before that
+    gate's promotion, though its run started after the gate's.
+
+    >>> r = lambda run, started, at: GateRecord(run, "2", "1", "passed", "passed", True, None, None, started=started,
+    ...     moved_at=at)
+    >>> [x.run_id for x in in_move_order([r("gate", 10.0, 40.0), r("revert", 20.0, 25.0), r("old", 5.0, None)])]
+    ['old', 'revert', 'gate']
+    """
+    return sorted(records, key=lambda r: r.moved_at if r.moved_at is not None else r.started)
+
+
 def last_move(records: list[GateRecord]) -> GateRecord | None:
     """The last record that moved the alias (a gate's or shadow check's promotion, a rollback), or may have (a
     move whose run may have lost its record of it).
@@ -399,7 +422,7 @@ def last_move(records: list[GateRecord]) -> GateRecord | None:
     >>> last_move([r("2", "1", True, False), r("1", "2", None, True), r("3", "1", False, False)]).run_id
     'r1'
     """
-    moves = (r for r in reversed(records) if r.promoted_version or (r.moving and r.promoted is None))
+    moves = (r for r in reversed(in_move_order(records)) if r.promoted_version or (r.moving and r.promoted is None))
     return next(moves, None)
 
 
@@ -462,8 +485,9 @@ class Authority:
 
 
 def authority(records: list[GateRecord]) -> Authority:
-    """The versions that may hold the alias now (:class:`Authority`): the target of the last move that was read
-    back, with the target of any later move whose outcome is unknown; before any move, the version that held it
+    """The versions that may hold the alias now (:class:`Authority`), the moves read in the order they happened
+    (:func:`in_move_order`): the target of the last move that was read back, with the target of any later move
+    whose outcome is unknown; before any move, the version that held it
     when the first gate compared against it (what a team started with).
 
     >>> r = lambda c, b, p, **k: GateRecord("r" + c, c, b, "passed", "passed", p, None, None, held_alias=True, **k)
@@ -475,10 +499,14 @@ def authority(records: list[GateRecord]) -> Authority:
     ('1', None)
     >>> authority([r("2", "1", True, moving="2"), r("1", "2", True, kind="rollback", moving="1")]).version
     '1'
+    >>> gate, revert = r("9", "5", True, moving="9", started=1.0, moved_at=9.0), r("5", "7", True, moving="5",
+    ...     kind="revert", started=2.0, moved_at=3.0)  # the revert made while the gate of v9 ran
+    >>> authority([gate, revert]).version
+    '9'
     """
     allowed: set[str] = set()
     by, unreadable = None, {}
-    for record in records:
+    for record in in_move_order(records):
         if record.unreadable:  # what it moved is unknown, until a later move is read back
             unreadable[record.run_id] = record.unreadable
             continue
