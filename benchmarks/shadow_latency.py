@@ -1,18 +1,22 @@
 """The latency `shadow serve` adds to the champion's answer, against `mlflow models serve` of the champion alone.
 
-Both servers run at once on this machine (one uvicorn worker each, as `mlflow models serve` starts by default),
-serving the same registered champion: a scikit-learn MLP on digits (v1); the shadow server scores v2 (another
-MLP) off the request path and writes the capture. Requests (one row, JSON ``dataframe_split``) go to the two
-servers in turn, one at a time, so both see the same machine load; then each server is driven by 4 client
-threads for ``--seconds`` (alternating blocks) for requests per second. Prints p50 and p99 of each and their
-ratios (shadow / alone), and the rows the capture holds after the stop (all of them is the promise).
+Three servers run at once on this machine (one uvicorn worker each, as `mlflow models serve` starts by default),
+serving the same registered champion, a scikit-learn MLP on digits (v1): `mlflow models serve` alone, and `shadow
+serve` scoring v2 (another MLP) off the request path, with its journal (group commit, the default) and with
+`--no-journal`. 4 client threads (each one request at a time, one row, JSON ``dataframe_split``, a kept-alive
+connection) drive one server at a time for ``--requests`` requests, in blocks that alternate between the servers
+so that all see the same machine load. Prints each server's p50 and p99 over all its requests, its requests per
+second (median of its blocks) and the ratios to the champion alone; the rows each capture holds after SIGTERM
+against the requests it answered (all of them is the promise); then ``--kills`` times a fresh `shadow serve`
+killed with SIGKILL under the same load, counting the answered requests its journal lost (the last group).
 
-    python benchmarks/shadow_latency.py [--requests 2000] [--seconds 10]
+    python benchmarks/shadow_latency.py [--requests 2000] [--blocks 6] [--kills 5]
 """
 
 from __future__ import annotations
 
 import argparse
+import http.client
 import json
 import os
 import signal
@@ -65,101 +69,171 @@ def wait_up(port: int, process: subprocess.Popen) -> None:
     raise SystemExit(f"no server on port {port} after 180 s")
 
 
-def request(port: int, body: bytes) -> float:
-    started = time.perf_counter()
-    req = urllib.request.Request(f"http://127.0.0.1:{port}/invocations", data=body,
-                                 headers={"Content-Type": "application/json"})  # fmt: skip
-    with urllib.request.urlopen(req, timeout=30) as response:
+class Client:
+    """One client: requests one at a time on a kept-alive connection."""
+
+    def __init__(self, port: int) -> None:
+        self.port = port
+        self.connection = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+
+    def send(self, body: bytes, request_id: str = "") -> float:
+        started = time.perf_counter()
+        headers = {"Content-Type": "application/json", **({"X-Request-Id": request_id} if request_id else {})}
+        self.connection.request("POST", "/invocations", body=body, headers=headers)
+        response = self.connection.getresponse()
         response.read()
-    return time.perf_counter() - started
+        if response.status != 200:
+            raise SystemExit(f"port {self.port} answered {response.status}")
+        return time.perf_counter() - started
 
 
-def throughput(port: int, bodies: list[bytes], seconds: float, clients: int = 4) -> float:
-    done = []
-    stop = time.monotonic() + seconds
+def block(port: int, bodies: list[bytes], requests: int, clients: int = 4) -> tuple[list[float], float]:
+    """``requests`` requests from ``clients`` threads at once; their latencies and the requests per second."""
+    latencies: list[float] = []
+    share = requests // clients
 
     def client(offset: int) -> None:
-        n = 0
-        while time.monotonic() < stop:
-            request(port, bodies[(offset + n) % len(bodies)])
-            n += 1
-        done.append(n)
+        session = Client(port)
+        mine = [session.send(bodies[(offset + n) % len(bodies)]) for n in range(share)]
+        latencies.extend(mine)
 
     threads = [threading.Thread(target=client, args=(i * 97,)) for i in range(clients)]
+    started = time.perf_counter()
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    return sum(done) / seconds
+    return latencies, share * clients / (time.perf_counter() - started)
+
+
+def start_shadow(uri: str, capture: Path, port: int, log, *extra: str) -> subprocess.Popen:  # noqa: ANN001
+    env = {**os.environ, "MLFLOW_TRACKING_URI": uri}
+    return subprocess.Popen(
+        [sys.executable, "-m", "consistency_gate", "shadow", "serve", "--model", "digits-shadow", "--candidate", "2",
+         "--capture", str(capture), "--port", str(port), "--tracking-uri", uri, *extra],
+        env=env, stdout=subprocess.DEVNULL, stderr=log,
+    )  # fmt: skip
+
+
+def killed_under_load(uri: str, folder: Path, bodies: list[bytes], kills: int) -> list[tuple[int, int]]:
+    """``kills`` times: a fresh shadow server driven by 4 clients, SIGKILL after 200 answered requests; returns
+    (answered, lost from the capture) for each."""
+    from consistency_gate.io.capture import read_capture
+
+    counts = []
+    for round_ in range(kills):
+        capture, port = folder / f"killed-{round_}", free_port()
+        with open(folder / f"killed-{round_}.log", "w") as log:
+            server = start_shadow(uri, capture, port, log)
+            wait_up(port, server)
+            answered: list[str] = []
+
+            def client(k: int, port: int = port, answered: list = answered, round_: int = round_) -> None:
+                session = Client(port)
+                for n in range(10**6):
+                    try:
+                        session.send(bodies[(k * 97 + n) % len(bodies)], f"{round_}-{k}-{n}")
+                    except (OSError, http.client.HTTPException):
+                        return
+                    answered.append(f"{round_}-{k}-{n}")
+
+            threads = [threading.Thread(target=client, args=(k,)) for k in range(4)]
+            for t in threads:
+                t.start()
+            while len(answered) < 200:
+                time.sleep(0.001)
+            server.kill()
+            server.wait()
+            for t in threads:
+                t.join()
+        kept = set(read_capture(capture)["id"]) if capture.exists() else set()
+        counts.append((len(answered), len(set(answered) - kept)))
+    return counts
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--requests", type=int, default=2000)
-    parser.add_argument("--seconds", type=float, default=10.0)
+    parser.add_argument("--requests", type=int, default=2000, help="requests per server per block")
+    parser.add_argument("--blocks", type=int, default=6)
+    parser.add_argument("--kills", type=int, default=5)
     args = parser.parse_args()
     from sklearn.datasets import load_digits
 
     folder = Path(tempfile.mkdtemp(prefix="shadow-latency-"))
     uri = register(folder)
     env = {**os.environ, "MLFLOW_TRACKING_URI": uri}
-    alone_port, shadow_port = free_port(), free_port()
-    logs = {name: open(folder / f"{name}.log", "w") for name in ("alone", "shadow")}  # noqa: SIM115 - closed below
-    alone = subprocess.Popen(
-        ["mlflow", "models", "serve", "-m", "models:/digits-shadow/1", "--env-manager", "local", "-p", str(alone_port)],
-        env=env, stdout=subprocess.DEVNULL, stderr=logs["alone"],
-    )  # fmt: skip
-    capture = folder / "capture"
-    shadow = subprocess.Popen(
-        [sys.executable, "-m", "consistency_gate", "shadow", "serve", "--model", "digits-shadow", "--candidate", "2",
-         "--capture", str(capture), "--port", str(shadow_port), "--tracking-uri", uri],
-        env=env, stdout=subprocess.DEVNULL, stderr=logs["shadow"],
-    )  # fmt: skip
+    names = ("alone", "shadow", "no journal")
+    ports = {name: free_port() for name in names}
+    logs = {name: open(folder / f"{name}.log", "w") for name in names}  # noqa: SIM115 - closed below
+    captures = {"shadow": folder / "capture", "no journal": folder / "capture-no-journal"}
+    servers = {
+        "alone": subprocess.Popen(
+            [
+                "mlflow",
+                "models",
+                "serve",
+                "-m",
+                "models:/digits-shadow/1",
+                "--env-manager",
+                "local",
+                "-p",
+                str(ports["alone"]),
+            ],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=logs["alone"],
+        ),  # fmt: skip
+        "shadow": start_shadow(uri, captures["shadow"], ports["shadow"], logs["shadow"]),
+        "no journal": start_shadow(
+            uri, captures["no journal"], ports["no journal"], logs["no journal"], "--no-journal"
+        ),
+    }
+    x = load_digits().data / 16.0
+    columns = [str(i) for i in range(64)]
+    bodies = [json.dumps({"dataframe_split": {"columns": columns, "data": [row.tolist()]}}).encode() for row in x[:500]]
+    times = {name: [] for name in names}
+    rates = {name: [] for name in names}
+    sent = dict.fromkeys(names, 0)
     try:
-        wait_up(alone_port, alone)
-        wait_up(shadow_port, shadow)
-        x = load_digits().data / 16.0
-        columns = [str(i) for i in range(64)]
-        bodies = [
-            json.dumps({"dataframe_split": {"columns": columns, "data": [row.tolist()]}}).encode() for row in x[:500]
-        ]
-        for body in bodies[:50]:  # warm both
-            request(alone_port, body), request(shadow_port, body)
-        times = {"alone": [], "shadow": []}
-        for i in range(args.requests):
-            body = bodies[i % len(bodies)]
-            pair = (("alone", alone_port), ("shadow", shadow_port))
-            for name, port in pair if i % 2 == 0 else pair[::-1]:
-                times[name].append(request(port, body))
-        rates = {"alone": [], "shadow": []}
-        for block in range(4):
-            for name, port in (("alone", alone_port), ("shadow", shadow_port))[:: 1 if block % 2 == 0 else -1]:
-                rates[name].append(throughput(port, bodies, args.seconds / 2))
+        for name in names:
+            wait_up(ports[name], servers[name])
+            block(ports[name], bodies, 200)  # warm
+            sent[name] += 200
+        for b in range(args.blocks):
+            order = names[b % 3 :] + names[: b % 3]
+            for name in order if b % 2 == 0 else order[::-1]:
+                latencies, rate = block(ports[name], bodies, args.requests)
+                times[name] += latencies
+                rates[name].append(rate)
+                sent[name] += len(latencies)
     finally:
-        for process in (alone, shadow):
-            process.send_signal(signal.SIGTERM)
-        shadow.wait(timeout=180)
-        alone.wait(timeout=60)
+        for server in servers.values():
+            server.send_signal(signal.SIGTERM)
+        for server in servers.values():
+            server.wait(timeout=300)
         for log in logs.values():
             log.close()
     import pandas as pd
 
-    rows = len(pd.read_parquet(capture)) if capture.exists() else 0
-    sent = 50 + args.requests  # warm-up and latency requests; the throughput blocks' below
     p = {name: np.percentile(np.array(v) * 1000, [50, 99]) for name, v in times.items()}
-    print(f"{args.requests} requests to each server in turn, one row each (2 cores: `nproc` = {os.cpu_count()}):")
-    print("| server | p50 ms | p99 ms | requests/s, 4 clients |")
-    print("|---|---|---|---|")
-    for name in ("alone", "shadow"):
-        print(f"| {name} | {p[name][0]:.2f} | {p[name][1]:.2f} | {np.median(rates[name]):.0f} |")
-    print(
-        f"ratio shadow / alone: p50 {p['shadow'][0] / p['alone'][0]:.2f}x, p99 {p['shadow'][1] / p['alone'][1]:.2f}x, "
-        f"requests/s {np.median(rates['shadow']) / np.median(rates['alone']):.2f}x"
-    )
-    served = sent + int(sum(rates["shadow"]) * args.seconds / 2)
-    print(f"capture after SIGTERM: {rows} rows (requests answered by the shadow server: about {served})")
-    said = (folder / "shadow.log").read_text().strip().splitlines()
-    print(said[-1] if said else "")
+    rate = {name: float(np.median(v)) for name, v in rates.items()}
+    print(f"{args.blocks} blocks of {args.requests} requests per server, 4 clients, one row each "
+          f"(`nproc` = {os.cpu_count()}):")  # fmt: skip
+    print("| server | p50 ms | p99 ms | requests/s | p50 | p99 | requests/s |")
+    print("|---|---|---|---|---|---|---|")
+    for name in names:
+        print(f"| {name} | {p[name][0]:.2f} | {p[name][1]:.2f} | {rate[name]:.0f} | {p[name][0] / p['alone'][0]:.2f}x "
+              f"| {p[name][1] / p['alone'][1]:.2f}x | {rate[name] / rate['alone']:.2f}x |")  # fmt: skip
+    for name, capture in captures.items():
+        rows = len(pd.read_parquet(capture)) if capture.exists() else 0
+        print(f"{name}: capture after SIGTERM {rows} rows of {sent[name]} requests answered")
+    if args.kills:
+        counts = killed_under_load(uri, folder, bodies, args.kills)
+        lost = [n for _, n in counts]
+        print(
+            f"SIGKILL under 4 clients, {args.kills} times after ~200 answered requests: lost "
+            f"{', '.join(f'{n} of {a}' for a, n in counts)} (most {max(lost)}, median {np.median(lost):.0f})"
+        )
 
 
 if __name__ == "__main__":

@@ -29,8 +29,8 @@ from consistency_gate.mlops.shadow_server import CandidateProcess, Shadow
 
 pytestmark = pytest.mark.slow
 MODEL = "iris-shadow"
-# the candidate: answers only while the file CANDIDATE_GATE names exists (where one is named), raises on a
-# request of 2 rows, ends its own process on one of 3 rows and never answers one of 5
+# the candidate: answers only while the file CANDIDATE_GATE names exists (where one is named), raises on rows
+# marked -2 (their first feature), ends its own process on rows marked -3 and never answers rows marked -5
 UNRELIABLE = """
 import os, time
 import mlflow
@@ -40,11 +40,15 @@ class Unreliable(mlflow.pyfunc.PythonModel):
     def predict(self, context, model_input, params=None):
         while os.environ.get("CANDIDATE_GATE") and not os.path.exists(os.environ["CANDIDATE_GATE"]):
             time.sleep(0.02)
-        if len(model_input) == 2:
-            raise ValueError("this candidate fails on pairs")
-        if len(model_input) == 3:
+        if os.environ.get("CANDIDATE_CALLS"):
+            with open(os.environ["CANDIDATE_CALLS"], "a") as calls:
+                calls.write(f"{len(model_input)}\\n")
+        marks = set(model_input.iloc[:, 0])
+        if -2 in marks:
+            raise ValueError("this candidate fails on rows marked -2")
+        if -3 in marks:
             os._exit(3)
-        if len(model_input) == 5:
+        if -5 in marks:
             time.sleep(3600)
         return ["virginica" if row[2] > 4.8 else "setosa" if row[2] < 2.5 else "versicolor"
                 for row in model_input.to_numpy()]
@@ -91,6 +95,12 @@ def store(tmp_path_factory):
             mlflow.pyfunc.log_model(name="model", python_model=str(path), registered_model_name=MODEL)
     MlflowClient(uri).set_registered_model_alias(MODEL, "champion", "1")
     return {"uri": uri, "root": root, "x": x, "y": y, "champion": champion}
+
+
+def marked(frame: pd.DataFrame) -> pd.DataFrame:
+    """A request of 2, 3 or 5 rows marked for the unreliable candidate: it raises on it, ends its process on it,
+    or never answers it (whether it is scored alone or with the requests that queued beside it)."""
+    return frame.assign(**{frame.columns[0]: -len(frame)}) if len(frame) in (2, 3, 5) else frame
 
 
 def free_port() -> int:
@@ -146,14 +156,15 @@ def until(condition, what: str):  # noqa: ANN001, ANN201
 
 
 def test_the_champion_answers_alone_and_the_capture_keeps_every_request(store, tmp_path):
-    capture, gate = tmp_path / "capture", tmp_path / "candidate-may-answer"
-    env = {**os.environ, "CANDIDATE_GATE": str(gate)}
+    capture, gate, calls = tmp_path / "capture", tmp_path / "candidate-may-answer", tmp_path / "calls"
+    env = {**os.environ, "CANDIDATE_GATE": str(gate), "CANDIDATE_CALLS": str(calls)}
     server, port = start_server(store, capture, "--candidate-timeout", "600", "--drain-seconds", "600", env=env)
     try:
         sizes = [1, 2, 1, 3, 1, 1, 2, 4, 1, 1]  # 2 rows: the candidate raises; 3: it ends its process
-        x, rows = store["x"], 0
+        x, rows, sent = store["x"], 0, []
         for number, size in enumerate(sizes):  # the candidate answers nothing yet: the champion never waits for it
-            frame = x.iloc[rows : rows + size]
+            frame = marked(x.iloc[rows : rows + size])
+            sent.append(frame)
             said, _ = post(port, frame, f"req-{number}")
             assert said == {"predictions": store["champion"].predict(frame).tolist()}  # its own answers
             rows += size
@@ -165,13 +176,16 @@ def test_the_champion_answers_alone_and_the_capture_keeps_every_request(store, t
     captured = pd.read_parquet(capture).set_index("id")
     ids = [f"req-{n}" if s == 1 else f"req-{n}#{i}" for n, s in enumerate(sizes) for i in range(s)]
     assert sorted(captured.index) == sorted(ids)  # every row of every request, after a stop mid-queue
-    expected = pd.Series(store["champion"].predict(x.iloc[:rows]), index=ids)
+    expected = pd.Series(store["champion"].predict(pd.concat(sent)), index=ids)
     assert (captured["champion"] == expected[captured.index]).all()
     failed = captured["candidate"].isna()
     assert set(captured.index[failed]) == {i for i in ids if i.split("#")[0] in ("req-1", "req-3", "req-6")}
     assert captured.loc["req-1#0", "candidate_error"].startswith("ValueError")
     assert "crashed" in captured.loc["req-3#0", "candidate_error"]
     assert captured.loc["req-7#0", "candidate"] in ("setosa", "versicolor", "virginica")  # scored after a restart
+    # what queued while the candidate was held back went to it in one call (which raised on req-1's rows: then
+    # one request at a time)
+    assert max(int(n) for n in calls.read_text().split()) > max(sizes)
 
     # the labels arrive later: shadow check on the capture equals compare on the same rows
     labels = pd.DataFrame({"id": ids, "label": store["y"].iloc[:rows].to_numpy()})
@@ -245,12 +259,13 @@ def test_a_capture_that_cannot_be_written_fails_health_and_a_killed_server_loses
         capture.unlink()  # space freed: the next write takes what waited
         post(port, x.iloc[1:2], "r1")
         until(lambda: health(port)[0] == 200, "/health passing again")
-        post(port, x.iloc[2:7], "r2")  # the candidate never answers 5 rows: timed out, started again
+        post(port, marked(x.iloc[2:7]), "r2")  # the candidate never answers 5 rows: timed out, started again
         until(lambda: {"r0", "r1", "r2#4"} <= set(pd.read_parquet(capture)["id"]), "r0..r2 written as parts")
         # the candidate held back: answered by the champion, journaled, not yet in a part
         gate.unlink()
         post(port, x.iloc[7:8], "r3")
         post(port, x.iloc[8:10], "r4")
+        until(lambda: "r4#1" in {row["id"] for row in journal_rows(capture)}, "r4's group in the journal")
         candidates = until(lambda: _children(server.pid), "the candidate's process")
     finally:
         server.kill()  # kill -9: no drain, no last part
@@ -272,6 +287,71 @@ def test_a_capture_that_cannot_be_written_fails_health_and_a_killed_server_loses
     assert set(pd.read_parquet(capture)["id"]) == set(captured.index)
 
 
+def test_kill_9_under_load_loses_at_most_the_last_group_and_sigterm_none(store, tmp_path):
+    """4 clients sending requests one after another; the server killed with SIGKILL while they send. The journal
+    holds requests 1..m, each whole (the groups appended before the kill), and what was answered and is missing is
+    the rest: the last group, the end of each client's requests, counted. Started again on the folder under the
+    same load and stopped with SIGTERM: every request answered is in the capture."""
+    import threading
+
+    capture, gate = tmp_path / "capture", tmp_path / "candidate-may-answer"
+    env = {**os.environ, "CANDIDATE_GATE": str(gate)}  # the candidate holds back: requests stay provisional
+    x = store["x"]
+
+    def load(port: int, run: str, stop: threading.Event) -> list[list[str]]:
+        answered: list[list[str]] = [[] for _ in range(4)]
+
+        def client(k: int) -> None:
+            for n in range(100_000):
+                if stop.is_set():
+                    return
+                try:
+                    post(port, x.iloc[n % 150 : n % 150 + 1], f"{run}-c{k}-{n}")
+                except OSError:  # the server is gone
+                    return
+                answered[k].append(f"{run}-c{k}-{n}")
+
+        threads = [threading.Thread(target=client, args=(k,)) for k in range(4)]
+        for thread in threads:
+            thread.start()
+        until(lambda: min(map(len, answered)) >= 25, "25 requests answered to each client")
+        return answered, threads
+
+    server, port = start_server(store, capture, env=env)
+    stop = threading.Event()
+    try:
+        answered, threads = load(port, "a", stop)
+    finally:
+        server.kill()  # SIGKILL while the clients send
+        server.communicate()
+    for thread in threads:
+        thread.join()
+    journal = [json.loads(line) for line in (capture / JOURNAL).read_text().splitlines() if line.endswith("}")]
+    numbers = sorted(entry["request"] for entry in journal)
+    assert numbers == list(range(1, len(numbers) + 1))  # every group before the last is there, whole
+    kept = {row["id"] for row in journal_rows(capture)}
+    lost = [i for client in answered for i in client if i not in kept]
+    for client in answered:  # what is lost is the end of each client's requests: nothing before a kept one
+        flags = [i in kept for i in client]
+        assert flags == sorted(flags, reverse=True), (client, lost)
+    assert len(kept) == len(numbers) and len(lost) < sum(map(len, answered)) - 100, (len(lost), len(kept))
+    print(f"kill -9 under 4 clients: {len(kept)} requests journaled, {len(lost)} answered in the last group lost")
+
+    gate.touch()  # the candidate answers from now on
+    server, port = start_server(store, capture, env=env)  # the journal written as a part first
+    try:
+        answered, threads = load(port, "b", stop)
+        stop.set()
+        for thread in threads:
+            thread.join()
+    finally:
+        server.send_signal(signal.SIGTERM)
+        _, err = server.communicate()
+    assert server.returncode == 0, err
+    captured = set(read_capture(capture)["id"])
+    assert {i for client in answered for i in client} <= captured and kept <= captured
+
+
 def test_a_candidate_restart_that_fails_is_tried_again_and_a_stop_keeps_a_hung_request(store, tmp_path, monkeypatch):
     import __main__
 
@@ -289,7 +369,7 @@ def test_a_candidate_restart_that_fails_is_tried_again_and_a_stop_keeps_a_hung_r
     candidate = CandidateProcess(str(model), store["uri"], None, timeout_s=1)
     candidate.start()
     x = store["x"]
-    assert "crashed" in candidate.score(x.iloc[:3])[1]  # its process ends
+    assert "crashed" in candidate.score(marked(x.iloc[:3]))[1]  # its process ends
     model.rename(tmp_path / "away")
     assert "cannot be loaded" in candidate.score(x.iloc[:1])[1]
     (tmp_path / "away").rename(model)
@@ -298,7 +378,7 @@ def test_a_candidate_restart_that_fails_is_tried_again_and_a_stop_keeps_a_hung_r
     # stopped while the candidate hangs on a request: every request answered is in the capture
     shadow = Shadow(candidate, CaptureWriter(tmp_path / "capture"), None)
     for number, rows in enumerate((slice(0, 5), slice(5, 6), slice(6, 7))):
-        frame = x.iloc[rows]
+        frame = marked(x.iloc[rows])
         shadow.submit(f"q{number}", time.time(), frame, store["champion"].predict(frame))
     shadow.drain(0)
     candidate.stop()

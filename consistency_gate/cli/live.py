@@ -34,11 +34,22 @@ def shadow() -> None:
               help="Seconds the candidate may take on a request before it counts as failed.")  # fmt: skip
 @click.option("--drain-seconds", type=click.FloatRange(min=0), default=60.0, show_default=True,
               help="On stop, seconds to score the requests still queued for the candidate.")  # fmt: skip
+@click.option(
+    "--journal/--no-journal", default=True, show_default=True,
+    help="Journal the answered requests (group commit every 5 ms, off the request path) so a crash of the server "
+    "loses at most the last group; --no-journal: a crash loses the rows not yet in a part.",
+)  # fmt: skip
+@click.option(
+    "--candidate-nice", type=click.IntRange(0, 19), default=10, show_default=True,
+    help="How much lower the candidate's process runs than the champion's (Unix nice): on busy cores the champion "
+    "goes first and the candidate catches up when they are free; 0: the same priority.",
+)  # fmt: skip
 @click.option("--classes", default=None, help="Class names in the order of the models' scores (a,b,c).")
 @tracking_uri_option
 def shadow_serve(
     model: str, candidate: str | None, champion: str | None, capture: Path, host: str, port: int, roll_rows: int,
-    roll_seconds: float, candidate_timeout: float, drain_seconds: float, classes: str | None, tracking_uri: str | None,
+    roll_seconds: float, candidate_timeout: float, drain_seconds: float, journal: bool, candidate_nice: int,
+    classes: str | None, tracking_uri: str | None,
 ) -> int:  # fmt: skip
     """Answer with the champion on MLflow's scoring protocol (POST /invocations), score the candidate off the
     request path, and capture both answers (id, time, champion, candidate) until SIGTERM."""
@@ -48,7 +59,9 @@ def shadow_serve(
 
     capture_folder(capture)  # a file where the folder should be: one line, before any model loads
     names = tuple(c.strip() for c in classes.split(",")) if classes else None
-    options = ServeOptions(host, port, roll_rows, roll_seconds, candidate_timeout, drain_seconds)
+    options = ServeOptions(
+        host, port, roll_rows, roll_seconds, candidate_timeout, drain_seconds, journal, candidate_nice
+    )
     summary = run_server(model, candidate, champion, capture, tracking_uri, options, names)
     return 5 if summary["fallback"] else 0  # rows the capture folder would not take went elsewhere: said above
 

@@ -1,25 +1,30 @@
-"""The capture a shadow server writes: Parquet parts rolled by rows or time, and a journal that keeps every
-answered request through a crash.
+"""The capture a shadow server writes: Parquet parts rolled by rows or time, and a journal that keeps the answered
+requests through a crash.
 
-Rows wait in memory until a part is written (``roll_rows`` rows, or ``roll_seconds`` after a part's first row),
-so each request is also appended to ``.journal.jsonl`` in the folder the moment it is answered (the champion's
-answer, provisional until the candidate's comes) and again when it is captured. A writer that was killed
-(``kill -9``, a power cut of the process, not of the machine) leaves the journal behind; the next writer on the
-folder writes what it holds as a part first, and :func:`~consistency_gate.io.capture.read_capture` reads a
-journal left beside the parts, so a shadow check never misses a request that was answered. A folder that cannot
-be written (removed, full, read-only) is :attr:`CaptureWriter.failure` until a write succeeds again; the rows
-wait in memory meanwhile, and :meth:`CaptureWriter.close` puts what it still cannot write in a file of the
-system's temporary folder and says where.
+Rows wait in memory until a part is written (``roll_rows`` rows, or ``roll_seconds`` after a part's first row).
+Each request is also written to ``.journal.jsonl`` in the folder (the champion's answer, provisional until the
+candidate's comes, and again when it is captured) by **group commit**: the request path only appends the entry to
+a list in memory; the writer's own thread writes what the list holds in one append every ``group_s`` seconds
+(5 ms by default), so the champion's answer never waits for a disk write. A writer that was killed (``kill -9``,
+a crash of the process, not of the machine) leaves the journal behind, short of at most the last group (the
+requests answered since the last append); the next writer on the folder writes what the journal holds as a part
+first, and :func:`~consistency_gate.io.capture.read_capture` reads a journal left beside the parts. A stop
+(:meth:`CaptureWriter.close`) loses nothing. A folder that cannot be written (removed, full, read-only) is
+:attr:`CaptureWriter.failure` until a write succeeds again; the rows wait in memory meanwhile, and
+:meth:`CaptureWriter.close` puts what it still cannot write in a file of the system's temporary folder and says
+where.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import TextIO
 
 import pandas as pd
 
@@ -52,9 +57,11 @@ def capture_folder(folder: str | Path) -> Path:
 
 class CaptureWriter:
     """Appends captured rows to a folder of Parquet parts, rolled every ``roll_rows`` rows or ``roll_seconds``
-    seconds after a part's first row, whichever comes first. A part is written under a name starting with '.'
-    and renamed when complete, so a reader of the folder sees only whole parts while the writer goes on.
-    Thread-safe; :meth:`close` writes what is left.
+    seconds after a part's first row, whichever comes first, with the journal written by group commit every
+    ``group_s`` seconds (``journal=False``: none, a crash loses the rows not in a part). A part is written under a
+    name starting with '.' and renamed when complete, so a reader of the folder sees only whole parts while the
+    writer goes on. Thread-safe: :meth:`answered` and :meth:`add` only append in memory, under a lock held for no
+    I/O; the files are written by the writer's thread, and by :meth:`close`, which writes what is left.
 
     >>> folder = Path(tempfile.mkdtemp())
     >>> writer = CaptureWriter(folder, roll_rows=2)
@@ -65,56 +72,124 @@ class CaptureWriter:
     (['part-00000.parquet', 'part-00001.parquet'], 3)
     """
 
-    def __init__(self, folder: str | Path, roll_rows: int = 10_000, roll_seconds: float = 60.0) -> None:
+    def __init__(
+        self, folder: str | Path, roll_rows: int = 10_000, roll_seconds: float = 60.0, group_s: float = 0.005,
+        journal: bool = True,
+    ) -> None:  # fmt: skip
         self.folder = capture_folder(folder)
         self.folder.mkdir(parents=True, exist_ok=True)
         taken = [
             int(p.stem.split("-")[1]) for p in self.folder.glob("part-*.parquet") if p.stem.split("-")[1].isdigit()
         ]
         self.next_part = max(taken, default=-1) + 1  # a restarted server adds parts after the old ones
-        self.roll_rows, self.roll_seconds = roll_rows, roll_seconds
+        self.roll_rows, self.roll_seconds, self.group_s, self.journal = roll_rows, roll_seconds, group_s, journal
         self.rows: list[dict] = []
         self.provisional: dict[int, list[dict]] = {}  # answered by the champion, not captured yet: by request
+        self.group: list[dict] = []  # journal entries not written yet: the next group
+        self.requests = 0  # requests answered (numbered 1, 2, ... in the order they were journaled)
+        self.groups = 0  # groups appended to the journal
         self.written = 0
         self.failure: str | None = None  # why the folder cannot be written now (None: it can)
         self.fallback: Path | None = None  # where close put the rows the folder would not take
-        self.lock = threading.Lock()
+        self.state = threading.Lock()  # rows, provisional, group, requests: never held for I/O
+        self._open: TextIO | None = None  # the journal, kept open by the writer's thread
         self.first_at: float | None = None
         self.recovered = self._recover()
-        self.stopped = threading.Event()
-        self.timer = threading.Thread(target=self._roll_on_time, name="capture-roller", daemon=True)
-        self.timer.start()
+        self.stopped, self.wake = threading.Event(), threading.Event()
+        self.thread = threading.Thread(target=self._run, name="capture-writer", daemon=True)
+        self.thread.start()
 
-    def answered(self, number: int, rows: list[dict]) -> None:
-        """Journal request ``number``'s rows as the champion answered them, before the candidate has: what a
-        crash before :meth:`add` leaves in the capture (the candidate's answer missing, and why)."""
-        with self.lock:
-            self.provisional[number] = rows
-            self._journal({"request": number, "final": False, "rows": rows})
+    def answered(self, rows: list[dict]) -> int:
+        """Note a request's rows as the champion answered them, before the candidate has (what a crash before
+        :meth:`add` leaves in the capture: the candidate's answer missing, and why); returns the request's
+        number, for :meth:`add`."""
+        with self.state:
+            self.requests += 1
+            self.provisional[self.requests] = rows
+            if self.journal:
+                self.group.append({"request": self.requests, "final": False, "rows": rows})
+            number = self.requests
+        if not self.wake.is_set():
+            self.wake.set()
+        return number
 
     def add(self, rows: list[dict], number: int | None = None) -> None:
-        """Append rows (dicts of :data:`COLUMNS`), request ``number``'s final rows where it was journaled as
+        """Append rows (dicts of :data:`COLUMNS`), request ``number``'s final rows where it was noted as
         answered; a part is written once ``roll_rows`` are buffered."""
-        with self.lock:
+        with self.state:
             self.provisional.pop(number, None)
-            self._journal({"request": number, "final": True, "rows": rows})
+            if self.journal:
+                self.group.append({"request": number, "final": True, "rows": rows})
             if not self.rows:
                 self.first_at = time.monotonic()
             self.rows.extend(rows)
-            while len(self.rows) >= self.roll_rows and self._write(self.rows[: self.roll_rows]):
-                self.rows = self.rows[self.roll_rows :]
-                self._rejournal()
+        if not self.wake.is_set():
+            self.wake.set()
 
-    def _roll_on_time(self) -> None:
-        while not self.stopped.wait(min(0.5, self.roll_seconds)):
-            with self.lock:
-                if (
-                    self.rows
-                    and time.monotonic() - (self.first_at or 0) >= self.roll_seconds
-                    and self._write(self.rows)
-                ):
-                    self.rows = []
-                    self._rejournal()
+    def _run(self) -> None:
+        """The writer's thread: a group appended to the journal every ``group_s`` while requests come, and a part
+        written when one is due."""
+        while not self.stopped.is_set():
+            if self.wake.wait(min(0.5, self.roll_seconds)):
+                self.stopped.wait(self.group_s)  # the requests answered meanwhile join this group
+                self.wake.clear()  # a request noted from here on wakes the next group
+                self._commit()
+            self._roll()
+
+    def _commit(self) -> None:
+        """Append the group waiting in memory to the journal, in one write."""
+        with self.state:
+            group, self.group = self.group, []
+        if not group:
+            return
+        text = "".join(json.dumps(entry, default=str) + "\n" for entry in group)
+        try:
+            journal = self._journal_file()
+            journal.write(text)
+            journal.flush()  # in the OS's hands: past a kill -9
+        except OSError as exc:
+            self.failure = f"cannot append to {self.folder / JOURNAL} ({one_line(str(exc))[:200]})"
+            return
+        self.groups += 1
+
+    def _journal_file(self) -> TextIO:
+        """The journal, open for appending; opened again when the file in the folder is no longer the one open
+        (the folder removed or made again, the journal rewritten)."""
+        path = self.folder / JOURNAL
+        try:
+            same = self._open is not None and os.stat(path).st_ino == os.fstat(self._open.fileno()).st_ino
+        except OSError:
+            same = False
+        if not same:
+            self._close_journal()
+            self._open = open(path, "a")  # noqa: SIM115 - kept open between groups, closed by _close_journal
+        return self._open
+
+    def _close_journal(self) -> None:
+        if self._open is not None:
+            with contextlib.suppress(OSError):
+                self._open.close()
+            self._open = None
+
+    def _roll(self, done: bool = False) -> None:
+        """Write the parts that are due (``done``: every buffered row), then the journal again, holding only what
+        no part holds yet: the buffered rows and the requests still waiting for the candidate."""
+        while True:
+            with self.state:
+                due = len(self.rows) >= self.roll_rows or (
+                    self.rows and (done or time.monotonic() - (self.first_at or 0) >= self.roll_seconds)
+                )
+                rows = self.rows[: self.roll_rows] if due else []
+            if not rows or not self._write(rows):
+                return
+            with self.state:
+                self.rows = self.rows[len(rows) :]
+                self.first_at = time.monotonic()
+                left = [{"request": n, "final": False, "rows": r} for n, r in self.provisional.items()]
+                left += [{"request": None, "final": True, "rows": self.rows}] if self.rows else []
+                self.group = []  # all of it is in what is left
+            if self.journal:
+                self._rejournal(left)
 
     def _write(self, rows: list[dict]) -> bool:
         """Write ``rows`` as the next part; False (and :attr:`failure` says why) when the folder will not take it."""
@@ -135,18 +210,9 @@ class CaptureWriter:
         self.written += len(rows)
         return True
 
-    def _journal(self, entry: dict) -> None:
-        try:
-            with open(self.folder / JOURNAL, "a") as journal:  # closed at once: in the OS's hands, past a kill -9
-                journal.write(json.dumps(entry, default=str) + "\n")
-        except OSError as exc:
-            self.failure = f"cannot append to {self.folder / JOURNAL} ({one_line(str(exc))[:200]})"
-
-    def _rejournal(self) -> None:
-        """The journal again, holding only what no part holds yet: the buffered rows and the requests still
-        waiting for the candidate."""
-        entries = [{"request": n, "final": False, "rows": rows} for n, rows in self.provisional.items()]
-        entries += [{"request": None, "final": True, "rows": self.rows}] if self.rows else []
+    def _rejournal(self, entries: list[dict]) -> None:
+        """The journal replaced by ``entries``."""
+        self._close_journal()
         try:
             partial = self.folder / f"{JOURNAL}.tmp"
             partial.write_text("".join(json.dumps(e, default=str) + "\n" for e in entries))
@@ -163,21 +229,25 @@ class CaptureWriter:
         return 0
 
     def close(self) -> None:
-        """Stop rolling on time and write what is left: the buffered rows, and the requests the candidate never
-        answered as journaled. Rows the folder will not take go to :attr:`fallback`."""
+        """Stop the writer's thread and write what is left: the buffered rows, and the requests the candidate never
+        answered as noted. Rows the folder will not take go to :attr:`fallback`."""
         self.stopped.set()
-        self.timer.join()
-        with self.lock:
-            rows = self.rows + [row for rows in self.provisional.values() for row in rows]
-            self.rows, self.provisional = [], {}
-            if rows and not self._write(rows):
-                self.fallback = Path(tempfile.gettempdir()) / f"consistency-gate-capture-{os.getpid()}.parquet"
-                frame = pd.DataFrame(rows, columns=list(COLUMNS)).astype({"id": "string"})
-                frame.to_parquet(self.fallback, index=False)
-                self.written += len(rows)
-                return
-            if not self.failure:
-                (self.folder / JOURNAL).unlink(missing_ok=True)
+        self.wake.set()
+        self.thread.join()
+        self._commit()
+        with self.state:
+            self.rows += [row for rows in self.provisional.values() for row in rows]
+            self.provisional = {}
+        self._roll(done=True)
+        self._close_journal()
+        if self.rows:
+            self.fallback = Path(tempfile.gettempdir()) / f"consistency-gate-capture-{os.getpid()}.parquet"
+            frame = pd.DataFrame(self.rows, columns=list(COLUMNS)).astype({"id": "string"})
+            frame.to_parquet(self.fallback, index=False)
+            self.written += len(self.rows)
+            self.rows = []
+        elif not self.failure:
+            (self.folder / JOURNAL).unlink(missing_ok=True)
 
 
 def journal_rows(folder: Path) -> list[dict]:

@@ -41,6 +41,7 @@ from consistency_gate.io.capture_writer import UNSCORED, CaptureWriter
 
 REQUEST = contextvars.ContextVar("consistency_gate_request", default=None)  # (id, time) of the request served
 QUEUE_LIMIT = 10_000  # requests waiting for the candidate; past it a request is captured as not scored
+BATCH_LIMIT = 256  # requests that queued while the candidate was busy, scored in one call
 
 
 def answers(raw: Any, classes: tuple[str, ...] | None) -> list[str]:  # noqa: ANN401 - any pyfunc output
@@ -63,9 +64,18 @@ def answers(raw: Any, classes: tuple[str, ...] | None) -> list[str]:  # noqa: AN
     return [str(v) for v in values.reshape(len(values), -1)[:, 0]] if values.ndim else [str(values)]
 
 
-def _candidate_loop(model_uri: str, tracking_uri: str, classes: tuple[str, ...] | None, inbox, outbox) -> None:  # noqa: ANN001
-    """The candidate's process: load the model, say ready (or why not), then answer each batch; it ends with
-    the server (a server killed with ``kill -9`` leaves no candidate behind)."""
+def _candidate_loop(
+    model_uri: str,
+    tracking_uri: str,
+    classes: tuple[str, ...] | None,
+    nice: int,
+    inbox: Any,  # noqa: ANN401 - multiprocessing queues
+    outbox: Any,  # noqa: ANN401
+) -> None:
+    """The candidate's process: lower its priority by ``nice``, load the model, say ready (or why not), then
+    answer each batch; it ends with the server (a server killed with ``kill -9`` leaves no candidate behind)."""
+    if nice and hasattr(os, "nice"):
+        os.nice(nice)  # the champion's process goes first when the cores are busy
     try:
         import mlflow
 
@@ -102,8 +112,10 @@ class CandidateProcess:
         candidate.score(frame)  # (['0', '1'], None) or (None, 'TimeoutError: ...')
     """
 
-    def __init__(self, model_uri: str, tracking_uri: str, classes: tuple[str, ...] | None, timeout_s: float) -> None:
-        self.args = (model_uri, tracking_uri, classes)
+    def __init__(
+        self, model_uri: str, tracking_uri: str, classes: tuple[str, ...] | None, timeout_s: float, nice: int = 0
+    ) -> None:
+        self.args = (model_uri, tracking_uri, classes, nice)
         self.timeout_s = timeout_s
         self.context = multiprocessing.get_context("spawn")
         self.process = None
@@ -180,32 +192,76 @@ class Shadow:
 
     def __post_init__(self) -> None:
         self.pending: queue.Queue = queue.Queue(maxsize=QUEUE_LIMIT)
-        self.requests = 0
         self.failures = 0
+        self.stopping = threading.Event()  # past the drain: what is left is not scored, for its reason
+        self.left = 0  # requests left unscored by the stop
+        self.stop_reason = ""
         self.worker = threading.Thread(target=self._work, name="candidate", daemon=True)
         self.worker.start()
 
     def submit(self, request_id: str, at: float, data: Any, raw: Any) -> None:  # noqa: ANN401
         """Queue a served request (its id, arrival in seconds since 1970, input and the champion's raw output) for
-        the candidate, journaled first: a crash from here on keeps the champion's answer."""
-        self.requests += 1
-        number, rows = self.requests, self._rows(request_id, at, raw)
-        self.writer.answered(number, rows)
+        the candidate, noted for the journal's next group first: a crash after that group keeps the champion's
+        answer."""
+        rows = self._rows(request_id, at, raw)
+        number = self.writer.answered(rows)
         try:
             self.pending.put_nowait((number, rows, data))
         except queue.Full:
             self._capture(number, rows, None, f"not scored: {QUEUE_LIMIT} requests waited for the candidate")
 
+    @property
+    def requests(self) -> int:
+        """Requests served so far."""
+        return self.writer.requests
+
     def _work(self) -> None:
-        while (item := self.pending.get()) is not None:
-            number, rows, data = item
-            try:
-                said, error = self.candidate.score(data)
-            except Exception as exc:  # noqa: BLE001 - whatever went wrong is this request's, never the thread's end
-                said, error = None, f"not scored: {error_line(exc, 300)}"
-            self._capture(number, rows, said, error)
-            self.pending.task_done()
+        while (batch := self._batch()) is not None:
+            for (number, rows, _), (said, error) in zip(batch, self._score(batch), strict=True):
+                self._capture(number, rows, said, error)
+                self.pending.task_done()
         self.pending.task_done()
+
+    def _batch(self) -> list[tuple] | None:
+        """The requests waiting for the candidate, up to :data:`BATCH_LIMIT` (at least one: waits for it); None
+        once the server has stopped."""
+        if (first := self.pending.get()) is None:
+            return None
+        batch = [first]
+        while len(batch) < BATCH_LIMIT:
+            try:
+                item = self.pending.get_nowait()
+            except queue.Empty:
+                break
+            if item is None:  # the stop: after this batch
+                self.pending.task_done()
+                self.pending.put(None)
+                break
+            batch.append(item)
+        return batch
+
+    def _score(self, batch: list[tuple]) -> list[tuple[list[str] | None, str | None]]:
+        """The candidate's answers to each request of ``batch``: in one call where the requests are tables of the
+        same columns (what queued while the candidate was busy: one prediction instead of many), else, and where
+        that call fails, one request at a time, so that a failure is the request's that causes it."""
+        frames = [data for _, _, data in batch]
+        if len(batch) > 1 and all(isinstance(f, pd.DataFrame) and f.columns.equals(frames[0].columns) for f in frames):
+            said, _ = self._score_one(pd.concat(frames, ignore_index=True))
+            if said is not None and len(said) == sum(map(len, frames)):
+                ends = np.cumsum([len(f) for f in frames])
+                return [(said[end - len(f) : end], None) for f, end in zip(frames, ends, strict=True)]
+        return [self._score_one(data) if not self.stopping.is_set() else self._left() for data in frames]
+
+    def _left(self) -> tuple[None, str]:
+        """A request left unscored by a stop."""
+        self.left += 1
+        return None, self.stop_reason
+
+    def _score_one(self, data: Any) -> tuple[list[str] | None, str | None]:  # noqa: ANN401 - a request's input
+        try:
+            return self.candidate.score(data)
+        except Exception as exc:  # noqa: BLE001 - whatever went wrong is this request's, never the thread's end
+            return None, f"not scored: {error_line(exc, 300)}"
 
     def _rows(self, request_id: str, at: float, raw: Any) -> list[dict]:  # noqa: ANN401
         """A request's capture rows as the champion answered it: one per row, ``ID`` or ``ID#i``."""
@@ -229,19 +285,19 @@ class Shadow:
         deadline = time.monotonic() + drain_s
         while self.pending.unfinished_tasks and time.monotonic() < deadline:
             time.sleep(0.05)
-        left = 0
+        self.stop_reason = f"not scored: the server stopped ({drain_s:g} s to drain)"
+        self.stopping.set()
         while True:
             try:
                 number, rows, _ = self.pending.get_nowait()
             except queue.Empty:
                 break
-            left += 1
-            self._capture(number, rows, None, f"not scored: the server stopped ({drain_s:g} s to drain)")
+            self._capture(number, rows, *self._left())
             self.pending.task_done()
         self.pending.put(None)  # the worker ends after the request it is scoring, if any
         self.worker.join(timeout=self.candidate.timeout_s + 5)
         self.writer.close()
-        return left
+        return self.left
 
 
 class _Served:
@@ -293,7 +349,9 @@ class RequestIds:
 
 def listening_socket(host: str, port: int) -> socket.socket:
     """A socket bound to ``host:port`` (UsageError, exit 2, when the port is in use or not ours to take)."""
-    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET)
+    # IPPROTO_TCP named: asyncio turns Nagle's algorithm off (TCP_NODELAY) only on sockets that say they are
+    # TCP, and with it on, a kept-alive connection waits ~40 ms for the client's delayed ACK on each response
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind((host, port))
@@ -317,6 +375,8 @@ class ServeOptions:
     roll_seconds: float = 60.0
     timeout_s: float = 10.0  # the candidate's time per request
     drain_s: float = 60.0  # what a stop waits for the queued requests
+    journal: bool = True  # group commit of the answered requests: a crash loses at most the last group
+    candidate_nice: int = 10  # the candidate's process runs at this lower priority: the champion's goes first
 
 
 def serve(
@@ -337,7 +397,7 @@ def serve(
     sock = listening_socket(options.host, options.port)
     stops = []
     previous = {sig: signal.signal(sig, lambda s, f: stops.append(s)) for sig in (signal.SIGTERM, signal.SIGINT)}
-    candidate = CandidateProcess(candidate_uri, tracking_uri, classes, options.timeout_s)
+    candidate = CandidateProcess(candidate_uri, tracking_uri, classes, options.timeout_s, options.candidate_nice)
     try:
         said(f"loading the champion {champion_uri} ...")
         try:
@@ -346,7 +406,7 @@ def serve(
             raise ModelError(f"champion {champion_uri} cannot be loaded: {error_line(exc, 300)}") from None
         said(f"loading the candidate {candidate_uri} in a process of its own ...")
         candidate.start()
-        writer = CaptureWriter(capture, options.roll_rows, options.roll_seconds)
+        writer = CaptureWriter(capture, options.roll_rows, options.roll_seconds, journal=options.journal)
         if writer.recovered:
             said(f"recovered {writer.recovered} rows a stopped server had journaled in {capture}")
         shadow = Shadow(candidate, writer, classes)
