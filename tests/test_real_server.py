@@ -21,7 +21,7 @@ pytestmark = pytest.mark.slow  # a real mlflow server per module
 
 @pytest.fixture
 def server(tmp_path):
-    srv = MlflowServer(tmp_path).start()
+    srv = MlflowServer(tmp_path, gunicorn=True).start()
     yield srv
     srv.kill()
 

@@ -15,7 +15,7 @@ pytestmark = pytest.mark.slow  # a real mlflow server per module
 @pytest.fixture(scope="module")
 def served(tmp_path_factory):
     root = tmp_path_factory.mktemp("reliability")
-    server = MlflowServer(root).start()
+    server = MlflowServer(root, gunicorn=True).start()
     store = build_store(root, uri=server.url)
     client = MlflowClient(tracking_uri=server.url, registry_uri=server.url)
     mlflow.set_experiment("training")

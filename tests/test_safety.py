@@ -35,7 +35,7 @@ def served(tmp_path_factory):
     """One real `mlflow server` and its store for the tests behind a faulty proxy (each starts from
     v1 as @champion: see ``_served``); killed after the module."""
     root = tmp_path_factory.mktemp("served")
-    server = MlflowServer(root).start()
+    server = MlflowServer(root, gunicorn=True).start()
     try:
         yield server, build_store(root, uri=server.url)
     finally:

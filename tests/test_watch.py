@@ -36,6 +36,7 @@ from consistency_gate.errors import UsageError
 from consistency_gate.mlops.webhooks import SIGNATURE, Deliveries, Rejected
 
 MODEL, GUARDED = "iris-watched", "iris-guarded"  # gated and guarded by the listener; guarded only (gated in CI)
+WEBHOOK_CACHE_S = 15  # the server's MLFLOW_WEBHOOK_CACHE_TTL and the listener's webhook_cache_s (the same, as docs say)
 
 
 def test_a_delivery_is_taken_only_signed_fresh_and_new():
@@ -103,19 +104,21 @@ def test_the_compose_stack_runs_the_listener_beside_a_server_that_can_reach_it()
 
 @pytest.fixture(scope="module")
 def watched(tmp_path_factory):
-    """A tracking server with the settings docs/watch.md gives (MLflow's own webhook cache and retries), two models
-    whose v1 was registered and made @champion just before the listener registered its webhook (so the server's
-    workers cache "no webhook" for those events for a minute), and the listener."""
+    """A tracking server with the settings docs/watch.md gives (MLflow's own webhook cache, 15 s instead of its
+    default minute, with the listener told so as the docs say, and its retries), two models whose v1 was
+    registered and made @champion just before the listener registered its webhook (so the server's workers
+    cache "no webhook" for those events), and the listener."""
     from cryptography.fernet import Fernet
 
     root = tmp_path_factory.mktemp("watch")
     env = {"MLFLOW_WEBHOOK_ALLOW_PRIVATE_IPS": "true", "MLFLOW_WEBHOOK_ALLOWED_SCHEMES": "http,https",
-           "MLFLOW_WEBHOOK_SECRET_ENCRYPTION_KEY": Fernet.generate_key().decode()}  # fmt: skip
+           "MLFLOW_WEBHOOK_SECRET_ENCRYPTION_KEY": Fernet.generate_key().decode(),
+           "MLFLOW_WEBHOOK_CACHE_TTL": str(WEBHOOK_CACHE_S)}  # fmt: skip
     server = MlflowServer(root, env=env).start()
     try:
         client = watched_registry(
             root, server.url, (MODEL, GUARDED),
-            f"reconcile_every_s: 3600\nmodels:\n"
+            f"reconcile_every_s: 3600\nwebhook_cache_s: {WEBHOOK_CACHE_S}\nmodels:\n"
             f"  - {{name: {MODEL}, data: eval.csv, config: gate.yaml, id_column: id}}\n"
             f"  - {{name: {GUARDED}, data: eval.csv, config: gate.yaml, id_column: id, gate: false}}\n",
         )  # fmt: skip
@@ -128,14 +131,15 @@ def watched(tmp_path_factory):
         server.kill()
 
 
-@pytest.mark.slow  # a server, a listener, its gates, and the server's webhook cache running out (a minute)
+@pytest.mark.slow  # a server, a listener, its gates, and the server's webhook cache running out
 def test_versions_registered_while_the_servers_webhook_cache_is_stale_are_each_gated_once(watched):
-    """MLflow's workers cache an event's webhooks for a minute and are not told of a new one: a version registered
-    right after --register is not delivered. The listener reconciles once that cache has expired, and any later
-    event wakes a reconcile that gates every version without a record, whatever its order."""
+    """MLflow's workers cache an event's webhooks (a minute by default, WEBHOOK_CACHE_S here) and are not told of
+    a new one: a version registered right after --register is not delivered. The listener reconciles once that
+    cache has expired, and any later event wakes a reconcile that gates every version without a record, whatever
+    its order."""
     client, listener = watched["client"], watched["listener"]
     until(lambda: (listener.health()["last_reconcile"] or {}).get("model") == MODEL, "the first reconcile done")
-    early = register(client, MODEL)  # within the minute: no delivery
+    early = register(client, MODEL)  # while the cache holds "no webhook": no delivery
     gated = until(lambda: listener.did(f"gate {MODEL} v{early}"), "the reconcile after the webhook cache expired")
     assert "passed" in gated["said"], gated
     woken = client.get_model_version(MODEL, early).tags["consistency_gate.started_by"]
