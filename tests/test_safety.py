@@ -560,6 +560,9 @@ def test_a_baseline_registered_again_as_the_candidate_is_a_warning_in_the_report
 
 
 def test_a_prediction_file_gated_against_itself_is_a_warning(tmp_path):
+    # a store of its own: the URI an earlier test of this worker set (MLflow puts it in MLFLOW_TRACKING_URI) may
+    # name a server that has since stopped (seen on a busy machine, where the tests ran in another order)
+    store = f"sqlite:///{tmp_path / 'mlflow.db'}"
     labels, scores = tmp_path / "labels.csv", tmp_path / "scores.csv"
     labels.write_text("label\n" + "a\nb\n" * 20)
     scores.write_text("a,b\n" + "0.9,0.1\n0.2,0.8\n" * 20)
@@ -567,7 +570,7 @@ def test_a_prediction_file_gated_against_itself_is_a_warning(tmp_path):
     config.write_text("ks: [1]\nrules:\n  - {metric: ctoi, max: 0.02}\n")
     proc = run_cli(
         "check", "--labels", labels, "--previous-predictions", scores, "--candidate-predictions", scores,
-        "--config", config, "--name", "nightly",
+        "--config", config, "--name", "nightly", "--tracking-uri", store,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     assert "Warning: the candidate answered exactly as the baseline on every sample" in proc.stdout
@@ -575,7 +578,7 @@ def test_a_prediction_file_gated_against_itself_is_a_warning(tmp_path):
     other.write_text("a,b\n" + "0.9,0.1\n0.3,0.7\n" * 20)  # the same labels, other scores: a real retrain
     proc = run_cli(
         "check", "--labels", labels, "--previous-predictions", scores, "--candidate-predictions", other,
-        "--config", config, "--name", "nightly",
+        "--config", config, "--name", "nightly", "--tracking-uri", store,
     )  # fmt: skip
     assert proc.returncode == 0 and "Warning" not in proc.stdout
 
