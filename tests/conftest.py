@@ -99,6 +99,21 @@ def read_report(path: Path) -> dict:
     return assert_valid_report(json.loads(Path(path).read_text()))
 
 
+@pytest.fixture(autouse=True, scope="module")
+def _no_tracking_uri_from_an_earlier_module():
+    """Each test module starts as a fresh process would, without the tracking and registry URIs an earlier module
+    of its worker set: ``mlflow.set_tracking_uri`` also sets MLFLOW_TRACKING_URI, which every CLI run (in this
+    process or not) then reads, and the store or server it names may be gone (a test met one on a busy machine,
+    where the tests ran in another order)."""
+    import mlflow
+    from mlflow.tracking._model_registry import utils as registry
+
+    mlflow.set_tracking_uri(None)
+    registry._registry_uri = None  # set_registry_uri(None) leaves MLFLOW_REGISTRY_URI set
+    for name in ("MLFLOW_TRACKING_URI", "MLFLOW_REGISTRY_URI"):
+        os.environ.pop(name, None)
+
+
 @pytest.fixture(autouse=True)
 def _reports_match_the_schema(monkeypatch):
     """Every report a test makes in-process (``GateResult.to_dict``) is validated against the schema."""
