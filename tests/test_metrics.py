@@ -1,5 +1,8 @@
 """Hand-computed cases and the paper's invariants (SPEC section 1) as property tests."""
 
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -7,8 +10,9 @@ from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
 from consistency_gate.core import metrics as m
-from consistency_gate.core import rows
+from consistency_gate.core import numpy_rows, rows
 from consistency_gate.core.counts import ConsistencyCounts, Outputs
+from consistency_gate.core.numpy_rows import SMALL_CELLS
 
 
 def test_hand_computed_flips_and_rates():
@@ -153,11 +157,12 @@ def test_pair_top_k_equals_top_k_and_row_moments_of_each(a, k, dtype):
 def test_kernels_meet_only_the_signatures_precompile_compiles():
     """Read-only arrays (what pyarrow and pandas hand out) and writable ones, in any mix, reach the
     kernels as the read-only arrays :func:`~consistency_gate.core.kernels.precompile` compiles for: a
-    mix it had not compiled cost a cold cache 13 s at the first call (three in the suite)."""
+    mix it had not compiled cost a cold cache 13 s at the first call (three in the suite). The batches are
+    large enough for the compiled kernels (:data:`~consistency_gate.core.numpy_rows.SMALL_CELLS`)."""
     from consistency_gate.core import kernels
 
     for dtype in (np.float32, np.float64):
-        writable = np.random.default_rng(0).random((6, 4)).astype(dtype)
+        writable = np.random.default_rng(0).random((SMALL_CELLS // 4, 4)).astype(dtype)
         read_only = writable.copy()
         read_only.flags.writeable = False
         for a, b in ((writable, read_only), (read_only, writable), (read_only, read_only)):
@@ -169,6 +174,55 @@ def test_kernels_meet_only_the_signatures_precompile_compiles():
         arrays = [t for signature in kernel.signatures for t in signature if hasattr(t, "mutable")]
         assert arrays and not any(t.mutable for t in arrays), kernel.signatures
     assert len(kernels.pair_top_k_moments.signatures) == 2  # float32 and float64
+
+
+def test_small_batches_are_answered_without_numba():
+    """A gate of a few thousand rows never loads numba (0.6 s of a fresh process): its batches go to numpy."""
+    code = (
+        "import sys, numpy as np\n"
+        "from consistency_gate.core import metrics as m\n"
+        "rng = np.random.default_rng(0)\n"
+        "a, b, y = rng.random((2000, 10)), rng.random((2000, 10)), rng.integers(0, 10, 2000)\n"
+        "assert 0 < m.topk_consistency(a, b, 5) < 1 and 0 < m.topk_accuracy(y, a, 5) < 1\n"
+        "assert m.pearson(a, b) is not None and m.cosine(a, b) is not None\n"
+        "print('numba' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "False"
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    arrays(
+        np.float64,
+        st.tuples(st.integers(1, 30), st.integers(1, 300)),
+        elements=st.sampled_from([0.0, 0.25, 0.5, 1.0]) | st.floats(0, 1),  # many ties, or none
+    ),
+    st.integers(1, 7),
+    st.sampled_from([np.float32, np.float64]),
+)
+def test_numpy_rows_give_the_compiled_kernels_answers(a, k, dtype):
+    """Cross-check of the two implementations of every row kernel: top lists and indicators exactly,
+    the sums to rounding, Pearson and cosine to rounding with NaN in the same rows."""
+    from consistency_gate.core import kernels
+
+    a = numpy_rows.kernel_input(a, dtype)
+    b = numpy_rows.kernel_input(a[::-1, ::-1], dtype)
+    k = min(k, a.shape[1])
+    compiled, plain = kernels.pair_top_k_moments(a, b, k), numpy_rows.pair_top_k_moments(a, b, k)
+    assert (compiled[0] == plain[0]).all() and (compiled[1] == plain[1]).all()
+    assert np.allclose(compiled[2], plain[2], rtol=1e-12, atol=1e-12)
+    assert (kernels.top_k_rows(a, k) == numpy_rows.top_k_rows(a, k)).all()
+    y = numpy_rows.kernel_input(np.arange(a.shape[0]) % a.shape[1], np.int64)
+    ks = numpy_rows.kernel_input(sorted({1, k}), np.int64)
+    short = numpy_rows.kernel_input(plain[1][:, :1], np.int64)  # a hard label against a top list
+    for top_b in (plain[1], short):
+        want, got = (module.pair_indicators(y, plain[0], top_b, ks) for module in (kernels, numpy_rows))
+        assert (want == got).all()
+    sums = [numpy_rows.kernel_input(v, np.float64) for v in plain[2]]
+    for name, args in (("pearson_rows", (*sums, a.shape[1], 1e-6 * a.shape[1])), ("cosine_rows", sums[2:])):
+        want, got = getattr(kernels, name)(*args), getattr(numpy_rows, name)(*args)
+        assert np.allclose(want, got, rtol=1e-12, atol=1e-12, equal_nan=True), name
 
 
 def test_topk_hand_case():

@@ -38,11 +38,12 @@ from functools import partial
 import numba
 import numpy as np
 
+from consistency_gate.core.numpy_rows import ABSENT, kernel_input
+
 _CHUNK = 32  # columns per chunk, for rows of at least 2 * k chunks of 32
 _MID_CHUNK = 16  # for narrower rows of at least k chunks of 16 (e.g. 100 classes and k = 5)
 _SMALL_CHUNK = 8  # for narrower rows still, so that the bound still prunes
 _ROWS = 256  # rows per parallel task (buffers are allocated once per task)
-_ABSENT = 2**62  # the rank of a class not in a top list: above every k
 
 
 @numba.njit(cache=True, nogil=True, inline="always")
@@ -270,17 +271,17 @@ def pair_indicators(
     out = np.empty((7 + 3 * m, n), dtype=np.uint8)
     for i in numba.prange(n):
         y = y_true[i]
-        rank_a = _ABSENT
+        rank_a = ABSENT
         for r in range(width_a):
             if top_a[i, r] == y:
                 rank_a = r + 1
                 break
-        rank_b = _ABSENT
+        rank_b = ABSENT
         for r in range(width_b):
             if top_b[i, r] == y:
                 rank_b = r + 1
                 break
-        shared = _ABSENT
+        shared = ABSENT
         for r in range(shared_width):  # rank r + 1 meets if a[r] is in b[:r + 1] or b[r] in a[:r + 1]
             found = False
             for s in range(r + 1):
@@ -303,22 +304,6 @@ def pair_indicators(
             out[7 + m + j, i] = rank_b <= ks[j]
             out[7 + 2 * m + j, i] = shared <= ks[j]
     return out
-
-
-def kernel_input(values: object, dtype: type) -> np.ndarray:
-    """``values`` as a C-contiguous, read-only array of ``dtype``, a view where it already is one (no copy).
-
-    Every array a kernel gets is read-only: to numba a read-only array (what pyarrow and pandas hand
-    out without a copy) is another type than a writable one, and each mix of the two a kernel met would
-    be one more compile (13 s for the longest, on a cold cache); the kernels only read their inputs.
-
-    >>> kernel_input([1, 2], np.int64).flags.writeable
-    False
-    """
-    array = np.ascontiguousarray(values, dtype=dtype)
-    view = array.view()
-    view.flags.writeable = False
-    return view
 
 
 def precompile(stop: threading.Event | None = None, names: Collection[str] | None = None) -> None:

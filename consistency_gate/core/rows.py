@@ -19,6 +19,9 @@ from types import ModuleType
 
 import numpy as np
 
+from consistency_gate.core import numpy_rows
+from consistency_gate.core.numpy_rows import kernel_input
+
 
 def _kernels() -> ModuleType:
     """:mod:`consistency_gate.core.kernels`, imported at first use: it imports numba (0.15 s), which
@@ -26,11 +29,21 @@ def _kernels() -> ModuleType:
     return importlib.import_module("consistency_gate.core.kernels")
 
 
+def _engine(cells: int) -> ModuleType:
+    """Where a batch of ``cells`` scores is answered: numpy below
+    :data:`~consistency_gate.core.numpy_rows.SMALL_CELLS` (no numba loaded), the compiled kernels above.
+
+    >>> _engine(10).__name__
+    'consistency_gate.core.numpy_rows'
+    """
+    return numpy_rows if cells < numpy_rows.SMALL_CELLS else _kernels()
+
+
 KERNEL_THREAD = "consistency-gate-kernels"
 """The name of :func:`load_kernels_in_background`'s thread."""
 
 
-def load_kernels_in_background() -> Callable[..., None]:
+def load_kernels_in_background(largest_file_bytes: int | None = None) -> Callable[..., None]:
     """Import the kernels and load them (:func:`consistency_gate.core.kernels.precompile`) in a
     thread: numba's start-up in a fresh process (its import, about 0.3 s for its compiler, then each
     kernel from the cache) then overlaps the reading of the files, whose pyarrow readers release the
@@ -40,10 +53,15 @@ def load_kernels_in_background() -> Callable[..., None]:
     error on its way out: its message need not wait for numba's compiler, up to 13 s on 2 cores); the
     interpreter's exit then waits for it (:func:`wait_for_kernels`), as a thread still in LLVM's C++
     at exit would abort the process, unless the process ends at once (:func:`still_compiling`).
+    With ``largest_file_bytes`` (the largest prediction file's size) under 4 bytes a score of
+    :data:`~consistency_gate.core.numpy_rows.SMALL_CELLS`, every batch will be answered by numpy: nothing
+    is loaded, and the function returned does nothing.
 
     >>> finish = load_kernels_in_background()
     >>> finish()
     """
+    if largest_file_bytes is not None and largest_file_bytes < 4 * numpy_rows.SMALL_CELLS:
+        return lambda wait=True: None
     stop = threading.Event()
     thread = threading.Thread(target=_load, args=(stop,), name=KERNEL_THREAD, daemon=True)
     thread.start()
@@ -101,7 +119,7 @@ def top_k(scores: np.ndarray, k: int) -> np.ndarray:
     """
     scores = _float_matrix(scores)
     _require_k(k, scores.shape[1])
-    return _kernels().top_k_rows(scores, k)
+    return _engine(scores.size).top_k_rows(scores, k)
 
 
 def pair_top_k(a: np.ndarray, b: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray, tuple[np.ndarray, ...]]:
@@ -118,7 +136,7 @@ def pair_top_k(a: np.ndarray, b: np.ndarray, k: int) -> tuple[np.ndarray, np.nda
     if a.dtype != b.dtype:  # one of the two precompiled signatures (float32 to float64 is exact)
         a, b = a.astype(np.float64, copy=False), b.astype(np.float64, copy=False)
     _require_k(k, a.shape[1])
-    top_a, top_b, moments = _kernels().pair_top_k_moments(a, b, k)
+    top_a, top_b, moments = _engine(a.size).pair_top_k_moments(a, b, k)
     return top_a, top_b, tuple(moments)
 
 
@@ -132,12 +150,12 @@ def _float_matrix(scores: np.ndarray) -> np.ndarray:
     scores = np.asarray(scores)
     if scores.ndim != 2:
         raise ValueError(f"expected an (n, p) score matrix, got shape {scores.shape}")
-    return _kernels().kernel_input(scores, scores.dtype if scores.dtype in (np.float32, np.float64) else np.float64)
+    return kernel_input(scores, scores.dtype if scores.dtype in (np.float32, np.float64) else np.float64)
 
 
 def _int_matrix(top: np.ndarray) -> np.ndarray:
     """A C-contiguous (n, k) int64 matrix of class indices."""
-    top = _kernels().kernel_input(top, np.int64)
+    top = kernel_input(top, np.int64)
     if top.ndim != 2:
         raise ValueError(f"expected an (n, k) matrix of class indices, got shape {top.shape}")
     return top
@@ -161,15 +179,15 @@ def pair_indicators(y_true: np.ndarray, top_a: np.ndarray, top_b: np.ndarray, ks
     [[False, False], [True, False], [False, True], [False, False]]
     """
     top_a, top_b = _int_matrix(top_a), _int_matrix(top_b)
-    y_true = _kernels().kernel_input(y_true, np.int64)
+    y_true = kernel_input(y_true, np.int64)
     if not y_true.shape == top_a.shape[:1] == top_b.shape[:1]:
         raise ValueError(
             f"expected one true class per row of the top lists, got {y_true.shape}, {top_a.shape}, {top_b.shape}"
         )
     if min(top_a.shape[1], top_b.shape[1]) < 1:
         raise ValueError("a top list needs at least one class")
-    ks = _kernels().kernel_input(sorted(set(ks)), np.int64)
-    return _kernels().pair_indicators(y_true, top_a, top_b, ks).view(bool)
+    ks = kernel_input(sorted(set(ks)), np.int64)
+    return _engine(top_a.size + top_b.size).pair_indicators(y_true, top_a, top_b, ks).view(bool)
 
 
 def row_moments(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, ...]:
@@ -182,7 +200,7 @@ def row_moments(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, ...]:
     a, b = _float_matrix(a), _float_matrix(b)
     if a.shape != b.shape:
         raise ValueError(f"score matrices differ in shape: {a.shape} and {b.shape}")
-    return tuple(_kernels().pair_moments(a, b))
+    return tuple(_engine(a.size).pair_moments(a, b))
 
 
 def rowwise_pearson(
@@ -204,8 +222,8 @@ def rowwise_pearson(
     >>> rowwise_pearson(*sums, 3).tolist()
     [-1.0]
     """
-    sums = [_kernels().kernel_input(v, np.float64) for v in (sum_a, sum_b, sq_a, sq_b, dot_ab)]
-    return _kernels().pearson_rows(*sums, int(width), float(rel_tol * width))
+    sums = [kernel_input(v, np.float64) for v in (sum_a, sum_b, sq_a, sq_b, dot_ab)]
+    return _engine(sums[0].size).pearson_rows(*sums, int(width), float(rel_tol * width))
 
 
 def rounding_tolerance(*arrays: np.ndarray) -> float:
@@ -223,5 +241,5 @@ def rowwise_cosine(sq_a: np.ndarray, sq_b: np.ndarray, dot_ab: np.ndarray) -> np
     >>> rowwise_cosine(np.array([1.0, 0.0]), np.array([4.0, 1.0]), np.array([2.0, 0.0])).tolist()
     [1.0, nan]
     """
-    sums = [_kernels().kernel_input(v, np.float64) for v in (sq_a, sq_b, dot_ab)]
-    return _kernels().cosine_rows(*sums)
+    sums = [kernel_input(v, np.float64) for v in (sq_a, sq_b, dot_ab)]
+    return _engine(sums[0].size).cosine_rows(*sums)

@@ -1,0 +1,128 @@
+"""The row kernels' answers in plain numpy, for small batches (:mod:`consistency_gate.core.rows` picks).
+
+:mod:`consistency_gate.core.kernels` reads each row once and is 5-6x faster than numpy on a large
+evaluation, but loading numba costs a fresh process about 0.6 s of CPU (its import, then its
+compiler's start at the first kernel), more than numpy spends on a batch of a million scores. Below
+:data:`SMALL_CELLS` scores a batch is answered here instead, with the same functions, arguments and
+tie rule: the top lists and indicators are the kernels' exactly, the per-row sums theirs to rounding
+(float64; numpy adds in another order).
+
+>>> top_k_rows(kernel_input([[0.1, 0.4, 0.4, 0.1]], np.float64), 3).tolist()
+[[1, 2, 0]]
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+SMALL_CELLS = 1_000_000
+"""Batches with fewer scores (rows times classes; the sums' rows for Pearson and cosine) than this
+are answered by numpy: about 50 ms for the widest rows (1,000 classes), less than loading numba."""
+
+ABSENT = 2**62  # the rank of a class not in a top list: above every k (as the kernels)
+
+
+def kernel_input(values: object, dtype: type) -> np.ndarray:
+    """``values`` as a C-contiguous, read-only array of ``dtype``, a view where it already is one (no copy).
+
+    Every array a kernel gets is read-only: to numba a read-only array (what pyarrow and pandas hand
+    out without a copy) is another type than a writable one, and each mix of the two a kernel met would
+    be one more compile (13 s for the longest, on a cold cache); the kernels only read their inputs.
+
+    >>> kernel_input([1, 2], np.int64).flags.writeable
+    False
+    """
+    array = np.ascontiguousarray(values, dtype=dtype)
+    view = array.view()
+    view.flags.writeable = False
+    return view
+
+
+def top_k_rows(scores: np.ndarray, k: int) -> np.ndarray:
+    """(n, k) int64: each row's k best column indices, best first, lowest index first on ties
+    (a stable sort of the negated scores).
+
+    >>> top_k_rows(kernel_input([[0.1, 0.7, 0.2], [0.4, 0.4, 0.2]], np.float64), 2).tolist()
+    [[1, 2], [0, 1]]
+    """
+    return np.argsort(-scores, axis=1, kind="stable")[:, :k].astype(np.int64, copy=False)
+
+
+def pair_moments(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """(5, n) float64: per row sum a, sum b, sum a², sum b², sum ab of two (n, p) matrices.
+
+    >>> pair_moments(kernel_input([[1.0, 2.0]], np.float64), kernel_input([[3.0, 4.0]], np.float64)).ravel().tolist()
+    [3.0, 7.0, 5.0, 25.0, 11.0]
+    """
+    x, y = a.astype(np.float64, copy=False), b.astype(np.float64, copy=False)
+    products = (np.einsum("ij,ij->i", u, v) for u, v in ((x, x), (y, y), (x, y)))
+    return np.stack([x.sum(axis=1), y.sum(axis=1), *products])
+
+
+def pair_top_k_moments(a: np.ndarray, b: np.ndarray, k: int) -> tuple:
+    """:func:`top_k_rows` of two (n, p) matrices and their :func:`pair_moments`.
+
+    >>> a, b = kernel_input([[1.0, 2.0]], np.float64), kernel_input([[3.0, 4.0]], np.float64)
+    >>> top_a, top_b, moments = pair_top_k_moments(a, b, 1)
+    >>> top_a.tolist(), top_b.tolist(), moments.ravel().tolist()
+    ([[1]], [[1]], [3.0, 7.0, 5.0, 25.0, 11.0])
+    """
+    return top_k_rows(a, k), top_k_rows(b, k), pair_moments(a, b)
+
+
+def pearson_rows(
+    sum_a: np.ndarray, sum_b: np.ndarray, sq_a: np.ndarray, sq_b: np.ndarray, dot_ab: np.ndarray, width: int, tol: float
+) -> np.ndarray:
+    """(n,) float64: Pearson's r of each row pair from its five sums over ``width`` classes, NaN
+    where a variance is at most ``tol`` times its sum of squares.
+
+    >>> pearson_rows(*[kernel_input([v], np.float64) for v in (6.0, 6.0, 14.0, 14.0, 10.0)], 3, 1e-6).tolist()
+    [-1.0]
+    """
+    cov = dot_ab - sum_a * sum_b / width
+    var_a, var_b = sq_a - sum_a * sum_a / width, sq_b - sum_b * sum_b / width
+    defined = (var_a > tol * sq_a) & (var_b > tol * sq_b)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        r = np.clip(cov / np.sqrt(var_a * var_b), -1.0, 1.0)
+    return np.where(defined, r, np.nan)
+
+
+def cosine_rows(sq_a: np.ndarray, sq_b: np.ndarray, dot_ab: np.ndarray) -> np.ndarray:
+    """(n,) float64: cosine similarity of each row pair; NaN where a vector is all zeros.
+
+    >>> cosine_rows(*[kernel_input(v, np.float64) for v in ([1.0, 0.0], [4.0, 1.0], [2.0, 0.0])]).tolist()
+    [1.0, nan]
+    """
+    denom = np.sqrt(sq_a * sq_b)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(denom > 0, np.clip(dot_ab / denom, -1.0, 1.0), np.nan)
+
+
+def pair_indicators(y_true: np.ndarray, top_a: np.ndarray, top_b: np.ndarray, ks: np.ndarray) -> np.ndarray:
+    """(7 + 3 len(ks), n) uint8: the rows of :func:`consistency_gate.core.kernels.pair_indicators`
+    (CtoC, CtoI, ItoC, ItoI, A right, B right, the same class; then CACC-k of A and of B and CCON-k
+    for each k of ``ks``).
+
+    >>> y, top_a, top_b, ks = (kernel_input(v, np.int64) for v in ([2], [[0, 2]], [[1, 0]], [1, 2]))
+    >>> pair_indicators(y, top_a, top_b, ks)[:, 0].tolist()
+    [0, 0, 0, 1, 0, 0, 0, 0, 1, 0, 0, 0, 1]
+    """
+    rank_a, rank_b = _rank(top_a, y_true), _rank(top_b, y_true)
+    shared = np.full(y_true.size, ABSENT, dtype=np.int64)
+    for r in range(min(top_a.shape[1], top_b.shape[1])):  # rank r + 1 meets: a[r] in b[:r + 1] or b[r] in a[:r + 1]
+        meets = (top_a[:, r : r + 1] == top_b[:, : r + 1]).any(axis=1) | (top_b[:, r : r + 1] == top_a[:, : r + 1]).any(
+            axis=1
+        )
+        shared = np.where(meets & (shared == ABSENT), r + 1, shared)
+    right_a, right_b = rank_a == 1, rank_b == 1
+    rows = [right_a & right_b, right_a & ~right_b, right_b & ~right_a, ~right_a & ~right_b, right_a, right_b]
+    rows.append(top_a[:, 0] == top_b[:, 0])
+    for rank in (rank_a, rank_b, shared):
+        rows += [rank <= k for k in ks]
+    return np.stack(rows).astype(np.uint8)
+
+
+def _rank(top: np.ndarray, y_true: np.ndarray) -> np.ndarray:
+    """Each row's 1-based position of its true class in its top list, :data:`ABSENT` where absent."""
+    match = top == y_true[:, None]
+    return np.where(match.any(axis=1), match.argmax(axis=1) + 1, ABSENT)
