@@ -58,7 +58,8 @@ from intervals import format_interval
 from repairs import by_hand, mnist1d_splits, probabilities
 
 from consistency_gate.core.evaluation import evaluate_frames
-from consistency_gate.ensembles.bayes import BayesUpdate, confusion, tune_cost_ratio
+from consistency_gate.ensembles.answers import confusion
+from consistency_gate.ensembles.bayes import BayesUpdate, tune_cost_ratio
 from consistency_gate.ensembles.repair import tune
 from consistency_gate.gate import config as gate_config
 from consistency_gate.gate import rules

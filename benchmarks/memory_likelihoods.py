@@ -22,7 +22,7 @@ import numpy as np
 import pandas as pd
 from generations import splits_of, train
 
-from consistency_gate.ensembles.bayes import COST_RATIOS, confusion
+from consistency_gate.ensembles.answers import COST_RATIOS, confusion
 
 MARGIN = 0.005  # as the gate: the tuned ratio keeps the memory within half a point of the candidate
 POLICIES = {  # name -> (likelihood, decay)

@@ -6,7 +6,8 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from consistency_gate.ensembles.bayes import BayesUpdate, class_indices, confusion
+from consistency_gate.ensembles.answers import class_indices, confusion
+from consistency_gate.ensembles.bayes import BayesUpdate
 
 
 @st.composite

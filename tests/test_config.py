@@ -48,6 +48,15 @@ RULE = "rules:\n  - {metric: con, min: 0.9}\n"
         (RULE + "remediation:\n  data: t.csv\n  teacher_method: mcdropout\n", "teacher_method 'mcdropout' cannot"),
         (RULE + "remediation:\n  data: t.csv\n  optimizer: rmsprop\n", "line 5: remediation.optimizer: Input should"),
         (RULE + "remediation:\n  data: t.csv\n  snapshot_one_run: 2\n", "line 5: remediation.snapshot_one_run"),
+        (
+            RULE + "remediation:\n  strategy: [memory]\n  options:\n    memory: {}\n",
+            "gate.yaml: remediation: memory: it remembers the answers of a population: name it with options: memory: "
+            "population: <file>",
+        ),
+        (
+            RULE + "remediation:\n  strategy: [blend, memory]\n",
+            "gate.yaml: remediation: memory: it remembers the answers of a population",
+        ),
     ],
 )
 def test_config_mistakes_name_the_line_and_key(text, expected):
@@ -73,3 +82,30 @@ def test_a_valid_config_keeps_its_values():
     assert config.remediation.settings.threads == 2 and config.remediation.settings.optimizer == "adam"
     assert config.remediation.settings.snapshot_one_run is False
     assert parse_config(RULE + "remediation:\n  enabled: false\n").remediation is None
+
+
+def test_config_check_says_each_methods_own_settings(tmp_path):
+    """``config --check`` prints each method's own settings: a memory's population and options, an ensemble's
+    members and snapshots; never DynSnap's settings for a method that does not train."""
+    from consistency_gate.cli import main
+
+    path = tmp_path / "gate.yaml"
+    path.write_text(
+        RULE + "remediation:\n  data: t.csv\n  strategy: [memory, dynsnap-step]\n  tuning_share: 0.3\n"
+        "  options:\n    memory: {population: pop.csv, cost_ratio: 2}\n"
+    )
+    lines = _output(main, ["config", "--check", str(path)])
+    assert "  remediation: memory then dynsnap-step; recipe mlp, training data t.csv" in lines
+    assert "    memory: population pop.csv, cost_ratio 2.0, likelihood answers, decay 1.0" in lines
+    assert "    dynsnap-step: m 20 members, N 10 snapshots, epochs 40, optimizer sgd" in lines
+
+
+def _output(main, args: list[str]) -> list[str]:
+    import contextlib
+    import io
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), pytest.raises(SystemExit) as done:
+        main(args)
+    assert done.value.code == 0, out.getvalue()
+    return out.getvalue().splitlines()

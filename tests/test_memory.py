@@ -181,7 +181,7 @@ def test_forgetting_ids_drops_their_belief_and_an_id_added_again_starts_afresh()
 
 def test_the_tuned_cost_ratio_is_the_largest_that_keeps_the_candidates_accuracy_on_the_tuning_share():
     from consistency_gate.ensembles.memory import Said, _tuned_ratio
-    from consistency_gate.ensembles.methods import TuningData
+    from consistency_gate.ensembles.method import TuningData
 
     good = np.array([[0.8, 0.2], [0.2, 0.8]])
     ids = [f"t{i}" for i in range(10)]
@@ -216,3 +216,33 @@ def test_updating_the_known_ids_then_merging_the_new_is_extending_then_updating(
     assert np.array_equal(merged.log_belief, expected.log_belief) and merged.seen(old + new) == expected.seen(old + new)
     with pytest.raises(DataError, match="id 'o3' appears 2 times"):
         known.merged(Memory.first(["a", "b"], ["o3"], np.array([0]), GOOD))
+
+
+def _population_file(tmp_path, rows: int):
+    from consistency_gate.ensembles.memory import Population
+
+    path = tmp_path / "population.csv"
+    pd.DataFrame({"id": [f"i{n}" for n in range(rows)], "x": np.arange(rows)}).to_csv(path, index=False)
+    return path, Population(path, "id", pd.DataFrame({"id": ["i0"], "x": [0]}))
+
+
+def test_a_population_appended_to_while_it_is_read_says_which_rows_the_memory_was_built_from(tmp_path):
+    """The rows read are counted, and a file that changed while it was read is said to have (the memory holds the
+    rows as read then); a file left alone is said plainly."""
+    path, population = _population_file(tmp_path, 5)
+    batches = population.batches()
+    next(batches)  # the file's rows, read
+    with path.open("a") as file:
+        file.write("late,99\n")
+    list(batches)
+    assert population.read() == "5 rows of population.csv (it changed while it was read: the rows as read then)"
+    _, again = _population_file(tmp_path, 6)
+    list(again.batches())
+    assert again.read() == "6 rows of population.csv"
+
+
+def test_an_empty_population_is_refused_naming_the_file(tmp_path):
+    """A header and no rows: a memory built from it would change nothing, so the gate stops (exit 3) instead."""
+    path, population = _population_file(tmp_path, 0)
+    with pytest.raises(DataError, match=f"{path}: the population has no rows; a memory remembers"):
+        list(population.batches())

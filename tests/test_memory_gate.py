@@ -228,8 +228,9 @@ def test_shadow_serve_answers_from_the_champions_memory_and_captures_a_plain_can
         (lambda x: x, "the population has no id column 'id'"),
         (lambda x: x.assign(id=["a"] * len(x)), "id 'a' appears"),
         (lambda x: x.drop(columns=["p3"]).assign(id=range(len(x))), "lacks the column 'p3' the model reads"),
+        (lambda x: x.iloc[:0].assign(id=[]), "the population has no rows; a memory remembers the answers users see"),
     ],
-    ids=["no ids", "repeated ids", "other columns"],
+    ids=["no ids", "repeated ids", "other columns", "no rows"],
 )
 def test_a_bad_population_is_one_line_and_nothing_is_promoted(history, tmp_path, population, message):
     bad = tmp_path / "population.csv"
@@ -327,3 +328,31 @@ def test_a_memory_of_the_scores_with_decay_updates_the_champions_table_by_them(h
     expected = 0.5 * champion.log_belief[champion.find(ids)] + np.log(np.clip(scores, 1e-6, 1.0))
     expected -= expected.max(axis=1, keepdims=True)
     assert np.allclose(built.log_belief[built.find(ids)], expected, atol=1e-4)
+
+
+def test_each_memory_says_which_rows_of_the_population_it_was_built_from(history):
+    """The run of each memory logs the rows of the population it read (a file appended to while the gate reads
+    it would be said to have changed: tests/test_memory.py)."""
+    client = history["client"]
+    for report in history["reports"]:
+        (attempt,) = report["attempts"]
+        params = client.get_run(attempt["run_id"]).data.params
+        assert params["population_read"] == f"{len(history['x']):,} rows of population.csv"
+
+
+def test_a_memory_id_column_the_data_lacks_names_both_columns_not_a_missing_option(history, tmp_path):
+    """``id_column: nosuch`` with the gate's ``--id-column id``: the line names the memory's option and the gate's
+    column (it said "give the gate --id-column" although it was given); exit 3, nothing promoted."""
+    config = _config(tmp_path, history["root"] / "population.csv")
+    config.write_text(config.read_text().replace("cost_ratio:", "id_column: nosuch, cost_ratio:"))
+    client = history["client"]
+    before = str(client.get_model_version_by_alias(MODEL, "champion").version)
+    proc = run_cli(
+        "check", "--model", MODEL, "--candidate", history["raw"][-1][0], "--data", history["root"] / "eval.csv",
+        "--config", config, "--tracking-uri", history["uri"], "--id-column", "id", "--promote",
+    )  # fmt: skip
+    line = proc.stderr.strip().splitlines()[-1]
+    assert proc.returncode == 3, proc.stderr
+    assert "no column 'nosuch', the memory's id column (options: memory: id_column)" in line
+    assert "the gate's --id-column is 'id'" in line and "give the gate --id-column" not in line
+    assert str(client.get_model_version_by_alias(MODEL, "champion").version) == before

@@ -255,7 +255,7 @@ def test_a_models_answers_on_spark_for_a_memory_are_its_answers_in_process(store
     from mlflow import MlflowClient
 
     from consistency_gate.engines.spark import SparkModel, model_answers, read_table, spark_session
-    from consistency_gate.ensembles.bayes import answer_labels
+    from consistency_gate.ensembles.answers import answer_labels
     from consistency_gate.mlops.registry import resolve_version
     from consistency_gate.mlops.scoring import load_model, predict
 

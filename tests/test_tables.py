@@ -13,8 +13,9 @@ from mlflow import MlflowClient
 from registry_fixtures import MODEL, build_store
 
 from consistency_gate.ensembles import methods
+from consistency_gate.ensembles.carrying import carried
 from consistency_gate.ensembles.methods import METHODS, Built, Method
-from consistency_gate.ensembles.repair import Repair, aligned, carried, log_repair
+from consistency_gate.ensembles.repair import Repair, aligned, log_repair
 from consistency_gate.errors import ModelError
 from consistency_gate.gate.config import parse_config
 from consistency_gate.gate.run import run_gate

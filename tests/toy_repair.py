@@ -15,8 +15,9 @@ import numpy as np
 import pandas as pd
 from pydantic import Field
 
-from consistency_gate.ensembles.methods import Built, Described, Inputs, Method, Options, models_of
-from consistency_gate.ensembles.repair import aligned, carried, carried_models, input_frame, log_carrying
+from consistency_gate.ensembles.carrying import carried, carried_models, input_frame, log_carrying
+from consistency_gate.ensembles.method import Built, Described, Inputs, Method, Options, models_of
+from consistency_gate.ensembles.repair import aligned
 
 try:
     from mlflow.pyfunc import PythonModel

@@ -54,6 +54,7 @@ def config(
     tracking_uri: str | None,
 ) -> None:
     """Print the default gate configuration (YAML), or check one (against a model, with --model)."""
+    from consistency_gate.ensembles.methods import resolve
     from consistency_gate.gate.config import default_config_text, load_config
 
     if show_default == (check_path is not None):
@@ -76,16 +77,14 @@ def config(
         click.echo(f"  {rule.describe()}")
     if cfg.remediation is not None:
         remediation = cfg.remediation
-        settings = remediation.settings
         data = (
             f"recipe {remediation.recipe}, training data {remediation.data}"
             if remediation.can_train
             else "no training data: the methods that train are skipped"
         )
-        click.echo(
-            f"  remediation: {' then '.join(remediation.methods)} "
-            f"(m={settings.m}, N={settings.n_snapshots}, epochs={settings.epochs}), {data}"
-        )
+        click.echo(f"  remediation: {' then '.join(remediation.methods)}; {data}")
+        for name in remediation.methods:
+            click.echo(f"    {name}: {resolve(name).summary(remediation.for_method(name))}")
         if remediation.calibration is not None:
             click.echo(f"  repairs tuned on {remediation.calibration}")
         elif remediation.tuning_share is not None:

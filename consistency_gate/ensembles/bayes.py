@@ -27,9 +27,11 @@ import numpy as np
 import pandas as pd
 
 from consistency_gate.core.evaluation import canonical_classes
+from consistency_gate.ensembles.answers import COST_RATIOS, answer_labels, class_indices, confusion
+from consistency_gate.ensembles.carrying import carried, carried_models, input_frame, log_carrying
 from consistency_gate.ensembles.config import RemediationConfig
-from consistency_gate.ensembles.methods import DEFAULT_GENERATIONS, Built, Inputs, models_of, tuning_data
-from consistency_gate.ensembles.repair import carried, carried_models, input_frame, log_carrying
+from consistency_gate.ensembles.method import Built, Inputs, models_of, tuning_data
+from consistency_gate.ensembles.methods import DEFAULT_GENERATIONS
 
 if TYPE_CHECKING:
     from mlflow.models.model import ModelInfo
@@ -41,39 +43,6 @@ except ImportError:  # pragma: no cover - mlflow is a dependency; keeps the core
     PythonModel = object
 
 DEFAULT_COST_RATIO = 2.0
-COST_RATIOS = (1.0, 1.5, 2.0, 3.0, 5.0, 10.0, 30.0, 100.0)  # 1: the most likely class always (MaxBelief)
-
-
-def confusion(
-    labels: Sequence[object], answers: Sequence[object], classes: Sequence[str], alpha: float = 1.0
-) -> np.ndarray:
-    """``C[y, j]``: the share of the samples of true class ``y`` answered ``j``, add-``alpha`` smoothed
-    (a class never seen still has a likelihood). Labels and answers are compared as text; one outside
-    ``classes`` is left out.
-
-    Parameters
-    ----------
-    labels, answers : the calibration samples' true classes and one generation's answers.
-    classes : the class order of the rows and columns.
-    alpha : the pseudo-count of every cell.
-
-    Returns
-    -------
-    (p, p) row-stochastic matrix.
-
-    Examples
-    --------
-    >>> confusion(["a", "a", "b"], ["a", "b", "b"], ["a", "b"], alpha=0).tolist()
-    [[0.5, 0.5], [0.0, 1.0]]
-    """
-    index = {str(c): i for i, c in enumerate(classes)}
-    y = np.array([index.get(str(v), -1) for v in labels])
-    j = np.array([index.get(str(v), -1) for v in answers])
-    keep = (y >= 0) & (j >= 0)
-    counts = np.full((len(classes), len(classes)), float(alpha))
-    np.add.at(counts, (y[keep], j[keep]), 1.0)
-    totals = counts.sum(axis=1, keepdims=True)
-    return np.divide(counts, totals, out=np.full_like(counts, 1.0 / len(classes)), where=totals > 0)
 
 
 @dataclass(frozen=True)
@@ -144,16 +113,6 @@ def tune_cost_ratio(
     return passing[0] if passing else min(judged, key=lambda item: item[2])[0]
 
 
-def class_indices(answers: Sequence[object], classes: Sequence[str]) -> np.ndarray:
-    """Answers as indices into ``classes`` (compared as text; -1 outside them).
-
-    >>> class_indices(["b", 3, "z"], ["a", "b", "3"]).tolist()
-    [1, 2, -1]
-    """
-    index = {str(c): i for i, c in enumerate(classes)}
-    return np.array([index.get(str(a), -1) for a in answers], dtype=np.int64)
-
-
 class BayesPyfunc(PythonModel):
     """MLflow pyfunc of the Bayesian update: every generation's model inside it (artifacts ``g0`` ...,
     the candidate last), their confusion matrices and the cost ratio in its model config; predict()
@@ -179,23 +138,6 @@ class BayesPyfunc(PythonModel):
             class_indices(answer_labels(predict(m, frame, ()), self.decision), self.update.classes) for m in self.models
         ]
         return pd.DataFrame(self.update.scores(said), columns=self.update.classes, index=frame.index)
-
-
-def answer_labels(output: pd.DataFrame | pd.Series, decision: object | None = None) -> list[str]:
-    """A model's answers as text: a label-only model's labels, else its highest-scoring class (a binary
-    model's at ``decision``, a :class:`~consistency_gate.core.threshold.BinaryDecision`).
-
-    >>> answer_labels(pd.DataFrame({"a": [0.7, 0.2], "b": [0.3, 0.8]}))
-    ['a', 'b']
-    """
-    if isinstance(output, pd.Series):
-        return [str(v) for v in output]
-    columns = [str(c) for c in output.columns]
-    values = output.to_numpy(dtype=np.float64)
-    if decision is not None and decision.positive in columns and len(columns) == 2:
-        positive = columns.index(decision.positive)
-        return [columns[i] for i in decision.answers(values[:, positive], positive, 1 - positive)]
-    return [columns[i] for i in values.argmax(axis=1)]
 
 
 def log_bayes(update: BayesUpdate, generations: list[dict], decision: dict | None, name: str = "repair") -> ModelInfo:

@@ -365,6 +365,10 @@ class RemediationConfig:
                 _settings(block.model_copy(update={"method": method}))
         except UsageError as exc:
             raise UsageError(f"{source}: {exc}") from None
+        for name in strategy or (method,):  # options that cannot work for any model: refused now, not at the gate
+            entry = resolve(name)
+            if (why := entry.unconfigured(options.get(entry.name) or entry.options())) is not None:
+                raise UsageError(f"{source}: remediation: {entry.name}: {why}")
         return cls(
             block.data, block.recipe, dict(block.recipe_options), block.label_column, block.combination, settings,
             strategy, overrides, options, block.calibration, block.tuning_share, block.max_models,

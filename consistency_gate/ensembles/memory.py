@@ -42,9 +42,9 @@ import pyarrow as pa
 
 from consistency_gate.core.ids import as_text, lookup, sorted_keys
 from consistency_gate.core.memory import ANSWER, Memory, lean_scan
-from consistency_gate.ensembles.bayes import COST_RATIOS, answer_labels, class_indices, confusion
-from consistency_gate.ensembles.methods import Built, Inputs, TuningData, tuning_data
-from consistency_gate.ensembles.repair import carried, carried_models, input_frame, log_carrying
+from consistency_gate.ensembles.answers import COST_RATIOS, answer_labels, class_indices, confusion
+from consistency_gate.ensembles.carrying import carried, carried_models, input_frame, log_carrying
+from consistency_gate.ensembles.method import Built, Inputs, TuningData, tuning_data
 from consistency_gate.errors import DataError, ModelError
 
 if TYPE_CHECKING:
@@ -52,7 +52,7 @@ if TYPE_CHECKING:
     from mlflow.pyfunc import PythonModelContext
 
     from consistency_gate.ensembles.config import RemediationConfig
-    from consistency_gate.ensembles.methods import MemoryOptions
+    from consistency_gate.ensembles.memory_method import MemoryOptions
     from consistency_gate.mlops.scoring import LoadedModel
 
 try:
@@ -65,7 +65,7 @@ DEFAULT_COST_RATIO = 3.0  # where it cannot be tuned: a negative flip costs thre
 ACCURACY_MARGIN = 0.005  # a tuned cost ratio keeps the memory within half a point of the candidate's accuracy
 CHUNK = 200_000  # population rows scored at a time
 # each engine's update of the memory: (Gathered, the table's path) -> Updated; the Spark one, which reads this
-# module's types, is loaded only where it runs
+# module's types, is named and loaded only where it runs (importing it from here would close an import cycle)
 UPDATES = {
     "local": "consistency_gate.ensembles.memory:update_here",
     "spark": "consistency_gate.ensembles.memory_spark:update_on_spark",
@@ -138,10 +138,13 @@ class Population:
         except Exception as exc:  # noqa: BLE001 - pyarrow raises several kinds for an unreadable file
             raise DataError(f"{path}: the population cannot be read ({type(exc).__name__}: {exc})") from None
         check_columns(path, names, id_column, list(features.columns))
+        self.files = [Path(f) for f in self.dataset.files]
+        self.stamps = _stamps(self.files)
+        self.rows_read = 0  # the population's own rows, once read
 
     def batches(self) -> Iterator[tuple[pa.Array, pd.DataFrame]]:
         """Its rows as (their ids as text, a frame of the id column and the model's columns), the evaluation
-        set's missing ids last."""
+        set's missing ids last. A DataError when the population has no rows."""
         evaluation = as_text(self.features[self.id_column])
         keys, order = sorted_keys(evaluation, "the evaluation set")
         ordered, found = evaluation.take(pa.array(order)), np.zeros(len(evaluation), dtype=bool)
@@ -153,13 +156,47 @@ class Population:
                     ids = as_text(batch.column(self.id_column))
                     at = lookup(keys, ordered, ids)
                     found[at[at >= 0]] = True
+                    self.rows_read += batch.num_rows
                     yield ids, batch.to_pandas()
         except pa.ArrowException as exc:
             raise DataError(f"{self.path}: the population cannot be read ({type(exc).__name__}: {exc})") from None
+        if not self.rows_read:
+            raise no_rows(self.path)
         missing = np.zeros(len(evaluation), dtype=bool)
         missing[order[~found]] = True
         if missing.any():
             yield evaluation.filter(pa.array(missing)), self.features.loc[missing].reset_index(drop=True)
+
+    def read(self) -> str:
+        """Which rows the memory was built from: how many were read, and whether a file changed while it was read
+        (a population appended to while the gate reads it: its rows as read, a count the report states).
+
+        >>> import tempfile
+        >>> path = Path(tempfile.mkdtemp()) / "population.csv"
+        >>> _ = path.write_text("id,x\\na,1\\nb,2\\n")
+        >>> population = Population(path, "id", pd.DataFrame({"id": ["a"], "x": [1]}))
+        >>> rows = list(population.batches())
+        >>> population.read()
+        '2 rows of population.csv'
+        """
+        where = self.path.name if len(self.files) == 1 else f"{len(self.files)} files of {self.path}"
+        said = f"{self.rows_read:,} rows of {where}"
+        if _stamps(self.files) != self.stamps:
+            said += " (it changed while it was read: the rows as read then)"
+        return said
+
+
+def _stamps(files: list[Path]) -> list[tuple[int, int]]:
+    """Each file's size and modification time, to tell whether it changed while it was read."""
+    return [(f.stat().st_size, f.stat().st_mtime_ns) if f.exists() else (-1, -1) for f in files]
+
+
+def no_rows(source: object) -> DataError:
+    """The error of a population ``source`` without rows (a memory built from it would change nothing)."""
+    return DataError(
+        f"{source}: the population has no rows; a memory remembers the answers users see: give the file of the "
+        "items the model serves (ids and features)"
+    )
 
 
 def check_columns(source: object, names: list[str], id_column: str, columns: list[str]) -> None:
@@ -317,7 +354,8 @@ class Gathered:
 class Updated:
     """The memory after a gate's update, as the report and the version say it: its class scores on the evaluation
     set's rows, its rows and bytes on disk, the ids added, the answers changed and the ids forgotten, the cost
-    ratio and where it came from, and the population's first rows (the served model's example)."""
+    ratio and where it came from, the population's first rows (the served model's example), and which of its rows
+    it was built from (:meth:`Population.read`)."""
 
     scores: pd.DataFrame
     rows: int
@@ -328,17 +366,24 @@ class Updated:
     cost_ratio: float
     cost_ratio_from: str
     head: pd.DataFrame
+    read: str
 
 
 def _gathered(inputs: Inputs, remediation: RemediationConfig) -> Gathered:
     """What the update starts from (:class:`Gathered`); a DataError when the gate has no id column."""
     options = remediation.own
     id_column = options.id_column or inputs.id_column
-    if id_column is None or id_column not in inputs.frame.columns:
+    if id_column is None:
         raise DataError(
             f"{inputs.data_path}: a memory judges what users saw by id: give the gate --id-column (the ids of the "
             "population)"
         )
+    if id_column not in inputs.frame.columns:
+        named = "options: memory: id_column" if options.id_column else "--id-column"
+        what = f"its columns: {', '.join(map(str, inputs.frame.columns[:12]))}; name the column of the population's ids"
+        if options.id_column and inputs.id_column:
+            what = f"the gate's --id-column is '{inputs.id_column}': drop id_column: to use it, or name a column it has"
+        raise DataError(f"{inputs.data_path}: no column '{id_column}', the memory's id column ({named}); {what}")
     classes = list(inputs.classes)
     reads = inputs.candidate.features or [c for c in inputs.frame.columns if c not in inputs.non_features]
     keep = [id_column, *(c for c in reads if c != id_column)]  # the columns the candidate reads, and the ids
@@ -380,7 +425,7 @@ def build_memory(inputs: Inputs, remediation: RemediationConfig) -> Built:
         "confusions_from": gathered.held.source, "population": str(options.population),
         "rows": done.rows, "bytes": done.bytes, "added": done.added, "changed": done.changed,
         "likelihood": options.likelihood, "decay": options.decay, "forgotten": done.forgotten,
-        "id_column": id_column, "engine": inputs.engine,
+        "id_column": id_column, "engine": inputs.engine, "population_read": done.read,
         "from": f"v{inputs.versions[0]}'s {'memory' if gathered.previous is not None else 'answers'}",
     }  # fmt: skip
     setting.update(_latency(info.model_uri, inputs.candidate, done.head, id_column))
@@ -414,7 +459,8 @@ def update_here(gathered: Gathered, table: Path) -> Updated:
     rows = memory.find(inputs.frame[id_column])
     scores = pd.DataFrame(memory.scores(rows), columns=classes, index=inputs.frame.index)
     size = memory.write(table)
-    return Updated(scores, len(memory), size, int(new.sum()), changed, forgotten, cost_ratio, chosen, head)
+    said = population.read()
+    return Updated(scores, len(memory), size, int(new.sum()), changed, forgotten, cost_ratio, chosen, head, said)
 
 
 def _present(*memories: Memory | None) -> list[Memory]:

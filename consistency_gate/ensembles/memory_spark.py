@@ -16,7 +16,7 @@ import pyarrow as pa
 
 from consistency_gate.core.ids import as_text
 from consistency_gate.core.memory import Memory
-from consistency_gate.ensembles.memory import Gathered, Updated, check_columns
+from consistency_gate.ensembles.memory import Gathered, Updated, check_columns, no_rows
 from consistency_gate.errors import DataError
 
 if TYPE_CHECKING:
@@ -38,7 +38,8 @@ def update_on_spark(gathered: Gathered, table: Path) -> Updated:
 
     inputs, options, id_column = gathered.inputs, gathered.options, gathered.id_column
     classes, spark = list(inputs.classes), spark_session()
-    population, head = _spark_population(spark, options.population, id_column, gathered.keep, inputs.data_path)
+    population, head, rows = _spark_population(spark, options.population, id_column, gathered.keep, inputs.data_path)
+    read = f"{rows:,} rows of {options.population} (as Spark read it)"
     memory, forgotten = gathered.remembered()  # in process too: where it serves, the table is loaded whole
     previous = None
     if gathered.previous is not None:
@@ -67,15 +68,16 @@ def update_on_spark(gathered: Gathered, table: Path) -> Updated:
     scores = pd.DataFrame(scores, columns=classes, index=inputs.frame.index)
     size = sum(f.stat().st_size for f in table.rglob("*.parquet"))
     rows, added, changed = (int(v or 0) for v in counts)
-    return Updated(scores, rows, size, added, changed, forgotten, cost_ratio, chosen, head)
+    return Updated(scores, rows, size, added, changed, forgotten, cost_ratio, chosen, head, read)
 
 
 def _spark_population(
     spark: SparkSession, source: Path, id_column: str, keep: list[str], data_path: Path
-) -> tuple[SparkDataFrame, pd.DataFrame]:
+) -> tuple[SparkDataFrame, pd.DataFrame, int]:
     """The population as a Spark DataFrame (a CSV or Parquet file or folder, else a table of Spark's catalog):
-    the id column as text and the model's columns, the evaluation set's rows it lacks added; and its first 1,000
-    rows as they are. A DataError names it when it is none of these, lacks a column, or repeats an id."""
+    the id column as text and the model's columns, the evaluation set's rows it lacks added; its first 1,000
+    rows as they are; and its own row count. A DataError names it when it is none of these, lacks a column, has
+    no rows or repeats an id."""
     from pyspark.sql import functions as F
 
     from consistency_gate.engines.spark import read_table
@@ -91,6 +93,9 @@ def _spark_population(
         )
     check_columns(source, frame.columns, id_column, keep)
     frame = frame.select(*(F.col(f"`{c}`") for c in keep))
+    rows = frame.count()
+    if not rows:
+        raise no_rows(source)
     evaluation = read_table(spark, data_path).select(*(F.col(f"`{c}`").cast(frame.schema[c].dataType) for c in keep))
     frame = frame.unionByName(evaluation.join(frame.select(id_column), id_column, "left_anti"))
     repeated = (frame.groupBy(id_column).count().where(F.col(id_column).isNull() | (F.col("count") > 1))
@@ -102,7 +107,7 @@ def _spark_population(
         raise DataError(f"{source}: id {str(name)!r} appears {times} times; a population names each item once: drop "
                         "the repeats")  # fmt: skip
     head = frame.limit(1000).toPandas()
-    return frame.withColumn(id_column, F.col(f"`{id_column}`").cast("string")), head
+    return frame.withColumn(id_column, F.col(f"`{id_column}`").cast("string")), head, rows
 
 
 def _is_table(spark: SparkSession, name: str) -> bool:

@@ -13,10 +13,14 @@ nothing outside the method reads its setting's keys). Adding a method is one mod
 one entry: in :data:`METHODS`, or, for a method of your own, named in the config as ``"module:ENTRY"``
 (:func:`resolve`), which registers it.
 
-A builder is ``build(inputs, remediation) -> Built``: it receives the gate's :class:`Inputs` and the
-method's :class:`~consistency_gate.ensembles.config.RemediationConfig`, runs inside the attempt's MLflow
-run, logs its model there and returns what it built. Builders are named ``"module:function"`` (as
-training recipes are) and imported when a method runs, so that reading a config imports nothing heavy.
+A builder is ``build(inputs, remediation) -> Built`` (:mod:`~consistency_gate.ensembles.method` says what a
+method is and what a builder receives): it receives the gate's :class:`Inputs` and the method's
+:class:`~consistency_gate.ensembles.config.RemediationConfig`, runs inside the attempt's MLflow run, logs its
+model there and returns what it built. Builders are named ``"module:function"`` (as training recipes are) and
+imported when a method runs, so that reading a config imports nothing heavy (a function importing them would
+close an import cycle: each builder reads the remediation config, which reads this table). A family of methods
+with options and words of its own declares its entry in its own module (the memory's:
+:mod:`~consistency_gate.ensembles.memory_method`).
 
 >>> METHODS["rerank"].kind, METHODS["rerank"].cost < METHODS["dynsnap-cyc"].cost
 ('rerank', True)
@@ -27,168 +31,24 @@ training recipes are) and imported when a method runs, so that reading a config 
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from pathlib import Path
-from typing import TYPE_CHECKING, Literal, Protocol
+from collections.abc import Callable
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
-from consistency_gate.errors import DataError, UsageError
-
-if TYPE_CHECKING:
-    import pandas as pd
-    from mlflow.models.model import ModelInfo
-
-    from consistency_gate.core.threshold import BinaryDecision
-    from consistency_gate.mlops.scoring import LoadedModel
+from consistency_gate.ensembles.memory_method import MEMORY
+from consistency_gate.ensembles.method import (
+    Built,
+    Described,
+    Inputs,
+    Method,
+    Options,
+    RemediationConfig,
+    models_of,
+)
+from consistency_gate.errors import UsageError
 
 DEFAULT_GENERATIONS = 3  # bayesian-update's K: the candidate, the baseline and the champion before it
 KS = tuple(range(2, 11))  # rerank's k: 1 is the candidate itself; k = the number of classes, the previous generation
-TRAINED = "consistency_gate.ensembles.remediation:build_trained"  # every method that trains networks
-
-# judge(scores) on tuning data: (whether the gate's rules pass there, CtoI there)
-Judge = Callable[..., tuple[bool, float]]
-
-
-class RemediationConfig(Protocol):
-    """What the table reads of the ``remediation:`` block: the checked
-    :class:`consistency_gate.ensembles.config.RemediationConfig`, which reads this table to check it."""
-
-    data: Path | None
-    calibration: Path | None
-    tuning_share: float | None  # the share of the evaluation set held out to tune on
-    label_column: str
-    max_models: int | None  # the most models what remediation registers may carry (None: no bound)
-    settings: object  # its TrainSettings (``m``: an ensemble's members)
-
-    @property
-    def can_train(self) -> bool:
-        """Whether there is data to train on."""
-
-    @property
-    def own(self) -> BaseModel:
-        """The options of the method this config is for (its ``options:`` sub-block, checked)."""
-
-
-@dataclass(frozen=True)
-class TuningData:
-    """Labelled samples a repair's setting is tuned on, never those it is judged on: a ``calibration:``
-    file, the share of the evaluation set the gate held out (``tuning_share:``), or the training data."""
-
-    frame: pd.DataFrame
-    label_column: str
-    non_features: tuple[str, ...]  # the columns no model reads
-    source: str  # how the report names them (a file, or the held-out share)
-
-    def check_labels(self, known: set[str]) -> None:
-        """DataError (exit 3) naming the first row whose label is not one of the ``known`` classes (what
-        the generations answer): tuned on labels no model knows, a repair would fit noise.
-
-        >>> import pandas as pd
-        >>> frame = pd.DataFrame({"label": ["cat", "tulip"]})
-        >>> TuningData(frame, "label", ("label",), "calib.csv").check_labels({"cat", "dog"})
-        Traceback (most recent call last):
-        ...
-        consistency_gate.errors.DataError: calib.csv: row 2: label 'tulip' is not a class of any generation ...
-        """
-        labels = self.frame[self.label_column].astype(str)
-        unknown = ~labels.isin(known)
-        if unknown.any():
-            row = int(unknown.to_numpy().argmax())
-            raise DataError(
-                f"{self.source}: row {row + 1}: label {labels.iloc[row]!r} is not a class of any generation "
-                f"(known classes: {', '.join(sorted(known)[:10])}{' ...' if len(known) > 10 else ''}); "
-                f"{int(unknown.sum())} of {len(labels)} rows are: label the tuning data with the models' classes"
-            )
-
-
-@dataclass(frozen=True)
-class Inputs:
-    """What the gate hands a builder: the evaluation set, both generations with their scores on it,
-    the classes the answers are in, the binary decision, and two services of the gate's: a judge of
-    the gate's rules on tuning data, and the champions before the baseline."""
-
-    frame: pd.DataFrame  # the evaluation set (features and the columns no model reads)
-    data_path: Path
-    non_features: tuple[str, ...]  # label, id and slicing columns
-    candidate: LoadedModel
-    cand_scores: pd.DataFrame | pd.Series
-    baseline: LoadedModel | None
-    base_scores: pd.DataFrame | pd.Series | None
-    versions: tuple[str, str]  # (baseline, candidate)
-    classes: list[str]  # the candidate's classes (a label-only candidate's: the labels seen)
-    decision: BinaryDecision | None
-    quiet: bool
-    # calibration_judge(labels, baseline's scores, classes, source) -> Judge, each rule on its strict bound
-    calibration_judge: Callable[..., Judge]
-    # past(count) -> [(version, model)]: the last ``count`` champions before the baseline, oldest first
-    past: Callable[[int], list[tuple[str, LoadedModel]]]
-    # carried(version) -> the models that version carries (1, or a registered repair's, nested ones included)
-    carried: Callable[[str], int]
-    held_out: TuningData | None = None  # the share of the evaluation set held out to tune on (tuning_share:)
-    no_held_out: str | None = None  # why the share the config asks for was not held out
-    label_column: str = "label"  # the evaluation set's true class
-    id_column: str | None = None  # the evaluation set's id column (--id-column)
-    engine: str = "local"  # where the gate predicts: "local", or "spark" (--engine spark; frame: a sample)
-
-
-def tuning_data(inputs: Inputs, remediation: RemediationConfig) -> TuningData | None:
-    """What a repair's setting is tuned on: the ``calibration:`` file, else the evaluation set's held-out
-    share, else the remediation's training ``data:`` (None: nothing, so the setting is the config's or the
-    default). A file is read and checked as evaluation data is."""
-    if inputs.held_out is not None and remediation.calibration is None:
-        return inputs.held_out
-    source = remediation.calibration or remediation.data
-    if source is None:
-        return None
-    from consistency_gate.io.predictions import read_evaluation_data
-    from consistency_gate.mlops.scoring import non_features
-
-    label = remediation.label_column
-    frame = read_evaluation_data(Path(source), label, None)
-    return TuningData(frame, label, non_features(label, None), str(source))
-
-
-@dataclass(frozen=True)
-class Built:
-    """What a builder built: its model, logged in the attempt's run, and its scores on the evaluation set."""
-
-    model_info: ModelInfo
-    scores: pd.DataFrame  # one column per class, on ``Inputs.frame``'s rows
-    members: int  # the models it carries (its serving cost grows with them)
-    seconds: float  # the time it took to build
-    features: list[str] | None  # the columns it reads (None: every column but the non-features)
-    setting: dict | None = None  # a no-training repair's setting, as the report shows it (its describe reads it)
-    runs: int = 0  # training runs (a snapshot ensemble's)
-    kappa: float = 0.0  # the ensemble's diversity
-
-
-@dataclass(frozen=True)
-class Described:
-    """What a method built, in the words every record uses (a method's ``describe`` returns it; the report
-    stores it as ``described``): ``noun`` ("rerank repair", "ensemble"), ``title`` (the verdict's section
-    title: the noun, its setting and what it cost to build) and ``served`` (the cost line's subject: what
-    serves, with the models it carries).
-
-    >>> Described("toy repair", "toy repair (margin 0.2)", "the toy repair").to_dict()["noun"]
-    'toy repair'
-    """
-
-    noun: str
-    title: str
-    served: str
-
-    def to_dict(self) -> dict:
-        """As the report holds it."""
-        return {"noun": self.noun, "title": self.title, "served": self.served}
-
-
-class Options(BaseModel):
-    """A method's ``remediation: options: <method>:`` sub-block; a method without options has this one,
-    which takes no key (pydantic: an unknown key or a wrong type is refused with its path)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
 
 class BlendOptions(Options):
@@ -205,122 +65,12 @@ class RerankOptions(Options):
     k: int | None = Field(default=None, strict=True, ge=2)
 
 
-class MemoryOptions(Options):
-    """``memory``: the population the model serves (a CSV or Parquet file, or a folder of them: ids and
-    features, no labels), its id column (None: the gate's ``--id-column``), the cost ratio (how many positive
-    flips a negative flip costs: fixed, or None: the largest that keeps the candidate's accuracy on the tuning
-    share), ids to forget at this gate, the likelihood each generation multiplies in (``answers``: its answer's,
-    through its confusion matrix; ``scores``: its class scores) and the decay of the older evidence (1: none;
-    0.5: the belief so far counts half before each generation's is added)."""
-
-    population: Path | None = None
-    id_column: str | None = Field(default=None, strict=True, min_length=1)
-    cost_ratio: float | None = Field(default=None, strict=True, ge=1)  # fixed; None: tuned on the tuning share
-    forget: Path | None = None  # a file of ids (CSV with the id column, or one id per line) the memory drops
-    likelihood: Literal["answers", "scores"] = "answers"
-    decay: float = Field(default=1.0, gt=0, le=1)
-
-
 class BayesOptions(Options):
     """``bayesian-update``: K, the generations it combines (the candidate and the baseline included), and
     the cost ratio, fixed (None: tuned on the tuning data)."""
 
     generations: int | None = Field(default=None, strict=True, ge=2)
     cost_ratio: float | None = Field(default=None, strict=True, ge=1)
-
-
-@dataclass(frozen=True)
-class Method:
-    """One remediation method: its name (the config's ``method:``), the kind of version it registers
-    (the ``consistency_gate.kind`` tag), its ``cost`` (``strategy: cheapest`` tries lower first),
-    its builder, ``plan(name, m)``: the line printed before it runs alone (``m``: an ensemble's
-    members), ``models(inputs, remediation)``: how many models what it builds will carry (its serving
-    cost, known before it builds; the config's ``max_models`` bounds it), and its needs:
-    a previous generation (``previous``), class scores from the named generations (``scores``,
-    'previous' and/or 'candidate'), labelled data other than the evaluation set (``labelled``), data to
-    train on (``trains``), and ``check(remediation, n_classes)``: why it cannot run here, or None.
-    ``flattens``: a repair of generations that, when repaired champions would put it over the budget,
-    combines the generations they stand in for instead (each one's ``consistency_gate.replaces``).
-
-    >>> Method("toy", "toy", 0, "pkg.mod:build", lambda name, m: f"trying {name}").plan(name="toy", m=1)
-    'trying toy'
-    """
-
-    name: str
-    kind: str
-    cost: int
-    builder: str | Callable
-    plan: Callable[[str, int], str]
-    previous: bool = False
-    scores: tuple[str, ...] = ()
-    labelled: bool = False
-    trains: bool = False
-    check: Callable[[RemediationConfig, int], str | None] | None = None
-    models: Callable[[Inputs, RemediationConfig], int] = lambda inputs, remediation: 1  # one model: a distilled one
-    flattens: bool = False  # over the budget, it may combine the generations repaired champions stand in for
-    options: type[Options] = Options
-    describe: Callable[[str, Built], Described] = lambda name, built: _one_model(name, built)
-    always: bool = False  # deployed in place of every candidate, passed or not (the memory of what users saw)
-    # answers equal to the baseline's on every sample make it a rollback at the cost of more models, never
-    # registered; False for what deploys something new all the same (the memory: a new model for new items)
-    same_is_rollback: bool = True
-
-    def build(self, inputs: Inputs, remediation: RemediationConfig) -> Built:
-        """Run the builder (imported now when named ``"module:function"``)."""
-        build = self.builder
-        if isinstance(build, str):
-            module, _, function = build.partition(":")
-            build = getattr(importlib.import_module(module), function)
-        return build(inputs, remediation)
-
-    def plan_line(self, remediation: RemediationConfig) -> str:
-        """What the gate prints before this method runs alone."""
-        return self.plan(self.name, remediation.settings.m)
-
-    def missing(
-        self,
-        remediation: RemediationConfig,
-        n_classes: int,
-        has_previous: bool,
-        scoreless: dict[str, str],
-        no_held_out: str | None = None,
-    ) -> str | None:
-        """Why this method cannot run (None: it can): ``scoreless`` maps a generation's role
-        ('previous', 'candidate') to the URI of its model when that model gives class labels only;
-        ``no_held_out``: why the evaluation set's share the config asks for was not held out to tune on.
-
-        >>> METHODS["blend"].missing(None, 10, False, {})
-        'no previous generation to learn from'
-        """
-        if self.check is not None and (why := self.check(remediation, n_classes)):
-            return why
-        if self.previous and not has_previous:
-            return "no previous generation to learn from"
-        if self.labelled and remediation.calibration is None and remediation.data is None:
-            if remediation.tuning_share is None:
-                return (
-                    "it estimates each generation's confusion matrix on labelled data other than the evaluation "
-                    "set: name it with calibration: in the remediation block, or hold out a share of the "
-                    "evaluation set with tuning_share:"
-                )
-            if no_held_out is not None:  # the share was too small to hold out
-                return no_held_out
-        needed = [scoreless[role] for role in ("previous", "candidate") if role in self.scores and role in scoreless]
-        if needed:
-            return f"it needs class scores and {needed[0]} gives class labels only"
-        if self.trains and not remediation.can_train:
-            return "it trains, and the remediation block names no training data (data:, or a recipe of your own)"
-        return None
-
-    def over_budget(self, inputs: Inputs, remediation: RemediationConfig) -> str | None:
-        """Why what this method would build is over the config's ``max_models`` (None: within it, or no
-        bound): the models it would carry, counted before anything is built."""
-        if remediation.max_models is None:
-            return None
-        carries = self.models(inputs, remediation)
-        if carries <= remediation.max_models:
-            return None
-        return f"it would carry {carries} models, over the budget of {remediation.max_models} (max_models)"
 
 
 def _rerank_fits(remediation: RemediationConfig, n_classes: int) -> str | None:
@@ -333,12 +83,6 @@ def _rerank_fits(remediation: RemediationConfig, n_classes: int) -> str | None:
             "by the previous generation is the previous generation (a rollback)"
         )
     return None
-
-
-def models_of(inputs: Inputs, versions: Sequence[str]) -> int:
-    """The models a repair combining ``versions`` carries: every model of each (a repaired champion's all
-    of its own, from its ``consistency_gate.models`` tag)."""
-    return sum(inputs.carried(v) for v in versions)
 
 
 def _pair(inputs: Inputs, remediation: RemediationConfig) -> int:
@@ -355,6 +99,16 @@ def _generations(inputs: Inputs, remediation: RemediationConfig) -> int:
 def _members(inputs: Inputs, remediation: RemediationConfig) -> int:
     """An ensemble carries its ``m`` members."""
     return remediation.settings.m
+
+
+def _training_summary(remediation: RemediationConfig) -> str:
+    settings = remediation.settings
+    return f"epochs {settings.epochs}, optimizer {settings.optimizer}"
+
+
+def _ensemble_summary(remediation: RemediationConfig) -> str:
+    settings = remediation.settings
+    return f"m {settings.m} members, N {settings.n_snapshots} snapshots, {_training_summary(remediation)}"
 
 
 def _repair_plan(method: str, m: int) -> str:
@@ -422,38 +176,6 @@ def _describe_update(name: str, built: Built) -> Described:
     return Described(noun, title, f"the {noun} ({_carried(built)})")
 
 
-def _describe_memory(name: str, built: Built) -> Described:
-    """memory: the table it carries beside its one model.
-
-    >>> setting = {"rows": 1200, "bytes": 52000, "cost_ratio": 2.0, "changed": 3, "from": "v2's memory"}
-    >>> _describe_memory("memory", Built(None, None, 1, 0.0, None, setting=setting)).title
-    "memory of 1,200 ids (0.052 MB; cost ratio 2), updated from v2's memory: 3 answers changed, one model"
-    """
-    s = built.setting
-    title = (
-        f"{name} of {s['rows']:,} ids ({s['bytes'] / 1e6:.2g} MB; cost ratio {s['cost_ratio']:g}), updated from "
-        f"{s['from']}: {s['changed']:,} answers changed, one model"
-    )
-    return Described(name, title, f"the model and its memory ({s['rows']:,} ids)")
-
-
-def _population(remediation: RemediationConfig, n_classes: int) -> str | None:
-    """A memory needs the population it serves."""
-    if remediation.own.population is None:
-        return "it remembers the answers of a population: name it with options: memory: population: <file>"
-    return None
-
-
-def _one_model(name: str, built: Built) -> Described:
-    """A distilled model (and the default for a method of one model).
-
-    >>> _one_model("ensemble-distillation", Built(None, None, 1, 0.0, None, runs=5, kappa=5.0)).title
-    'ensemble-distillation model, one model from 5 runs (kappa 5.0)'
-    """
-    noun = f"{name} model"
-    return Described(noun, f"{noun}, one model from {built.runs} runs (kappa {built.kappa:.1f})", f"the {noun}")
-
-
 def _describe_ensemble(name: str, built: Built) -> Described:
     """An ensemble: its members and the runs it took.
 
@@ -464,8 +186,11 @@ def _describe_ensemble(name: str, built: Built) -> Described:
     return Described("ensemble", title, f"the ensemble of {built.members} members")
 
 
+# the builders, imported when a method runs: named, not imported here, as each imports the remediation config, which
+# reads this table (a function importing them would close an import cycle: tests/test_architecture.py)
 _REPAIRS = "consistency_gate.ensembles.repair:build_repair"
 _BAYES = "consistency_gate.ensembles.bayes:build_bayes"
+TRAINED = "consistency_gate.ensembles.remediation:build_trained"  # every method that trains networks
 _BOTH = ("previous", "candidate")
 
 
@@ -478,13 +203,22 @@ def _repair(
 
 def _distilled(name: str, cost: int, **needs: object) -> Method:
     """A method that trains one model."""
-    return Method(name, "distilled", cost, TRAINED, _distil_plan, trains=True, **needs)
+    trained = {"trains": True, "summary": _training_summary}
+    return Method(name, "distilled", cost, TRAINED, _distil_plan, **trained, **needs)
 
 
 def _ensemble(name: str) -> Method:
     """A method that trains an ensemble of ``m`` members."""
     return Method(
-        name, "ensemble", 100, TRAINED, _ensemble_plan, trains=True, models=_members, describe=_describe_ensemble
+        name,
+        "ensemble",
+        100,
+        TRAINED,
+        _ensemble_plan,
+        trains=True,
+        models=_members,
+        describe=_describe_ensemble,
+        summary=_ensemble_summary,
     )
 
 
@@ -497,10 +231,7 @@ METHODS: dict[str, Method] = {
                 options=RerankOptions, describe=_describe_rerank),
         _repair("bayesian-update", 30, _BAYES, _generations, labelled=True, flattens=True, options=BayesOptions,
                 describe=_describe_update),
-        Method("memory", "memory", 35, "consistency_gate.ensembles.memory:build_memory",
-               lambda name, m: "updating the memory of what users saw with its answers, to deploy in its place",
-               previous=True, labelled=True, check=_population, options=MemoryOptions, describe=_describe_memory,
-               always=True, same_is_rollback=False),
+        MEMORY,
         _distilled("focal-distillation", 40, previous=True, scores=("previous",)),
         _distilled("ensemble-distillation", 50),
         *map(_ensemble, ("dynsnap-cyc", "dynsnap-step", "snapshot", "extbagging", "mcdropout", "singlebase")),

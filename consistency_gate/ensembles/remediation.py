@@ -36,7 +36,7 @@ import pandas as pd
 
 from consistency_gate.ensembles.config import RemediationConfig, train_settings
 from consistency_gate.ensembles.distillation import logits_of
-from consistency_gate.ensembles.methods import Built, Inputs
+from consistency_gate.ensembles.method import Built, Inputs
 from consistency_gate.ensembles.model import TorchEnsemble
 from consistency_gate.ensembles.recipes import (
     RecipeSpec,

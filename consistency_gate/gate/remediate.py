@@ -21,7 +21,8 @@ from consistency_gate.core import names
 from consistency_gate.core.evaluation import evaluate_frames
 from consistency_gate.engines.spark import SparkModel
 from consistency_gate.ensembles.config import RemediationConfig
-from consistency_gate.ensembles.methods import METHODS, Built, Inputs, Method
+from consistency_gate.ensembles.method import Built, Inputs, Method
+from consistency_gate.ensembles.methods import METHODS
 from consistency_gate.errors import ModelError
 from consistency_gate.gate import rules
 from consistency_gate.gate.comparer import Comparer, GateRun

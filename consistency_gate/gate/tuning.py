@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from consistency_gate.ensembles.methods import TuningData
+from consistency_gate.ensembles.method import TuningData
 
 MIN_TUNING = 30  # the fewest samples a repair is tuned on, and the fewest the gate is left to judge on
 TUNING_IDS = "gate/tuning_ids.json"  # the held-out ids, logged in the gate's run
