@@ -1,8 +1,11 @@
 """Which likelihood a memory of what users saw should multiply in, measured offline (no registry, the same
 recipes, splits, generations and tuning rule as ``memory_generations.py``): the hard answer's through each
 generation's confusion matrix (what ``strategy: [memory]`` does, Traeuble et al.), the model's class scores
-(each generation's probabilities as its likelihood), and either with the older evidence discounted (the log-
-belief multiplied by ``decay`` before each generation's is added), against replacing.
+(each generation's probabilities as its likelihood), either with the older evidence discounted (the log-
+belief multiplied by ``decay`` before each generation's is added), and the answer's likelihood given what users
+saw too (``update: correlated``, :class:`~consistency_gate.core.memory.Repeats` estimated on the tuning share),
+against replacing. Recipes: digits (MLP), MNIST-1D (Conv1d), tabular (LightGBM) and forest (a random forest on
+the same tabular data).
 
 For each recipe and seed, 10 generations train on growing data with a new seed each time. The population is
 the evaluation split: its first 20% tunes (the confusion matrices; the cost ratio, the largest of
@@ -11,7 +14,10 @@ the next 20% stands for the judged share (unused here), and the flips are counte
 per recipe the ratio of replacing's cumulative negative flips to each policy's (mean over seeds, range) and
 the final accuracy's change against replacing, in points.
 
-    python benchmarks/memory_likelihoods.py [--data digits mnist1d tabular] [--seeds 3] [--generations 10]
+    python benchmarks/memory_likelihoods.py [--data digits mnist1d tabular forest] [--seeds 3] [--generations 10]
+                                            [--ratios 1.5 10 100]
+
+``--ratios`` adds each policy at each fixed cost ratio (the frontier: negative flips against accuracy).
 """
 
 from __future__ import annotations
@@ -22,14 +28,16 @@ import numpy as np
 import pandas as pd
 from generations import splits_of, train
 
+from consistency_gate.core.memory import Repeats
 from consistency_gate.ensembles.answers import COST_RATIOS, confusion
 
 MARGIN = 0.005  # as the gate: the tuned ratio keeps the memory within half a point of the candidate
-POLICIES = {  # name -> (likelihood, decay)
-    "answers (the product)": ("answers", 1.0),
-    "answers, decay 0.5": ("answers", 0.5),
-    "scores": ("scores", 1.0),
-    "scores, decay 0.5": ("scores", 0.5),
+POLICIES = {  # name -> (likelihood, decay, update)
+    "answers (the product)": ("answers", 1.0, "independent"),
+    "answers, correlated": ("answers", 1.0, "correlated"),
+    "answers, decay 0.5": ("answers", 0.5, "independent"),
+    "scores": ("scores", 1.0, "independent"),
+    "scores, decay 0.5": ("scores", 0.5, "independent"),
 }
 
 
@@ -55,29 +63,40 @@ def _kept(belief: np.ndarray, shown: np.ndarray, ratio: float) -> np.ndarray:
     return np.where(change, belief.argmax(axis=1), shown)
 
 
-def served(probabilities: list[np.ndarray], truth: np.ndarray, tuning: np.ndarray, likelihood: str, decay: float):
-    """What users see after each generation under one policy (the first generation's answers first)."""
+def served(
+    probabilities: list[np.ndarray],
+    truth: np.ndarray,
+    tuning: np.ndarray,
+    policy: tuple[str, float, str],
+    ratio: float | None = None,
+):
+    """What users see after each generation under one policy (the first generation's answers first), at the tuned
+    cost ratio (or a fixed ``ratio``)."""
+    likelihood, decay, update = policy
     answers = [p.argmax(axis=1) for p in probabilities]
     classes = [str(i) for i in range(probabilities[0].shape[1])]
 
-    def log_likelihood(t: int) -> np.ndarray:
+    def log_likelihood(t: int, shown: np.ndarray | None) -> np.ndarray:
         if likelihood == "scores":
             return np.log(np.clip(probabilities[t], 1e-6, 1.0))
         matrix = confusion(truth[tuning].astype(str), answers[t][tuning].astype(str), classes)
+        if update == "correlated" and shown is not None:
+            repeats = Repeats.estimate(truth[tuning], shown[tuning], answers[t][tuning])
+            return repeats.log_likelihood(matrix, answers[t], shown).astype(np.float64)
         return np.log(matrix).T[answers[t]]
 
-    belief, shown = log_likelihood(0), answers[0]
+    belief, shown = log_likelihood(0, None), answers[0]
     belief -= belief.max(axis=1, keepdims=True)
     out = [shown]
     for t in range(1, len(probabilities)):
-        belief = decay * belief + log_likelihood(t)
+        belief = decay * belief + log_likelihood(t, shown)
         belief -= belief.max(axis=1, keepdims=True)
         floor = (answers[t][tuning] == truth[tuning]).mean() - MARGIN
         kept = (
             r for r in sorted(COST_RATIOS, reverse=True) if (_kept(belief, shown, r) == truth)[tuning].mean() >= floor
         )
-        ratio = next(kept, min(COST_RATIOS))
-        shown = _kept(belief, shown, ratio)
+        ratio_now = next(kept, min(COST_RATIOS)) if ratio is None else ratio
+        shown = _kept(belief, shown, ratio_now)
         out.append(shown)
     return out
 
@@ -92,26 +111,29 @@ def flips_and_accuracy(sequence: list[np.ndarray], truth: np.ndarray, counted: n
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data", nargs="+", default=["digits", "mnist1d", "tabular"])
+    parser.add_argument("--data", nargs="+", default=["digits", "mnist1d", "tabular", "forest"])
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--generations", type=int, default=10)
+    parser.add_argument("--ratios", type=float, nargs="*", default=[], help="also each policy at these fixed ratios")
     args = parser.parse_args()
+    settings = [(name, None) for name in POLICIES] + [(name, r) for name in POLICIES for r in args.ratios]
     print("| recipe | policy | fewer negative flips than replacing (mean, seeds' range) | final accuracy: change |")
     print("| --- | --- | --- | --- |")
     for data in args.data:
-        results: dict[str, list[tuple[float, float]]] = {name: [] for name in POLICIES}
+        results: dict[tuple[str, float | None], list[tuple[float, float]]] = {s: [] for s in settings}
         for seed in range(args.seeds):
             probabilities, truth = generations(data, seed, args.generations)
             n = len(truth)
             tuning, counted = np.arange(n) < int(0.2 * n), np.arange(n) >= int(0.4 * n)
             replace, replace_accuracy = flips_and_accuracy([p.argmax(axis=1) for p in probabilities], truth, counted)
-            for name, (likelihood, decay) in POLICIES.items():
-                flips, accuracy = flips_and_accuracy(served(probabilities, truth, tuning, likelihood, decay), truth,
-                                                     counted)  # fmt: skip
-                results[name].append((replace / max(flips, 1), 100 * (accuracy - replace_accuracy)))
-        for name, runs in results.items():
+            for name, ratio in settings:
+                sequence = served(probabilities, truth, tuning, POLICIES[name], ratio)
+                flips, accuracy = flips_and_accuracy(sequence, truth, counted)
+                results[(name, ratio)].append((replace / max(flips, 1), 100 * (accuracy - replace_accuracy)))
+        for (name, ratio), runs in results.items():
             ratios, changes = [r for r, _ in runs], [c for _, c in runs]
-            print(f"| {data} | {name} | {np.mean(ratios):.1f}x ({min(ratios):.1f}-{max(ratios):.1f}) | "
+            label = name if ratio is None else f"{name}, ratio {ratio:g}"
+            print(f"| {data} | {label} | {np.mean(ratios):.1f}x ({min(ratios):.1f}-{max(ratios):.1f}) | "
                   f"{np.mean(changes):+.1f} pt ({min(changes):+.1f} to {max(changes):+.1f}) |", flush=True)  # fmt: skip
 
 

@@ -246,3 +246,54 @@ def test_an_empty_population_is_refused_naming_the_file(tmp_path):
     path, population = _population_file(tmp_path, 0)
     with pytest.raises(DataError, match=f"{path}: the population has no rows; a memory remembers"):
         list(population.batches())
+
+
+def test_by_hand_a_clearly_better_retrain_undoes_a_mistake_five_correlated_generations_repeated():
+    """Item x (true class 1) answered 0 by five generations that repeat each other's mistakes, then 1 by a clearly
+    better retrain; item z (true class 0) answered 0 by all six. Independent witnesses: x's odds for 0 are
+    4.5^5 (each early answer, C[0,0] / C[1,0] = 0.9 / 0.2) times 0.05 / 0.95 (the better answer) = 97.3: users
+    keep the wrong answer at any cost ratio up to 97. Correlated (right 0.9, repeats 0.8): the first answer 4.5,
+    each repeat only 0.9 / 0.8 = 1.125, so 4.5 * 1.125^4 = 7.208; the better retrain's departure (right 0.95,
+    corrects 0.9) multiplies 0 by 0.05 * 0.05 / 0.05 = 0.05 and 1 by 0.9: 7.208 * 0.05 / 0.9 = 0.4004, so 1 is
+    2.497 times as likely and users see it at a cost ratio of 2. Item z keeps 0 either way."""
+    from consistency_gate.core.memory import Repeats
+
+    early, better = np.array([[0.9, 0.1], [0.2, 0.8]]), np.array([[0.95, 0.05], [0.05, 0.95]])
+    ids, shown = np.array(["x", "z"]), np.array([0, 0])
+    correlated, better_repeats = Repeats(right=0.9, repeats=0.8, corrects=0.2), Repeats(0.95, 0.1, 0.9)
+    results = {}
+    for update in ("independent", "correlated"):
+        memory = Memory.first(["0", "1"], ids, shown, early)
+        for _ in range(4):
+            memory, _ = memory.update(ids, shown, early, 2.0, repeats=correlated if update == "correlated" else None)
+        odds = float(np.exp(-memory.log_belief[memory.find(["x"])[0], 1]))
+        memory, changed = memory.update(
+            ids, np.array([1, 0]), better, 2.0, repeats=better_repeats if update == "correlated" else None
+        )
+        results[update] = (odds, memory.seen(["x", "z"]), changed)
+    assert results["independent"][0] == pytest.approx(4.5**5, rel=1e-4)
+    assert results["independent"][1:] == (["0", "0"], 0)
+    assert results["correlated"][0] == pytest.approx(4.5 * 1.125**4, rel=1e-4)
+    assert results["correlated"][1:] == (["1", "0"], 1)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.integers(2, 6),
+    st.floats(0.05, 0.95),
+    st.floats(0.01, 0.6),
+    st.floats(0.01, 0.35),
+    st.integers(0, 2**31 - 1),
+)
+def test_a_correlated_likelihood_is_a_distribution_over_answers_for_every_truth_and_answer_seen(p, right, r, q, seed):
+    """For each true class y and answer users saw s, the likelihoods of every answer a sum to 1 (what makes it a
+    likelihood: the chance of each answer given y and s)."""
+    from consistency_gate.core.memory import Repeats
+
+    rng = np.random.default_rng(seed)
+    confusion = rng.dirichlet(np.ones(p), size=p) * 0.5 + np.eye(p) * 0.5
+    repeats = Repeats(right, r, q)
+    for s in range(p):
+        answers = np.arange(p)
+        lik = np.exp(repeats.log_likelihood(confusion, answers, np.full(p, s)).astype(np.float64))  # [a, y]
+        assert np.allclose(lik.sum(axis=0), 1.0, atol=1e-5), (s, lik.sum(axis=0))

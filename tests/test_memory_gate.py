@@ -356,3 +356,25 @@ def test_a_memory_id_column_the_data_lacks_names_both_columns_not_a_missing_opti
     assert "no column 'nosuch', the memory's id column (options: memory: id_column)" in line
     assert "the gate's --id-column is 'id'" in line and "give the gate --id-column" not in line
     assert str(client.get_model_version_by_alias(MODEL, "champion").version) == before
+
+
+def test_a_correlated_memory_logs_how_much_the_candidate_repeats_what_users_saw(history, tmp_path):
+    """``update: correlated``: the gate estimates on the tuning share how often the candidate answers the true class
+    where users saw it, repeats what they saw where that was wrong, and corrects it, logs the three on the memory's
+    run, and builds the memory with them (registered without --promote, the champion untouched)."""
+    config = _config(tmp_path, history["root"] / "population.csv")
+    config.write_text(config.read_text().replace("cost_ratio:", "update: correlated, cost_ratio:"))
+    client = history["client"]
+    before = str(client.get_model_version_by_alias(MODEL, "champion").version)
+    report = tmp_path / "report.json"
+    proc = run_cli(
+        "check", "--model", MODEL, "--candidate", history["raw"][-1][0], "--data", history["root"] / "eval.csv",
+        "--config", config, "--tracking-uri", history["uri"], "--id-column", "id", "--report", report,
+    )  # fmt: skip
+    assert proc.returncode in (0, 1), proc.stderr
+    (attempt,) = read_report(report)["attempts"]
+    params = client.get_run(attempt["run_id"]).data.params
+    assert params["update"] == "correlated"
+    right, repeats, corrects = (float(params[f"repeats_{k}"]) for k in ("right", "repeats", "corrects"))
+    assert 0.5 < right < 1 and 0 < repeats < 1 and 0 < corrects < 1 and repeats + corrects < 1
+    assert str(client.get_model_version_by_alias(MODEL, "champion").version) == before

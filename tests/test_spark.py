@@ -209,15 +209,18 @@ def test_remediation_gates_its_ensemble_on_spark(store):
 
 
 @pytest.mark.xdist_group("test_spark.py")  # the worker whose Spark session the module's other tests started
-def test_the_memory_update_on_spark_is_the_in_process_update(tmp_path):
+@pytest.mark.parametrize("update", ["independent", "correlated"])
+def test_the_memory_update_on_spark_is_the_in_process_update(tmp_path, update):
     """Three generations of a memory of 300 ids, 20 new ids each time and a few not scored: the joins of
-    engines.spark.update_memory give the table Memory.extended then Memory.update give, read back as one."""
-    from consistency_gate.core.memory import Memory
+    engines.spark.update_memory give the table Memory.extended then Memory.update give, read back as one; with
+    the correlated update (``Repeats``) too."""
+    from consistency_gate.core.memory import Memory, Repeats
     from consistency_gate.engines.spark import MEMORY_ADDED, MEMORY_CHANGED, spark_session, update_memory
 
     spark = spark_session(2)
     rng = np.random.default_rng(3)
     classes = ["a", "b", "c"]
+    repeats = Repeats(right=0.85, repeats=0.6, corrects=0.3) if update == "correlated" else None
 
     def matrix():
         return rng.dirichlet(np.ones(3), size=3) * 0.7 + np.eye(3) * 0.3
@@ -232,12 +235,12 @@ def test_the_memory_update_on_spark_is_the_in_process_update(tmp_path):
         seen, said, after = rng.integers(0, 3, len(ids)), rng.integers(-1, 3, len(ids)), matrix()
         new = local.find(ids) < 0
         local = local.extended(np.array(ids)[new], seen[new], before)
-        local, changed = local.update(ids, said, after, 2.0)
+        local, changed = local.update(ids, said, after, 2.0, repeats=repeats)
         frame = update_memory(
             spark, table,
             spark.createDataFrame(pd.DataFrame({"id": ids, "answer": seen.astype("int32")})),
             spark.createDataFrame(pd.DataFrame({"id": ids, "answer": said.astype("int32")})),
-            classes, (before, after), 2.0,
+            classes, (before, after), 2.0, repeats=repeats,
         ).toPandas()  # fmt: skip
         assert int(frame[MEMORY_CHANGED].sum()) == changed and int(frame[MEMORY_ADDED].sum()) == 20
         out = tmp_path / f"spark-{step}"

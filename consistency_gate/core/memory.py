@@ -74,6 +74,79 @@ def lean_scan(dataset: ds.Dataset) -> dict:
     return lean
 
 
+@dataclass(frozen=True)
+class Repeats:
+    """How a generation's answer depends on the answer users saw, beyond its confusion matrix: retrains on
+    overlapping data make the same mistakes on the same items, so an answer that repeats what users saw is weak
+    evidence, and one that departs from it strong. Estimated on labelled samples the gate never judges on
+    (:meth:`estimate`): ``right``, the chance the generation answers the true class where users saw it;
+    ``repeats``, the chance it answers what users saw where that was wrong; ``corrects``, the chance it answers
+    the true class there. Its likelihood of answer ``a`` for an item whose users saw ``s``, over the true class
+    ``y`` (:meth:`log_likelihood`): ``right`` for y = s = a; ``repeats`` for y != s = a; ``corrects`` for
+    y = a != s; the rest of each case spread over the other answers as the confusion matrix spreads them (with
+    two classes there is no other answer: ``repeats`` and ``corrects`` are scaled to sum to one).
+
+    >>> repeats = Repeats.estimate(np.array([0, 0, 1, 1]), np.array([0, 0, 0, 0]), np.array([0, 0, 0, 1]))
+    >>> repeats.right, repeats.repeats, repeats.corrects  # add-one smoothed: users saw two right, two wrong
+    (0.75, 0.4, 0.4)
+    """
+
+    right: float
+    repeats: float
+    corrects: float
+
+    @classmethod
+    def estimate(cls, truth: np.ndarray, seen: np.ndarray, answers: np.ndarray) -> Repeats:
+        """From the true classes, what users saw and the generation's answers of labelled samples (class indices),
+        add-one smoothed (two outcomes where users saw right, three where they saw wrong).
+
+        Parameters
+        ----------
+        truth, seen, answers : (n,) class indices.
+
+        Returns
+        -------
+        The estimated :class:`Repeats`.
+        """
+        truth, seen, answers = (np.asarray(v) for v in (truth, seen, answers))
+        right = seen == truth
+        wrong = int((~right).sum()) + 3
+        return cls(
+            float((((answers == truth) & right).sum() + 1) / (right.sum() + 2)),
+            float((((answers == seen) & ~right).sum() + 1) / wrong),
+            float((((answers == truth) & ~right).sum() + 1) / wrong),
+        )
+
+    def log_likelihood(self, confusion: np.ndarray, answers: np.ndarray, shown: np.ndarray) -> np.ndarray:
+        """(n, p) log p(answer | true class, what users saw) of each item (an answer outside the classes, -1, says
+        nothing); ``confusion`` spreads each case's other answers.
+
+        >>> repeats = Repeats(right=0.9, repeats=0.6, corrects=0.3)
+        >>> np.exp(repeats.log_likelihood(np.full((3, 3), 1 / 3), np.array([0, 1]), np.array([0, 0]))).round(2)
+        array([[0.9 , 0.6 , 0.6 ],
+               [0.05, 0.3 , 0.1 ]], dtype=float32)
+        """
+        matrix = np.asarray(confusion, dtype=np.float64)
+        diagonal = np.diag(matrix)
+        answers, shown = np.asarray(answers, dtype=np.int64), np.asarray(shown, dtype=np.int64)
+        known = answers >= 0
+        a, s, rows = answers[known], shown[known], np.arange(int(known.sum()))
+        repeats, corrects = self.repeats, self.corrects
+        if len(matrix) == 2:  # where users saw wrong, the only answers are theirs and the true class
+            repeats, corrects = repeats / (repeats + corrects), corrects / (repeats + corrects)
+        # y != s and a not in {y, s}: what is left of the wrong cases, spread as the confusion matrix spreads it
+        spread = matrix.T[a] / np.clip(1 - diagonal[None, :] - matrix[:, s].T, SMALLEST, None)
+        lik = (1 - repeats - corrects) * spread
+        lik[rows, a] = corrects  # y = a != s
+        agree = a == s
+        lik[agree] = repeats  # a = s: every y != s
+        departed = (1 - self.right) * matrix[s, a] / np.clip(1 - diagonal[s], SMALLEST, None)
+        lik[rows, s] = np.where(agree, self.right, departed)  # y = s
+        out = np.zeros((len(answers), matrix.shape[0]), dtype=np.float32)
+        out[known] = np.log(np.clip(lik, SMALLEST, None))
+        return out
+
+
 def _check_rows(path: Path, first: int, belief: np.ndarray, shown: np.ndarray, classes: list[str]) -> None:
     """A DataError naming the first of a table's rows (from row ``first``) whose answer is not one of its
     classes or whose belief is not finite."""
@@ -217,6 +290,7 @@ class Memory:
         copy: bool = True,
         decay: float = 1.0,
         scores: np.ndarray | None = None,
+        repeats: Repeats | None = None,
     ) -> tuple[Memory, int]:
         """The memory after a generation with ``confusion`` answered ``answers`` (class indices) for ``ids``
         (each in the memory: :meth:`extended` first); returns it and how many answers users see changed.
@@ -234,6 +308,8 @@ class Memory:
             every generation's evidence (Traeuble et al.), 0.5 halves the older evidence at each generation.
         scores : (n, p) the generation's class probabilities; given, their logarithm is its likelihood (the
             answers' through ``confusion`` otherwise).
+        repeats : given, the answers' likelihood depends on what users saw too (:class:`Repeats`: generations
+            that repeat the same mistakes are not independent witnesses).
 
         Returns
         -------
@@ -251,11 +327,13 @@ class Memory:
             if (rows < 0).any():
                 missing = ids[start + int(np.flatnonzero(rows < 0)[0])].as_py()
                 raise ValueError(f"id {missing!r} is not in the memory; extend it first")
-            evidence = (
-                _log_likelihood(confusion, answers[start : start + ROWS].astype(np.int64))
-                if scores is None
-                else _log_scores(scores[start : start + ROWS])
-            )
+            said = answers[start : start + ROWS].astype(np.int64)
+            if scores is not None:
+                evidence = _log_scores(scores[start : start + ROWS])
+            elif repeats is not None:
+                evidence = repeats.log_likelihood(confusion, said, shown[rows])
+            else:
+                evidence = _log_likelihood(confusion, said)
             prior = belief[rows] if decay == 1 else belief[rows] * np.float32(decay)
             part = _normalised(prior + evidence)
             belief[rows] = part

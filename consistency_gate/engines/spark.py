@@ -39,6 +39,8 @@ if TYPE_CHECKING:
     from pyspark.sql import Column, SparkSession
     from pyspark.sql import DataFrame as SparkDataFrame
 
+    from consistency_gate.core.memory import Repeats
+
 # flipped samples (CtoI, ItoC) each partition sends back for the logged flip table
 MAX_FLIPS_PER_PARTITION = 100_000
 
@@ -371,6 +373,25 @@ def model_answers(spark: SparkSession, frame: SparkDataFrame, id_column: str, mo
     return frame.select(*columns)
 
 
+MAX_PAIR_CELLS = 20_000_000  # the correlated update's broadcast table on Spark: classes cubed (271 classes)
+
+
+def _pair_likelihoods(spark: SparkSession, repeats: Repeats, confusion: np.ndarray) -> SparkDataFrame:
+    """``(answer, shown, lik)``: :meth:`Repeats.log_likelihood` of every answer for every answer users saw; a
+    UsageError past :data:`MAX_PAIR_CELLS` (too many classes to broadcast)."""
+    p = len(confusion)
+    if p**3 > MAX_PAIR_CELLS:
+        raise UsageError(
+            f"update: correlated on Spark broadcasts a likelihood per pair of classes: {p} classes are too many "
+            f"(at most {round(MAX_PAIR_CELLS ** (1 / 3))}); run the gate without --engine spark, or use update: "
+            "independent"
+        )
+    answers, shown = np.repeat(np.arange(p), p), np.tile(np.arange(p), p)
+    lik = repeats.log_likelihood(confusion, answers, shown)
+    rows = [(int(a), int(s), [float(v) for v in row]) for a, s, row in zip(answers, shown, lik, strict=True)]
+    return spark.createDataFrame(rows, "answer int, shown int, lik array<float>")
+
+
 def update_memory(
     spark: SparkSession,
     table: SparkDataFrame | None,
@@ -380,6 +401,7 @@ def update_memory(
     confusions: tuple[np.ndarray, np.ndarray],
     cost_ratio: float,
     decay: float = 1.0,
+    repeats: Repeats | None = None,
 ) -> SparkDataFrame:
     """The memory table after a generation: ``table`` (the previous one: ``id``, ``shown``, ``belief:<class>``;
     None for a first memory) extended by ``first`` (``(id, answer)`` of the model users saw, for ids it lacks)
@@ -387,7 +409,9 @@ def update_memory(
     users saw, the new generation's). Joins, no collect: it is :meth:`Memory.extended` then
     :meth:`Memory.update` (float32, the same rule), with the flags ``__changed`` and ``__added``. A ``scores``
     column in ``first`` or ``answers`` (:func:`model_answers`' ``scores=True``) is that generation's likelihood
-    (``likelihood: scores``) instead of its answer's; ``decay`` weighs the belief so far as in :meth:`Memory.update`.
+    (``likelihood: scores``) instead of its answer's; ``decay`` weighs the belief so far as in :meth:`Memory.update`;
+    ``repeats`` (``update: correlated``) makes an answer's likelihood depend on what users saw, one vector per
+    (answer, answer seen) pair broadcast (:data:`MAX_PAIR_CELLS` at most).
 
     Example::
 
@@ -423,7 +447,12 @@ def update_memory(
         added = table.select(ID, beliefs.alias("belief"), shown.alias("shown"), F.lit(False).alias(MEMORY_ADDED)).union(
             added
         )
-    scored = added.join(evidence(answers, confusions[1]).drop("answer"), ID, "left")
+    if repeats is None:
+        scored = added.join(evidence(answers, confusions[1]).drop("answer"), ID, "left")
+    else:  # the likelihood of each (answer, answer users saw) pair, as Memory.update's with repeats
+        scored = added.join(answers.select(ID, "answer"), ID, "left").join(
+            F.broadcast(_pair_likelihoods(spark, repeats, confusions[1])), ["answer", "shown"], "left"
+        )
     weight = F.lit(float(decay)).cast("float")  # float32 arithmetic, as Memory.update's
     summed = F.zip_with(F.col("belief"), F.col("lik"), lambda x, y: (x if decay == 1 else x * weight) + y)
     belief = F.when(F.col("lik").isNull(), F.col("belief")).otherwise(normalised(summed))  # not scored: as it was

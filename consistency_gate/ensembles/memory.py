@@ -41,7 +41,7 @@ import pandas as pd
 import pyarrow as pa
 
 from consistency_gate.core.ids import as_text, lookup, sorted_keys
-from consistency_gate.core.memory import ANSWER, Memory, lean_scan
+from consistency_gate.core.memory import ANSWER, Memory, Repeats, lean_scan
 from consistency_gate.ensembles.answers import COST_RATIOS, answer_labels, class_indices, confusion
 from consistency_gate.ensembles.carrying import carried, carried_models, input_frame, log_carrying
 from consistency_gate.ensembles.method import Built, Inputs, TuningData, tuning_data
@@ -335,6 +335,16 @@ class Gathered:
         """Whether each generation's likelihood is its class scores (``likelihood: scores``)."""
         return self.options.likelihood == "scores"
 
+    @property
+    def repeats(self) -> Repeats | None:
+        """How the candidate's answers depend on what users saw (``update: correlated``), estimated on the tuning
+        samples: their labels, the answers of the model users saw and the candidate's; None for the independent
+        update."""
+        if self.options.update != "correlated":
+            return None
+        truth = class_indices(self.held.frame[self.held.label_column].to_numpy(), list(self.inputs.classes))
+        return Repeats.estimate(truth, self.said["before"].answers, self.said["candidate"].answers)
+
     def remembered(self) -> tuple[Memory | None, int]:
         """The champion's memory less the ids to forget (None: there is none), and how many it forgot."""
         if self.previous is None:
@@ -347,7 +357,7 @@ class Gathered:
         if self.options.cost_ratio is not None:
             return self.options.cost_ratio, "config"
         return _tuned_ratio(memories(), self.held, self.id_column, self.said["candidate"], self.matrices["candidate"],
-                            self.options.decay)  # fmt: skip
+                            self.options.decay, self.repeats)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -425,6 +435,7 @@ def build_memory(inputs: Inputs, remediation: RemediationConfig) -> Built:
         "confusions_from": gathered.held.source, "population": str(options.population),
         "rows": done.rows, "bytes": done.bytes, "added": done.added, "changed": done.changed,
         "likelihood": options.likelihood, "decay": options.decay, "forgotten": done.forgotten,
+        "update": options.update, **_repeats_said(gathered.repeats),
         "id_column": id_column, "engine": inputs.engine, "population_read": done.read,
         "from": f"v{inputs.versions[0]}'s {'memory' if gathered.previous is not None else 'answers'}",
     }  # fmt: skip
@@ -446,7 +457,7 @@ def update_here(gathered: Gathered, table: Path) -> Updated:
     # the new ids updated in their own memory, the known ones in the memory's arrays, then the two merged: the
     # beliefs are held once and copied once (10M ids of 10 classes within 2 GB: benchmarks/memory_scale.py)
     rule = {"confusion": gathered.matrices["candidate"], "cost_ratio": cost_ratio, "copy": False,
-            "decay": options.decay}  # fmt: skip
+            "decay": options.decay, "repeats": gathered.repeats}  # fmt: skip
     mine = answers.rows(new)
     block, changed = block.update(ids.filter(pa.array(new)), mine.answers, scores=mine.scores, **rule)
     if memory is None:
@@ -468,8 +479,22 @@ def _present(*memories: Memory | None) -> list[Memory]:
     return [m for m in memories if m is not None]
 
 
+def _repeats_said(repeats: Repeats | None) -> dict:
+    """The correlated update's estimates, as the run's parameters say them (none for the independent update)."""
+    if repeats is None:
+        return {}
+    return {f"repeats_{k}": round(v, 4) for k, v in (("right", repeats.right), ("repeats", repeats.repeats),
+                                                     ("corrects", repeats.corrects))}  # fmt: skip
+
+
 def _tuned_ratio(
-    memories: list[Memory], held: TuningData, id_column: str, said: Said, matrix: np.ndarray, decay: float = 1.0
+    memories: list[Memory],
+    held: TuningData,
+    id_column: str,
+    said: Said,
+    matrix: np.ndarray,
+    decay: float = 1.0,
+    repeats: Repeats | None = None,
 ) -> tuple[float, str]:
     """The largest cost ratio of :data:`COST_RATIOS` whose memory (the tuning samples' rows of ``memories``,
     before the update), on the tuning samples, is at most :data:`ACCURACY_MARGIN` less accurate than the
@@ -490,7 +515,8 @@ def _tuned_ratio(
     mine = said.rows(order)
     candidate = float((mine.answers == truth).mean())
     for ratio in sorted(COST_RATIOS, reverse=True):
-        after, _ = tuning.update(tuning.ids, mine.answers, matrix, ratio, decay=decay, scores=mine.scores)
+        after, _ = tuning.update(tuning.ids, mine.answers, matrix, ratio, decay=decay, scores=mine.scores,
+                                 repeats=repeats)  # fmt: skip
         if float((after.shown == truth).mean()) >= candidate - ACCURACY_MARGIN:
             return ratio, held.source
     return min(COST_RATIOS), held.source

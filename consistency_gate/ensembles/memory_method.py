@@ -26,8 +26,11 @@ class MemoryOptions(Options):
     features, no labels), its id column (None: the gate's ``--id-column``), the cost ratio (how many positive
     flips a negative flip costs: fixed, or None: the largest that keeps the candidate's accuracy on the tuning
     share), ids to forget at this gate, the likelihood each generation multiplies in (``answers``: its answer's,
-    through its confusion matrix; ``scores``: its class scores) and the decay of the older evidence (1: none;
-    0.5: the belief so far counts half before each generation's is added)."""
+    through its confusion matrix; ``scores``: its class scores), the decay of the older evidence (1: none;
+    0.5: the belief so far counts half before each generation's is added), and how an answer's likelihood is
+    read (``independent``: through the confusion matrix alone, as if the generations were independent witnesses;
+    ``correlated``: given what users saw too, :class:`~consistency_gate.core.memory.Repeats`, estimated on the
+    tuning share: an answer that repeats what users saw counts little, one that departs from it much)."""
 
     population: Path | None = None
     id_column: str | None = Field(default=None, strict=True, min_length=1)
@@ -35,6 +38,7 @@ class MemoryOptions(Options):
     forget: Path | None = None  # a file of ids (CSV with the id column, or one id per line) the memory drops
     likelihood: Literal["answers", "scores"] = "answers"
     decay: float = Field(default=1.0, gt=0, le=1)
+    update: Literal["independent", "correlated"] = "independent"
 
 
 def _describe_memory(name: str, built: Built) -> Described:

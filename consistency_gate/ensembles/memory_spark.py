@@ -55,7 +55,7 @@ def update_on_spark(gathered: Gathered, table: Path) -> Updated:
     cost_ratio, chosen = gathered.cost_ratio(lambda: _tuning_memories(spark, gathered, population, memory))
     updated = update_memory(
         spark, previous, first, answers, classes, (gathered.matrices["before"], gathered.matrices["candidate"]),
-        cost_ratio, decay=options.decay,
+        cost_ratio, decay=options.decay, repeats=gathered.repeats,
     ).persist(StorageLevel.DISK_ONLY)  # fmt: skip
     try:
         counts = updated.agg(F.count(F.lit(1)), F.sum(F.col(MEMORY_ADDED).cast("long")),
