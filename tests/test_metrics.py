@@ -132,16 +132,17 @@ def test_row_moments_equal_numpy_sums(a):
         assert np.allclose(got, want, rtol=1e-12, atol=1e-12)
 
 
+def _score_matrices(rows: int, columns: int) -> st.SearchStrategy:
+    """Score matrices with many ties, or none."""
+    values = st.sampled_from([0.0, 0.25, 0.5, 1.0]) | st.floats(0, 1)
+    return arrays(np.float64, st.tuples(st.integers(1, rows), st.integers(1, columns)), elements=values)
+
+
+DTYPES = st.sampled_from([np.float32, np.float64])
+
+
 @settings(max_examples=60, deadline=None)
-@given(
-    arrays(
-        np.float64,
-        st.tuples(st.integers(1, 20), st.integers(1, 400)),
-        elements=st.sampled_from([0.0, 0.25, 0.5, 1.0]) | st.floats(0, 1),  # many ties, or none
-    ),
-    st.integers(1, 6),
-    st.sampled_from([np.float32, np.float64]),
-)
+@given(_score_matrices(20, 400), st.integers(1, 6), DTYPES)
 def test_pair_top_k_equals_top_k_and_row_moments_of_each(a, k, dtype):
     """The one-pass pair kernel gives what the two top-k passes and the moments' pass give, for rows
     narrow and wide enough for both chunk widths."""
@@ -192,15 +193,7 @@ def test_small_batches_are_answered_without_numba():
 
 
 @settings(max_examples=80, deadline=None)
-@given(
-    arrays(
-        np.float64,
-        st.tuples(st.integers(1, 30), st.integers(1, 300)),
-        elements=st.sampled_from([0.0, 0.25, 0.5, 1.0]) | st.floats(0, 1),  # many ties, or none
-    ),
-    st.integers(1, 7),
-    st.sampled_from([np.float32, np.float64]),
-)
+@given(_score_matrices(30, 300), st.integers(1, 7), DTYPES)
 def test_numpy_rows_give_the_compiled_kernels_answers(a, k, dtype):
     """Cross-check of the two implementations of every row kernel: top lists and indicators exactly,
     the sums to rounding, Pearson and cosine to rounding with NaN in the same rows."""
