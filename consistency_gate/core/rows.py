@@ -29,14 +29,19 @@ def _kernels() -> ModuleType:
     return importlib.import_module("consistency_gate.core.kernels")
 
 
+_LOADED = threading.Event()  # set once a load_kernels_in_background thread has loaded every kernel
+
+
 def _engine(cells: int) -> ModuleType:
     """Where a batch of ``cells`` scores is answered: numpy below
-    :data:`~consistency_gate.core.numpy_rows.SMALL_CELLS` (no numba loaded), the compiled kernels above.
+    :data:`~consistency_gate.core.numpy_rows.SMALL_CELLS` (no numba loaded), the compiled kernels above, and
+    for every batch once :func:`load_kernels_in_background` has loaded them (a large evaluation's small batches,
+    such as its top lists, then cost what the kernels cost).
 
     >>> _engine(10).__name__
     'consistency_gate.core.numpy_rows'
     """
-    return numpy_rows if cells < numpy_rows.SMALL_CELLS else _kernels()
+    return _kernels() if cells >= numpy_rows.SMALL_CELLS or _LOADED.is_set() else numpy_rows
 
 
 KERNEL_THREAD = "consistency-gate-kernels"
@@ -76,6 +81,8 @@ def load_kernels_in_background(largest_file_bytes: int | None = None) -> Callabl
 
 def _load(stop: threading.Event) -> None:
     _kernels().precompile(stop)
+    if not stop.is_set():
+        _LOADED.set()
 
 
 def still_compiling() -> bool:
