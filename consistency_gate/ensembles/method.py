@@ -5,8 +5,9 @@ tunes on). A family of methods declares its entries with these in a module of it
 :mod:`~consistency_gate.ensembles.memory_method`); :mod:`~consistency_gate.ensembles.methods` collects them. A
 method of your own is a :class:`Method` too (docs/python-api.md).
 
->>> Method("toy", "toy", 0, print, lambda name, m: f"trying {name}").plan_line  # doctest: +ELLIPSIS
-<bound method Method.plan_line of Method(name='toy', ...)>
+>>> toy = Method("toy", "toy", 0, print, lambda name, m: f"trying {name}", previous=True)
+>>> toy.plan("toy", 1), toy.missing(None, 3, has_previous=False, scoreless={})
+('trying toy', 'no previous generation to learn from')
 """
 
 from __future__ import annotations
