@@ -16,7 +16,8 @@ of ``repairs.py``, logged as a pyfunc over 40 columns) and the tabular recipe (L
 missing values and a category column).
 
     python benchmarks/memory_generations.py [--data digits mnist1d tabular] [--seeds 3] [--generations 10]
-        [--cost-ratio R] [--likelihood answers|scores] [--decay D] [--markdown FILE]
+        [--cost-ratio R] [--likelihood answers|scores] [--decay D] [--update independent|correlated]
+        [--markdown FILE]
 
 Prints one row per recipe and seed and a summary per recipe: the ratio of replacing's cumulative negative
 flips to the memory's (mean over seeds, and the seeds' range), the final accuracy of each and its change,
@@ -171,6 +172,7 @@ def main() -> None:
     parser.add_argument("--cost-ratio", type=float, default=None, help="fixed (default: tuned by the gate)")
     parser.add_argument("--likelihood", choices=["answers", "scores"], default="answers")
     parser.add_argument("--decay", type=float, default=1.0, help="of the older evidence, in (0, 1]")
+    parser.add_argument("--update", choices=["independent", "correlated"], default="independent")
     parser.add_argument("--markdown", type=Path, default=None)
     args = parser.parse_args()
     lines = [
@@ -186,7 +188,7 @@ def main() -> None:
         runs = []
         for seed in range(args.seeds):
             start = time.perf_counter()
-            extra = f", likelihood: {args.likelihood}, decay: {args.decay}"
+            extra = f", likelihood: {args.likelihood}, decay: {args.decay}, update: {args.update}"
             run = one_seed(data, seed, args.generations, args.cost_ratio, extra)
             runs.append(run)
             mem, rep = run["memory"][-1], run["replace"][-1]
