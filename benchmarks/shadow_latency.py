@@ -1,14 +1,15 @@
 """The latency `shadow serve` adds to the champion's answer, against `mlflow models serve` of the champion alone.
 
-Three servers run at once on this machine (one uvicorn worker each, as `mlflow models serve` starts by default),
+Four servers run at once on this machine (one uvicorn worker each, as `mlflow models serve` starts by default),
 serving the same registered champion, a scikit-learn MLP on digits (v1): `mlflow models serve` alone, and `shadow
-serve` scoring v2 (another MLP) off the request path, with its journal (group commit, the default) and with
-`--no-journal`. 4 client threads (each one request at a time, one row, JSON ``dataframe_split``, a kept-alive
-connection) drive one server at a time for ``--requests`` requests, in blocks that alternate between the servers
-so that all see the same machine load. Prints each server's p50 and p99 over all its requests, its requests per
-second (median of its blocks) and the ratios to the champion alone; the rows each capture holds after SIGTERM
-against the requests it answered (all of them is the promise); then ``--kills`` times a fresh `shadow serve`
-killed with SIGKILL under the same load, counting the answered requests its journal lost (the last group).
+serve` scoring v2 (another MLP) off the request path, with its journal (group commit, the default), with
+`--no-journal`, and with `--candidate-idle` (Linux). 4 client threads (each one request at a time, one row, JSON
+``dataframe_split``, a kept-alive connection) drive one server at a time for ``--requests`` requests, in blocks that
+alternate between the servers so that all see the same machine load. Prints each server's p50 and p99 over all its
+requests, its requests per second (median of its blocks) and the ratios to the champion alone; the rows each capture
+holds after SIGTERM against the requests it answered (all of them is the promise); then ``--kills`` times a fresh
+`shadow serve` killed with SIGKILL under the same load, counting the answered requests its journal lost (the last
+group).
 
     python benchmarks/shadow_latency.py [--requests 2000] [--blocks 6] [--kills 5]
 """
@@ -162,10 +163,10 @@ def main() -> None:
     folder = Path(tempfile.mkdtemp(prefix="shadow-latency-"))
     uri = register(folder)
     env = {**os.environ, "MLFLOW_TRACKING_URI": uri}
-    names = ("alone", "shadow", "no journal")
+    names = ("alone", "shadow", "no journal", "candidate idle")
     ports = {name: free_port() for name in names}
     logs = {name: open(folder / f"{name}.log", "w") for name in names}  # noqa: SIM115 - closed below
-    captures = {"shadow": folder / "capture", "no journal": folder / "capture-no-journal"}
+    captures = {name: folder / f"capture-{name.replace(' ', '-')}" for name in names[1:]}
     servers = {
         "alone": subprocess.Popen(
             [
@@ -187,6 +188,9 @@ def main() -> None:
         "no journal": start_shadow(
             uri, captures["no journal"], ports["no journal"], logs["no journal"], "--no-journal"
         ),
+        "candidate idle": start_shadow(
+            uri, captures["candidate idle"], ports["candidate idle"], logs["candidate idle"], "--candidate-idle"
+        ),
     }
     x = load_digits().data / 16.0
     columns = [str(i) for i in range(64)]
@@ -200,7 +204,7 @@ def main() -> None:
             block(ports[name], bodies, 200)  # warm
             sent[name] += 200
         for b in range(args.blocks):
-            order = names[b % 3 :] + names[: b % 3]
+            order = names[b % len(names) :] + names[: b % len(names)]
             for name in order if b % 2 == 0 else order[::-1]:
                 latencies, rate = block(ports[name], bodies, args.requests)
                 times[name] += latencies

@@ -243,6 +243,27 @@ def _children(pid: int) -> list[int]:
     return found
 
 
+@pytest.mark.skipif(not hasattr(os, "SCHED_IDLE"), reason="Linux's idle scheduling class")
+def test_candidate_idle_puts_the_candidate_in_the_idle_class_and_it_still_answers(store, tmp_path):
+    """``--candidate-idle``: the candidate's process is in SCHED_IDLE at nice 10 (read back from the kernel), the
+    server's own stays in the normal class, and the candidate's answers reach the capture."""
+    capture = tmp_path / "capture"
+    server, port = start_server(store, capture, "--candidate-idle")
+    try:
+        idle = [pid for pid in _children(server.pid) if os.sched_getscheduler(pid) == os.SCHED_IDLE]
+        assert len(idle) == 1 and os.getpriority(os.PRIO_PROCESS, idle[0]) == 10, _children(server.pid)
+        assert os.sched_getscheduler(server.pid) == os.SCHED_OTHER
+        frame = marked(store["x"].iloc[:1])
+        said, _ = post(port, frame, "req-0")
+        assert said == {"predictions": store["champion"].predict(frame).tolist()}
+    finally:
+        server.send_signal(signal.SIGTERM)
+        _, err = server.communicate()
+    assert server.returncode == 0, err
+    captured = pd.read_parquet(capture).set_index("id")
+    assert captured.loc["req-0", "candidate"] in ("setosa", "versicolor", "virginica"), captured
+
+
 def test_a_capture_that_cannot_be_written_fails_health_and_a_killed_server_loses_no_answer(store, tmp_path):
     capture, gate = tmp_path / "capture", tmp_path / "candidate-may-answer"
     gate.touch()

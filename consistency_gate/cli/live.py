@@ -3,6 +3,7 @@ and ``shadow check`` (a candidate judged on a capture as labels arrive)."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import click
@@ -44,12 +45,18 @@ def shadow() -> None:
     help="How much lower the candidate's process runs than the champion's (Unix nice): on busy cores the champion "
     "goes first and the candidate catches up when they are free; 0: the same priority.",
 )  # fmt: skip
+@click.option(
+    "--candidate-idle", is_flag=True,
+    help="Linux: run the candidate in the idle scheduling class, on the CPU nothing else wants (closer to the "
+    "champion alone on saturated cores; under sustained saturation it falls behind: past 10,000 queued requests "
+    "they are captured as not scored, and a batch waiting past --candidate-timeout restarts it).",
+)  # fmt: skip
 @click.option("--classes", default=None, help="Class names in the order of the models' scores (a,b,c).")
 @tracking_uri_option
 def shadow_serve(
     model: str, candidate: str | None, champion: str | None, capture: Path, host: str, port: int, roll_rows: int,
     roll_seconds: float, candidate_timeout: float, drain_seconds: float, journal: bool, candidate_nice: int,
-    classes: str | None, tracking_uri: str | None,
+    candidate_idle: bool, classes: str | None, tracking_uri: str | None,
 ) -> int:  # fmt: skip
     """Answer with the champion on MLflow's scoring protocol (POST /invocations), score the candidate off the
     request path, and capture both answers (id, time, champion, candidate) until SIGTERM."""
@@ -58,9 +65,11 @@ def shadow_serve(
     from consistency_gate.mlops.shadow_server import ServeOptions
 
     capture_folder(capture)  # a file where the folder should be: one line, before any model loads
+    if candidate_idle and not hasattr(os, "SCHED_IDLE"):
+        raise click.UsageError("--candidate-idle needs Linux's idle scheduling class; use --candidate-nice here")
     names = tuple(c.strip() for c in classes.split(",")) if classes else None
     options = ServeOptions(
-        host, port, roll_rows, roll_seconds, candidate_timeout, drain_seconds, journal, candidate_nice
+        host, port, roll_rows, roll_seconds, candidate_timeout, drain_seconds, journal, candidate_nice, candidate_idle
     )
     summary = run_server(model, candidate, champion, capture, tracking_uri, options, names)
     return 5 if summary["fallback"] else 0  # rows the capture folder would not take went elsewhere: said above

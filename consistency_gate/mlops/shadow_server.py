@@ -69,13 +69,17 @@ def _candidate_loop(
     tracking_uri: str,
     classes: tuple[str, ...] | None,
     nice: int,
+    idle: bool,
     inbox: Any,  # noqa: ANN401 - multiprocessing queues
     outbox: Any,  # noqa: ANN401
 ) -> None:
-    """The candidate's process: lower its priority by ``nice``, load the model, say ready (or why not), then
-    answer each batch; it ends with the server (a server killed with ``kill -9`` leaves no candidate behind)."""
+    """The candidate's process: lower its priority by ``nice`` (and with ``idle``, into the idle scheduling class:
+    only the CPU nothing else wants), load the model, say ready (or why not), then answer each batch; it ends with
+    the server (a server killed with ``kill -9`` leaves no candidate behind)."""
     if nice and hasattr(os, "nice"):
         os.nice(nice)  # the champion's process goes first when the cores are busy
+    if idle:
+        os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
     try:
         import mlflow
 
@@ -113,9 +117,15 @@ class CandidateProcess:
     """
 
     def __init__(
-        self, model_uri: str, tracking_uri: str, classes: tuple[str, ...] | None, timeout_s: float, nice: int = 0
+        self,
+        model_uri: str,
+        tracking_uri: str,
+        classes: tuple[str, ...] | None,
+        timeout_s: float,
+        nice: int = 0,
+        idle: bool = False,
     ) -> None:
-        self.args = (model_uri, tracking_uri, classes, nice)
+        self.args = (model_uri, tracking_uri, classes, nice, idle)
         self.timeout_s = timeout_s
         self.context = multiprocessing.get_context("spawn")
         self.process = None
@@ -377,6 +387,7 @@ class ServeOptions:
     drain_s: float = 60.0  # what a stop waits for the queued requests
     journal: bool = True  # group commit of the answered requests: a crash loses at most the last group
     candidate_nice: int = 10  # the candidate's process runs at this lower priority: the champion's goes first
+    candidate_idle: bool = False  # Linux: the candidate only gets the CPU nothing else wants (SCHED_IDLE)
 
 
 def serve(
@@ -397,7 +408,9 @@ def serve(
     sock = listening_socket(options.host, options.port)
     stops = []
     previous = {sig: signal.signal(sig, lambda s, f: stops.append(s)) for sig in (signal.SIGTERM, signal.SIGINT)}
-    candidate = CandidateProcess(candidate_uri, tracking_uri, classes, options.timeout_s, options.candidate_nice)
+    candidate = CandidateProcess(
+        candidate_uri, tracking_uri, classes, options.timeout_s, options.candidate_nice, options.candidate_idle
+    )
     try:
         said(f"loading the champion {champion_uri} ...")
         try:
