@@ -332,12 +332,19 @@ def test_a_memory_of_the_scores_with_decay_updates_the_champions_table_by_them(h
 
 def test_each_memory_says_which_rows_of_the_population_it_was_built_from(history):
     """The run of each memory logs the rows of the population it read (a file appended to while the gate reads
-    it would be said to have changed: tests/test_memory.py)."""
+    it would be said to have changed: tests/test_memory.py), and how often the candidate repeated the wrong
+    answers users saw against what independence predicts."""
     client = history["client"]
+    repeats = []
     for report in history["reports"]:
         (attempt,) = report["attempts"]
         params = client.get_run(attempt["run_id"]).data.params
         assert params["population_read"] == f"{len(history['x']):,} rows of population.csv"
+        repeats.append((float(params["repeats_repeats"]), float(params["repeats_if_independent"])))
+        assert "of the wrong answers users saw" in report["ensemble"]["described"]["title"], report["ensemble"]
+    # how correlated the retrains are, measured at every gate: they repeat the wrong answers users saw far more
+    # often than independent generations with their confusion matrices would (here 10-46% against 5-11%)
+    assert sum(r for r, _ in repeats) > 2 * sum(i for _, i in repeats)
 
 
 def test_a_memory_id_column_the_data_lacks_names_both_columns_not_a_missing_option(history, tmp_path):

@@ -117,6 +117,19 @@ class Repeats:
             float((((answers == truth) & ~right).sum() + 1) / wrong),
         )
 
+    @staticmethod
+    def if_independent(truth: np.ndarray, seen: np.ndarray, confusion: np.ndarray) -> float:
+        """How often a generation with ``confusion`` would give what users saw where that was wrong, were its
+        answers independent of theirs given the true class (the mean of ``confusion[y, s]`` over those samples);
+        :attr:`repeats` against it says how correlated the generations are. 0 where users saw no wrong answer.
+
+        >>> Repeats.if_independent(np.array([0, 1, 1]), np.array([0, 0, 1]), np.array([[0.9, 0.1], [0.3, 0.7]]))
+        0.3
+        """
+        truth, seen = np.asarray(truth), np.asarray(seen)
+        wrong = (seen != truth) & (seen >= 0) & (truth >= 0)
+        return float(np.asarray(confusion)[truth[wrong], seen[wrong]].mean()) if wrong.any() else 0.0
+
     def log_likelihood(self, confusion: np.ndarray, answers: np.ndarray, shown: np.ndarray) -> np.ndarray:
         """(n, p) log p(answer | true class, what users saw) of each item (an answer outside the classes, -1, says
         nothing); ``confusion`` spreads each case's other answers.

@@ -336,14 +336,19 @@ class Gathered:
         return self.options.likelihood == "scores"
 
     @property
-    def repeats(self) -> Repeats | None:
-        """How the candidate's answers depend on what users saw (``update: correlated``), estimated on the tuning
-        samples: their labels, the answers of the model users saw and the candidate's; None for the independent
-        update."""
-        if self.options.update != "correlated":
-            return None
+    def measured(self) -> tuple[Repeats, float]:
+        """How the candidate's answers depend on what users saw, estimated on the tuning samples (their labels, the
+        answers of the model users saw and the candidate's), and how often it would repeat their wrong answers
+        were it independent of them (:meth:`Repeats.if_independent`): measured at every gate, the report says it."""
         truth = class_indices(self.held.frame[self.held.label_column].to_numpy(), list(self.inputs.classes))
-        return Repeats.estimate(truth, self.said["before"].answers, self.said["candidate"].answers)
+        seen = self.said["before"].answers
+        repeats = Repeats.estimate(truth, seen, self.said["candidate"].answers)
+        return repeats, Repeats.if_independent(truth, seen, self.matrices["candidate"])
+
+    @property
+    def repeats(self) -> Repeats | None:
+        """What the update reads of :attr:`measured` (``update: correlated``); None for the independent update."""
+        return self.measured[0] if self.options.update == "correlated" else None
 
     def remembered(self) -> tuple[Memory | None, int]:
         """The champion's memory less the ids to forget (None: there is none), and how many it forgot."""
@@ -435,7 +440,7 @@ def build_memory(inputs: Inputs, remediation: RemediationConfig) -> Built:
         "confusions_from": gathered.held.source, "population": str(options.population),
         "rows": done.rows, "bytes": done.bytes, "added": done.added, "changed": done.changed,
         "likelihood": options.likelihood, "decay": options.decay, "forgotten": done.forgotten,
-        "update": options.update, **_repeats_said(gathered.repeats),
+        "update": options.update, **_repeats_said(*gathered.measured),
         "id_column": id_column, "engine": inputs.engine, "population_read": done.read,
         "from": f"v{inputs.versions[0]}'s {'memory' if gathered.previous is not None else 'answers'}",
     }  # fmt: skip
@@ -479,12 +484,11 @@ def _present(*memories: Memory | None) -> list[Memory]:
     return [m for m in memories if m is not None]
 
 
-def _repeats_said(repeats: Repeats | None) -> dict:
-    """The correlated update's estimates, as the run's parameters say them (none for the independent update)."""
-    if repeats is None:
-        return {}
-    return {f"repeats_{k}": round(v, 4) for k, v in (("right", repeats.right), ("repeats", repeats.repeats),
-                                                     ("corrects", repeats.corrects))}  # fmt: skip
+def _repeats_said(repeats: Repeats, if_independent: float) -> dict:
+    """How the candidate depends on what users saw, as the run's parameters and the title say it."""
+    said = {"right": repeats.right, "repeats": repeats.repeats, "corrects": repeats.corrects,
+            "if_independent": if_independent}  # fmt: skip
+    return {f"repeats_{k}": round(v, 4) for k, v in said.items()}
 
 
 def _tuned_ratio(

@@ -55,6 +55,11 @@ def _describe_memory(name: str, built: Built) -> Described:
     )
     if "population_read" in s:  # which rows of the population it was built from
         title += f", from {s['population_read']}"
+    if "repeats_repeats" in s:  # how correlated the generations are, whichever update ran
+        title += (
+            f"; the candidate repeats {s['repeats_repeats']:.0%} of the wrong answers users saw "
+            f"({s['repeats_if_independent']:.0%} if independent; update: {s.get('update', 'independent')})"
+        )
     return Described(name, title, f"the model and its memory ({s['rows']:,} ids)")
 
 
