@@ -32,7 +32,7 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from functools import partial
+from functools import cached_property, partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -188,7 +188,8 @@ class Population:
 
 def _stamps(files: list[Path]) -> list[tuple[int, int]]:
     """Each file's size and modification time, to tell whether it changed while it was read."""
-    return [(f.stat().st_size, f.stat().st_mtime_ns) if f.exists() else (-1, -1) for f in files]
+    stats = [f.stat() if f.exists() else None for f in files]
+    return [(s.st_size, s.st_mtime_ns) if s else (-1, -1) for s in stats]
 
 
 def no_rows(source: object) -> DataError:
@@ -335,7 +336,7 @@ class Gathered:
         """Whether each generation's likelihood is its class scores (``likelihood: scores``)."""
         return self.options.likelihood == "scores"
 
-    @property
+    @cached_property  # read by the tuned ratio, the update and the report: estimated once
     def measured(self) -> tuple[Repeats, float]:
         """How the candidate's answers depend on what users saw, estimated on the tuning samples (their labels, the
         answers of the model users saw and the candidate's), and how often it would repeat their wrong answers

@@ -203,8 +203,7 @@ def _repair(
 
 def _distilled(name: str, cost: int, **needs: object) -> Method:
     """A method that trains one model."""
-    trained = {"trains": True, "summary": _training_summary}
-    return Method(name, "distilled", cost, TRAINED, _distil_plan, **trained, **needs)
+    return Method(name, "distilled", cost, TRAINED, _distil_plan, trains=True, summary=_training_summary, **needs)
 
 
 def _ensemble(name: str) -> Method:
