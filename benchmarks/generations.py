@@ -137,14 +137,14 @@ def train(data: str, x: np.ndarray, y: np.ndarray, seed: int):  # noqa: ANN201 -
         ).fit(x, y)  # fmt: skip
         return model.predict_proba
     if data == "forest":  # a random forest on the tabular data (missing values as they are, the region's code)
+        from sklearn.compose import make_column_transformer
         from sklearn.ensemble import RandomForestClassifier
+        from sklearn.pipeline import make_pipeline
+        from sklearn.preprocessing import OrdinalEncoder
 
-        def coded(frame: pd.DataFrame) -> pd.DataFrame:
-            return frame.assign(region=frame["region"].cat.codes)
-
+        codes = make_column_transformer((OrdinalEncoder(), ["region"]), remainder="passthrough")
         forest = RandomForestClassifier(n_estimators=100, min_samples_leaf=2, random_state=seed, n_jobs=2)
-        forest.fit(coded(x), y)
-        return lambda frame: forest.predict_proba(coded(frame))
+        return make_pipeline(codes, forest).fit(x, y).predict_proba
     if data == "digits":
         from sklearn.neural_network import MLPClassifier
 

@@ -12,10 +12,12 @@ the default rules and ``remediation: strategy: [memory]`` naming the population;
 counted on what ``@champion`` serves (loaded as a server would and asked by id).
 
 Recipes: scikit-learn's digits (a small MLP), MNIST-1D (``mnist1d``'s ``make_dataset``; the Conv1d team loop
-of ``repairs.py``, logged as a pyfunc over 40 columns) and the tabular recipe (LightGBM on generated data with
-missing values and a category column).
+of ``repairs.py``, logged as a pyfunc over 40 columns), the tabular recipe (LightGBM on generated data with
+missing values and a category column) and forest (a scikit-learn random forest on the same tabular data).
+With no ``--update`` and no ``--cost-ratio`` each gate chooses them by replaying the history on the tuning ids
+(the default); the row says what each gate chose (``i``: independent, ``c``: correlated, then the ratio).
 
-    python benchmarks/memory_generations.py [--data digits mnist1d tabular] [--seeds 3] [--generations 10]
+    python benchmarks/memory_generations.py [--data digits mnist1d tabular forest] [--seeds 5] [--generations 10]
         [--cost-ratio R] [--likelihood answers|scores] [--decay D] [--update independent|correlated]
         [--markdown FILE]
 
@@ -125,7 +127,7 @@ def one_seed(data: str, seed: int, generations: int, cost_ratio: float | None, e
         f"  options:\n    memory: {{population: {folder / 'population.parquet'}{ratio}}}\n"
     )
     y = np.asarray(y_pop).astype(str)
-    served, replaced, outcomes, setting = [], [], [], {}
+    served, replaced, outcomes, setting, chosen = [], [], [], {}, []
     for t in range(generations):
         size = int(len(x_fit) * (0.3 + 0.7 * t / max(1, generations - 1)))
         fit = x_fit.iloc[:size] if isinstance(x_fit, pd.DataFrame) else _frame(x_fit[:size], columns)
@@ -146,6 +148,7 @@ def one_seed(data: str, seed: int, generations: int, cost_ratio: float | None, e
             report = json.loads((folder / "report.json").read_text())
             outcomes.append(report["outcome"])
             setting = (report.get("ensemble") or {}).get("setting") or setting
+            chosen.append(f"{setting.get('update', '?')[0]}{setting.get('cost_ratio', 0):g}")
         champion = str(client.get_model_version_by_alias(name, "champion").version)
         answers = predict_with(load_model(ModelRef(name, champion)), population, ("id",))  # as the gate loads it
         served.append(answers.idxmax(axis=1).astype(str).to_numpy() if t else raw.astype(str))
@@ -160,27 +163,28 @@ def one_seed(data: str, seed: int, generations: int, cost_ratio: float | None, e
         "accuracy": float((served[-1] == y)[unseen].mean()),
         "replace_accuracy": float((replaced[-1] == y)[unseen].mean()), "outcomes": outcomes,
         "rows": setting.get("rows"), "bytes": setting.get("bytes"), "cost_ratio": setting.get("cost_ratio"),
-        "latency": latency,
+        "latency": latency, "chosen": chosen,
     }  # fmt: skip
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data", nargs="+", default=["digits", "mnist1d", "tabular"])
-    parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--data", nargs="+", default=["digits", "mnist1d", "tabular", "forest"])
+    parser.add_argument("--seeds", type=int, default=5)
     parser.add_argument("--generations", type=int, default=10)
-    parser.add_argument("--cost-ratio", type=float, default=None, help="fixed (default: tuned by the gate)")
+    parser.add_argument("--cost-ratio", type=float, default=None, help="fixed (default: replayed by the gate)")
     parser.add_argument("--likelihood", choices=["answers", "scores"], default="answers")
     parser.add_argument("--decay", type=float, default=1.0, help="of the older evidence, in (0, 1]")
-    parser.add_argument("--update", choices=["independent", "correlated"], default="independent")
+    parser.add_argument("--update", choices=["independent", "correlated"], default=None, help="default: replayed")
     parser.add_argument("--markdown", type=Path, default=None)
     args = parser.parse_args()
     lines = [
         f"\n### {args.generations} generations through the registry, `check --promote` with the default rules and "
         "`strategy: [memory]`\n",
         "| recipe | seed | population ids counted | cumulative negative flips: memory | replace | fewer | "
-        "final accuracy: memory | replace | change | served | latency ratio (1 / 1,000) | gates remediated |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        "final accuracy: memory | replace | change | served | latency ratio (1 / 1,000) | gates remediated | "
+        "update and ratio per gate |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     print("\n".join(lines), flush=True)
     summary = []
@@ -188,7 +192,9 @@ def main() -> None:
         runs = []
         for seed in range(args.seeds):
             start = time.perf_counter()
-            extra = f", likelihood: {args.likelihood}, decay: {args.decay}, update: {args.update}"
+            extra = f", likelihood: {args.likelihood}, decay: {args.decay}" + (
+                f", update: {args.update}" if args.update else ""
+            )
             run = one_seed(data, seed, args.generations, args.cost_ratio, extra)
             runs.append(run)
             mem, rep = run["memory"][-1], run["replace"][-1]
@@ -198,7 +204,7 @@ def main() -> None:
                 f"| {data} | {seed} | {run['n']} | {mem} | {rep} | {fewer} | {run['accuracy']:.4f} | "
                 f"{run['replace_accuracy']:.4f} | {change:+.4f} | 1 model + {run['rows']} rows ({run['bytes']} B) | "
                 f"{run['latency'][0]} / {run['latency'][1]} | {run['outcomes'].count('remediated')} of "
-                f"{len(run['outcomes'])} |"
+                f"{len(run['outcomes'])} | {' '.join(run['chosen'])} |"
             )
             print(lines[-1], f"({time.perf_counter() - start:.0f} s)", flush=True)
         memory = [r["memory"][-1] for r in runs]

@@ -96,7 +96,8 @@ def test_config_check_says_each_methods_own_settings(tmp_path):
     )
     lines = _output(main, ["config", "--check", str(path)])
     assert "  remediation: memory then dynsnap-step; recipe mlp, training data t.csv" in lines
-    assert "    memory: population pop.csv, cost_ratio 2.0, likelihood answers, decay 1.0, update independent" in lines
+    memory = "    memory: population pop.csv, cost_ratio 2.0, likelihood answers, decay 1.0; update replayed at each"
+    assert memory + " gate" in lines
     assert "    dynsnap-step: m 20 members, N 10 snapshots, epochs 40, optimizer sgd" in lines
 
 

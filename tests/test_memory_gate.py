@@ -32,7 +32,7 @@ RULES = "rules:\n  - {metric: ctoi, max: 0.2}\n  - {metric: acc, min_delta: -0.2
 def _config(root, population):
     text = RULES + (
         "remediation:\n  strategy: [memory]\n  tuning_share: 0.3\n"
-        f"  options:\n    memory: {{population: {population}, cost_ratio: {COST_RATIO}}}\n"
+        f"  options:\n    memory: {{population: {population}, cost_ratio: {COST_RATIO}, update: independent}}\n"
     )
     (root / "gate.yaml").write_text(text)
     return root / "gate.yaml"
@@ -370,7 +370,7 @@ def test_a_correlated_memory_logs_how_much_the_candidate_repeats_what_users_saw(
     where users saw it, repeats what they saw where that was wrong, and corrects it, logs the three on the memory's
     run, and builds the memory with them (registered without --promote, the champion untouched)."""
     config = _config(tmp_path, history["root"] / "population.csv")
-    config.write_text(config.read_text().replace("cost_ratio:", "update: correlated, cost_ratio:"))
+    config.write_text(config.read_text().replace("update: independent", "update: correlated"))
     client = history["client"]
     before = str(client.get_model_version_by_alias(MODEL, "champion").version)
     report = tmp_path / "report.json"
@@ -385,3 +385,67 @@ def test_a_correlated_memory_logs_how_much_the_candidate_repeats_what_users_saw(
     right, repeats, corrects = (float(params[f"repeats_{k}"]) for k in ("right", "repeats", "corrects"))
     assert 0.5 < right < 1 and 0 < repeats < 1 and 0 < corrects < 1 and repeats + corrects < 1
     assert str(client.get_model_version_by_alias(MODEL, "champion").version) == before
+
+
+def _tuning_ids(history) -> list[str]:
+    client, first = history["client"], history["reports"][0]
+    path = client.download_artifacts(first["run_id"], "gate/tuning_ids.json", str(history["root"]))
+    held = json.loads(Path(path).read_text())
+    return list(held["ids"] if isinstance(held, dict) else held)
+
+
+def test_each_memory_carries_every_generations_answers_on_the_tuning_ids(history):
+    """The last gate's memory carries the history its successors replay: the ten generations' answers on the
+    tuning ids, oldest first, each the raw version's own prediction there."""
+    held = _tuning_ids(history)
+    last = history["reports"][-1]["registered_version"]
+    carried = mlflow.pyfunc.load_model(f"models:/{MODEL}/{last}").unwrap_python_model().history
+    assert sorted(carried.ids) == sorted(held) and carried.answers.shape == (GENERATIONS, len(held))
+    position = {i: k for k, i in enumerate(history["ids"])}
+    rows = np.array([position[i] for i in carried.ids])
+    for generation, (_, model) in enumerate(history["raw"]):
+        by_hand = model.predict(history["x"].iloc[rows]).astype(int)
+        assert carried.answers[generation].tolist() == by_hand.tolist(), generation
+
+
+def test_the_replayed_setting_reads_the_tuning_ids_only(history, tmp_path):
+    """With update: and cost_ratio: left to it, the gate replays the history (the champion's generations and the
+    candidate) on the tuning ids and deploys the setting it chose; the judged ids' labels changed, the judged
+    figures (CtoI) change and the choice does not. Replacing's negative flips on the tuning ids are counted by hand."""
+    config = tmp_path / "gate.yaml"
+    config.write_text(
+        RULES + "remediation:\n  strategy: [memory]\n  tuning_share: 0.3\n"
+        f"  options:\n    memory: {{population: {history['root'] / 'population.csv'}}}\n"
+    )
+    held = set(_tuning_ids(history))
+    carried = len(mlflow.pyfunc.load_model(f"models:/{MODEL}@champion").unwrap_python_model().history.answers)
+    evaluation = pd.read_csv(history["root"] / "eval.csv", dtype={"label": str})
+    judged = ~evaluation["id"].isin(held)
+    relabelled = evaluation.assign(label=evaluation["label"].where(~judged, ((evaluation["label"].astype(int) + 1)
+                                                                             % 10).astype(str)))  # fmt: skip
+    relabelled.to_csv(tmp_path / "relabelled.csv", index=False)
+    settings, judged_figures = [], []
+    for data in (history["root"] / "eval.csv", tmp_path / "relabelled.csv"):
+        report = tmp_path / f"{data.stem}.json"
+        proc = run_cli(
+            "check", "--model", MODEL, "--candidate", history["raw"][-1][0], "--data", data, "--config", config,
+            "--tracking-uri", history["uri"], "--id-column", "id", "--report", report,
+        )  # fmt: skip
+        assert proc.returncode in (0, 1), proc.stderr
+        settings.append(read_report(report)["ensemble"]["setting"])
+        judged_figures.append(read_report(report)["metrics"]["ctoi"])
+    replayed = [{k: v for k, v in s.items() if k.startswith("replayed_")} for s in settings]
+    assert replayed[0] == replayed[1] and judged_figures[0] != judged_figures[1]
+    chosen = replayed[0]
+    assert (chosen["replayed_generations"], chosen["replayed_ids"], chosen["replayed_settings"]) == (
+        carried, len(held), 16)  # fmt: skip
+    assert settings[0]["cost_ratio"] == chosen["replayed_cost_ratio"]
+    assert settings[0]["update"] == chosen["replayed_update"]
+    assert settings[0]["cost_ratio_from"] == f"replayed over {carried} gates on {len(held)} tuning ids"
+    ordered = sorted(held)
+    position = {i: k for k, i in enumerate(history["ids"])}
+    rows = np.array([position[i] for i in ordered])
+    truth = history["y"].to_numpy()[rows]
+    answers = [m.predict(history["x"].iloc[rows]) for _, m in [*history["raw"][:carried], history["raw"][-1]]]
+    by_hand = sum(int(((a == truth) & (b != truth)).sum()) for a, b in zip(answers, answers[1:], strict=False))
+    assert chosen["replayed_replace_flips"] == by_hand

@@ -44,6 +44,7 @@ from consistency_gate.core.ids import as_text, lookup, sorted_keys
 from consistency_gate.core.memory import ANSWER, Memory, Repeats, lean_scan
 from consistency_gate.ensembles.answers import COST_RATIOS, answer_labels, class_indices, confusion
 from consistency_gate.ensembles.carrying import carried, carried_models, input_frame, log_carrying
+from consistency_gate.ensembles.memory_replay import ARTIFACT, Choice, History, replayed, tuning_ids
 from consistency_gate.ensembles.method import Built, Inputs, TuningData, tuning_data
 from consistency_gate.errors import DataError, ModelError
 
@@ -86,6 +87,7 @@ class MemoryPyfunc(PythonModel):
         self.table, self.model_path = Path(context.artifacts["memory"]), context.artifacts["model"]
         self.model_classes = config["classes"]["model"]
         self.memory = Memory.read(self.table, self.classes)
+        self.history = History.read(context.artifacts.get("replay"))  # None: logged before histories were kept
 
     def predict(self, context, model_input: pd.DataFrame, params=None) -> pd.DataFrame:  # noqa: ANN001
         """One score column per class: the remembered answer's on top for a known id, the model's for another."""
@@ -330,6 +332,7 @@ class Gathered:
     said: dict[str, Said]
     matrices: dict[str, np.ndarray]
     forget: list[str]
+    history: History
 
     @property
     def with_scores(self) -> bool:
@@ -346,10 +349,22 @@ class Gathered:
         repeats = Repeats.estimate(truth, seen, self.said["candidate"].answers)
         return repeats, Repeats.if_independent(truth, seen, self.matrices["candidate"])
 
+    @cached_property
+    def replayed(self) -> Choice | None:
+        """The setting the history's replay on the tuning ids chooses for what the config leaves to the gate
+        (:func:`~consistency_gate.ensembles.memory_replay.replayed`; None: not replayed)."""
+        truth = class_indices(self.held.frame[self.held.label_column].to_numpy(), list(self.inputs.classes))
+        return replayed(self.options, self.history, truth, list(self.inputs.classes))
+
+    @property
+    def update(self) -> str:
+        """The update that runs: the config's, else the replayed choice's, else the independent one."""
+        return self.options.update or (self.replayed.update if self.replayed else "independent")
+
     @property
     def repeats(self) -> Repeats | None:
         """What the update reads of :attr:`measured` (``update: correlated``); None for the independent update."""
-        return self.measured[0] if self.options.update == "correlated" else None
+        return self.measured[0] if self.update == "correlated" else None
 
     def remembered(self) -> tuple[Memory | None, int]:
         """The champion's memory less the ids to forget (None: there is none), and how many it forgot."""
@@ -362,6 +377,8 @@ class Gathered:
         ``memories()`` (before the update), and where it came from."""
         if self.options.cost_ratio is not None:
             return self.options.cost_ratio, "config"
+        if (chosen := self.replayed) is not None:
+            return chosen.cost_ratio, f"replayed over {chosen.generations} gates on {chosen.ids} tuning ids"
         return _tuned_ratio(memories(), self.held, self.id_column, self.said["candidate"], self.matrices["candidate"],
                             self.options.decay, self.repeats)  # fmt: skip
 
@@ -415,7 +432,9 @@ def _gathered(inputs: Inputs, remediation: RemediationConfig) -> Gathered:
     if previous is not None:  # the confusion matrix the champion's memory was updated with
         matrices["before"] = previous.confusion
     forget = _forgotten(options.forget, id_column) if previous is not None and options.forget is not None else []
-    return Gathered(inputs, options, id_column, keep, held, previous, before, said, matrices, forget)
+    history = History.started(previous.history if previous is not None else None, tuning_ids(held, id_column),
+                              said["before"].answers).appended(said["candidate"].answers)  # fmt: skip
+    return Gathered(inputs, options, id_column, keep, held, previous, before, said, matrices, forget, history)
 
 
 def build_memory(inputs: Inputs, remediation: RemediationConfig) -> Built:
@@ -431,17 +450,19 @@ def build_memory(inputs: Inputs, remediation: RemediationConfig) -> Built:
     module, _, function = UPDATES[inputs.engine].partition(":")
     update = getattr(importlib.import_module(module), function)
     with tempfile.TemporaryDirectory() as folder:
-        table = Path(folder) / "memory.parquet"
+        table, history = Path(folder) / "memory.parquet", Path(folder) / ARTIFACT
         done = update(gathered, table)
+        gathered.history.write(history)
         seconds = time.perf_counter() - start
-        info = _log(inputs, done.rows, table, gathered.id_column, gathered.matrices["candidate"], done.head)
+        info = _log(inputs, done.rows, (table, history), gathered.id_column, gathered.matrices["candidate"], done.head)
     options, id_column = gathered.options, gathered.id_column
     setting = {
         "cost_ratio": done.cost_ratio, "cost_ratio_from": done.cost_ratio_from,
         "confusions_from": gathered.held.source, "population": str(options.population),
         "rows": done.rows, "bytes": done.bytes, "added": done.added, "changed": done.changed,
         "likelihood": options.likelihood, "decay": options.decay, "forgotten": done.forgotten,
-        "update": options.update, **_repeats_said(*gathered.measured),
+        "update": gathered.update, **_repeats_said(*gathered.measured),
+        **(gathered.replayed.said() if gathered.replayed else {}),
         "id_column": id_column, "engine": inputs.engine, "population_read": done.read,
         "from": f"v{inputs.versions[0]}'s {'memory' if gathered.previous is not None else 'answers'}",
     }  # fmt: skip
@@ -527,9 +548,11 @@ def _tuned_ratio(
     return min(COST_RATIOS), held.source
 
 
-def _log(inputs: Inputs, rows: int, table: Path, id_column: str, matrix: np.ndarray, head: pd.DataFrame) -> ModelInfo:
-    """Log the candidate's model and the memory table as one pyfunc in the active run; its input is the id
-    column and the model's columns."""
+def _log(
+    inputs: Inputs, rows: int, files: tuple[Path, Path], id_column: str, matrix: np.ndarray, head: pd.DataFrame
+) -> ModelInfo:
+    """Log the candidate's model, the memory table and its history (``files``) as one pyfunc in the active run;
+    its input is the id column and the model's columns."""
     import mlflow
     from mlflow.models import ModelSignature
     from mlflow.types.schema import ColSpec, Schema
@@ -544,9 +567,10 @@ def _log(inputs: Inputs, rows: int, table: Path, id_column: str, matrix: np.ndar
     id_type = "long" if pd.api.types.is_integer_dtype(head[id_column]) else "string"
     inputs_schema = Schema([ColSpec(id_type, id_column), *signature.inputs.inputs])
     config = {"memory_classes": list(inputs.classes), "id_column": id_column, "confusion": np.asarray(matrix).tolist()}
+    extra = {"memory": str(files[0]), "replay": str(files[1])}
     return log_carrying(
         "memory_code.py", {"model": model}, config, {"method": KIND, "rows": rows}, "memory",
-        signature=ModelSignature(inputs=inputs_schema, outputs=signature.outputs), extra={"memory": str(table)},
+        signature=ModelSignature(inputs=inputs_schema, outputs=signature.outputs), extra=extra,
     )  # fmt: skip
 
 

@@ -11,34 +11,32 @@ version serves is :mod:`~consistency_gate.ensembles.memory_code`'s.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 from pydantic import Field
 
-from consistency_gate.ensembles.method import Built, Described, Method, Options
-
-if TYPE_CHECKING:
-    pass
+from consistency_gate.ensembles.method import Built, Described, Method, Options, options_summary
 
 
 class MemoryOptions(Options):
-    """``memory``: the population the model serves (a CSV or Parquet file, or a folder of them: ids and
-    features, no labels), its id column (None: the gate's ``--id-column``), the cost ratio (how many positive
-    flips a negative flip costs: fixed, or None: the largest that keeps the candidate's accuracy on the tuning
-    share), ids to forget at this gate, the likelihood each generation multiplies in (``answers``: its answer's,
-    through its confusion matrix; ``scores``: its class scores), the decay of the older evidence (1: none;
-    0.5: the belief so far counts half before each generation's is added), and how an answer's likelihood is
-    read (``independent``: through the confusion matrix alone, as if the generations were independent witnesses;
-    ``correlated``: given what users saw too, :class:`~consistency_gate.core.memory.Repeats`, estimated on the
-    tuning share: an answer that repeats what users saw counts little, one that departs from it much)."""
+    """``memory``: the population the model serves (a CSV or Parquet file, or a folder of them: ids and features, no
+    labels), its id column (None: the gate's ``--id-column``), the cost ratio (how many positive flips a negative
+    flip costs: fixed, or None: chosen by replaying the team's history on the tuning ids,
+    :mod:`~consistency_gate.ensembles.memory_replay`), ids to forget at this gate, the likelihood each generation
+    multiplies in (``answers``: its answer's, through its confusion matrix; ``scores``: its class scores), the decay
+    of the older evidence (1: none; 0.5: the belief so far counts half before each generation's is added), and how
+    an answer's likelihood is read (``independent``: through the confusion matrix alone, as if the generations were
+    independent witnesses; ``correlated``: given what users saw too, :class:`~consistency_gate.core.memory.Repeats`,
+    estimated on the tuning share: an answer that repeats what users saw counts little, one that departs from it
+    much; None: the one the replay chooses)."""
 
     population: Path | None = None
     id_column: str | None = Field(default=None, strict=True, min_length=1)
-    cost_ratio: float | None = Field(default=None, strict=True, ge=1)  # fixed; None: tuned on the tuning share
+    cost_ratio: float | None = Field(default=None, strict=True, ge=1)  # fixed; None: chosen by the replay
     forget: Path | None = None  # a file of ids (CSV with the id column, or one id per line) the memory drops
     likelihood: Literal["answers", "scores"] = "answers"
     decay: float = Field(default=1.0, gt=0, le=1)
-    update: Literal["independent", "correlated"] = "independent"
+    update: Literal["independent", "correlated"] | None = None  # None: chosen by replaying the history
 
 
 def _describe_memory(name: str, built: Built) -> Described:
@@ -74,11 +72,24 @@ def _population(options: MemoryOptions) -> str | None:
     return None
 
 
+def _summary(options: MemoryOptions) -> str:
+    """Its options as ``config --check`` prints them, and what each gate chooses by replaying the team's history.
+
+    >>> _summary(MemoryOptions(population="p.csv", update="correlated"))
+    'population p.csv, likelihood answers, decay 1.0, update correlated; cost_ratio replayed at each gate'
+    """
+    left = [name for name in ("update", "cost_ratio") if getattr(options, name) is None]
+    if options.likelihood == "scores":  # the history keeps answers: the ratio is tuned as before
+        return options_summary(options) + ("; cost_ratio tuned at each gate" if options.cost_ratio is None else "")
+    return options_summary(options) + (f"; {' and '.join(left)} replayed at each gate" if left else "")
+
+
 def _plan(name: str, m: int) -> str:
     return "updating the memory of what users saw with its answers, to deploy in its place"
 
 
 MEMORY = Method(
     "memory", "memory", 35, "consistency_gate.ensembles.memory:build_memory", _plan, previous=True, labelled=True,
-    configured=_population, options=MemoryOptions, describe=_describe_memory, always=True, same_is_rollback=False,
+    configured=_population, options=MemoryOptions, summary=lambda remediation: _summary(remediation.own),
+    describe=_describe_memory, always=True, same_is_rollback=False,
 )  # fmt: skip

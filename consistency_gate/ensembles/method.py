@@ -206,7 +206,7 @@ class Method:
     options: type[Options] = Options
     describe: Callable[[str, Built], Described] = lambda name, built: _one_model(name, built)
     # its settings as ``config --check`` prints them, from its config (for_method): its options by default
-    summary: Callable[[RemediationConfig], str] = lambda remediation: _options_summary(remediation.own)
+    summary: Callable[[RemediationConfig], str] = lambda remediation: options_summary(remediation.own)
     always: bool = False  # deployed in place of every candidate, passed or not (the memory of what users saw)
     # answers equal to the baseline's on every sample make it a rollback at the cost of more models, never
     # registered; False for what deploys something new all the same (the memory: a new model for new items)
@@ -287,13 +287,13 @@ def models_of(inputs: Inputs, versions: Sequence[str]) -> int:
     return sum(inputs.carried(v) for v in versions)
 
 
-def _options_summary(options: Options) -> str:
+def options_summary(options: Options) -> str:
     """A method's options as ``config --check`` prints them (those left unset, to be tuned or defaulted, left out).
 
     >>> class Toy(Options):
     ...     margin: float | None = None
     ...     k: int = 3
-    >>> _options_summary(Toy()), _options_summary(Options())
+    >>> options_summary(Toy()), options_summary(Options())
     ('k 3', 'its defaults (tuned where they can be)')
     """
     values = [f"{key} {value}" for key, value in options.model_dump().items() if value is not None]
