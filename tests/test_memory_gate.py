@@ -433,6 +433,7 @@ def test_the_replayed_setting_reads_the_tuning_ids_only(history, tmp_path):
         )  # fmt: skip
         assert proc.returncode in (0, 1), proc.stderr
         settings.append(read_report(report)["ensemble"]["setting"])
+        title = read_report(report)["ensemble"]["described"]["title"]
         judged_figures.append(read_report(report)["metrics"]["ctoi"])
     replayed = [{k: v for k, v in s.items() if k.startswith("replayed_")} for s in settings]
     assert replayed[0] == replayed[1] and judged_figures[0] != judged_figures[1]
@@ -442,6 +443,8 @@ def test_the_replayed_setting_reads_the_tuning_ids_only(history, tmp_path):
     assert settings[0]["cost_ratio"] == chosen["replayed_cost_ratio"]
     assert settings[0]["update"] == chosen["replayed_update"]
     assert settings[0]["cost_ratio_from"] == f"replayed over {carried} gates on {len(held)} tuning ids"
+    said = f"; chosen by replaying {carried} gates on {len(held)} tuning ids: {chosen['replayed_flips']} negative"
+    assert said in title
     ordered = sorted(held)
     position = {i: k for k, i in enumerate(history["ids"])}
     rows = np.array([position[i] for i in ordered])

@@ -44,7 +44,7 @@ from consistency_gate.core.ids import as_text, lookup, sorted_keys
 from consistency_gate.core.memory import ANSWER, Memory, Repeats, lean_scan
 from consistency_gate.ensembles.answers import COST_RATIOS, answer_labels, class_indices, confusion
 from consistency_gate.ensembles.carrying import carried, carried_models, input_frame, log_carrying
-from consistency_gate.ensembles.memory_replay import ARTIFACT, Choice, History, replayed, tuning_ids
+from consistency_gate.ensembles.memory_replay import ARTIFACT, Choice, History, gates, replayed, tuning_ids
 from consistency_gate.ensembles.method import Built, Inputs, TuningData, tuning_data
 from consistency_gate.errors import DataError, ModelError
 
@@ -354,7 +354,11 @@ class Gathered:
         """The setting the history's replay on the tuning ids chooses for what the config leaves to the gate
         (:func:`~consistency_gate.ensembles.memory_replay.replayed`; None: not replayed)."""
         truth = class_indices(self.held.frame[self.held.label_column].to_numpy(), list(self.inputs.classes))
-        return replayed(self.options, self.history, truth, list(self.inputs.classes))
+        options = self.options
+        if options.likelihood == "scores":  # the history keeps answers: the ratio is tuned
+            return None
+        return replayed(self.history, truth, list(self.inputs.classes), (options.update, options.cost_ratio),
+                        options.decay)  # fmt: skip
 
     @property
     def update(self) -> str:
@@ -378,7 +382,7 @@ class Gathered:
         if self.options.cost_ratio is not None:
             return self.options.cost_ratio, "config"
         if (chosen := self.replayed) is not None:
-            return chosen.cost_ratio, f"replayed over {chosen.generations} gates on {chosen.ids} tuning ids"
+            return chosen.cost_ratio, f"replayed over {gates(chosen.generations)} on {chosen.ids} tuning ids"
         return _tuned_ratio(memories(), self.held, self.id_column, self.said["candidate"], self.matrices["candidate"],
                             self.options.decay, self.repeats)  # fmt: skip
 

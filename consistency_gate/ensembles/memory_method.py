@@ -15,6 +15,7 @@ from typing import Literal
 
 from pydantic import Field
 
+from consistency_gate.ensembles.memory_replay import gates
 from consistency_gate.ensembles.method import Built, Described, Method, Options, options_summary
 
 
@@ -57,6 +58,12 @@ def _describe_memory(name: str, built: Built) -> Described:
         title += (
             f"; the candidate repeats {s['repeats_repeats']:.0%} of the wrong answers users saw "
             f"({s['repeats_if_independent']:.0%} if independent; update: {s.get('update', 'independent')})"
+        )
+    if "replayed_generations" in s:  # the setting chosen from the team's history (memory_replay)
+        title += (
+            f"; chosen by replaying {gates(s['replayed_generations'])} on {s['replayed_ids']:,} tuning ids: "
+            f"{s['replayed_flips']} negative flips there against replacing's {s['replayed_replace_flips']}, "
+            f"accuracy {100 * s['replayed_accuracy_change']:+.1f} pt"
         )
     return Described(name, title, f"the model and its memory ({s['rows']:,} ids)")
 

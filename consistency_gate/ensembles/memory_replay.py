@@ -34,7 +34,6 @@ from consistency_gate.core.memory import Memory, Repeats
 from consistency_gate.ensembles.answers import COST_RATIOS
 
 if TYPE_CHECKING:
-    from consistency_gate.ensembles.memory_method import MemoryOptions
     from consistency_gate.ensembles.method import TuningData
 
 ARTIFACT = "replay.parquet"  # a memory version's history: its generations' answers on the tuning ids
@@ -115,6 +114,15 @@ class Choice:
         return {f"replayed_{k}": (round(v, 4) if isinstance(v, float) else v) for k, v in self.__dict__.items()}
 
 
+def gates(count: int) -> str:
+    """How many gates were replayed, in words.
+
+    >>> gates(1), gates(9)
+    ('1 gate', '9 gates')
+    """
+    return f"{count} gate" + ("s" if count != 1 else "")
+
+
 def tuning_ids(held: TuningData, id_column: str) -> list[str]:
     """The tuning samples' ids (their row numbers where they have none: a history no later gate continues)."""
     if id_column not in held.frame.columns:
@@ -122,15 +130,15 @@ def tuning_ids(held: TuningData, id_column: str) -> list[str]:
     return as_text(held.frame[id_column]).to_pylist()
 
 
-def replayed(options: MemoryOptions, history: History, truth: np.ndarray, classes: list[str]) -> Choice | None:
-    """:func:`choose` over what the config leaves to the gate; None where it fixes both ``update:`` and
-    ``cost_ratio:``, multiplies in class scores (the history keeps answers), or fewer than :data:`FEWEST_IDS`
-    tuning ids have a whole history and a label."""
-    if (options.update is not None and options.cost_ratio is not None) or options.likelihood == "scores":
+def replayed(
+    history: History, truth: np.ndarray, classes: list[str], fixed: tuple[str | None, float | None], decay: float
+) -> Choice | None:
+    """:func:`choose` over what the config leaves to the gate (``fixed``: its ``update:`` and ``cost_ratio:``,
+    None where it leaves them); None where it fixes both, or fewer than :data:`FEWEST_IDS` tuning ids have a whole
+    history and a label."""
+    if None not in fixed or int(((history.answers != MISSING).all(axis=0) & (truth >= 0)).sum()) < FEWEST_IDS:
         return None
-    if int(((history.answers != MISSING).all(axis=0) & (truth >= 0)).sum()) < FEWEST_IDS:
-        return None
-    return choose(history, truth, classes, grid(options.update, options.cost_ratio), options.decay)
+    return choose(history, truth, classes, grid(*fixed), decay)
 
 
 def grid(update: str | None, cost_ratio: float | None) -> list[tuple[str, float]]:
