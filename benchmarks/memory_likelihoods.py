@@ -9,8 +9,11 @@ the same tabular data).
 
 For each recipe and seed, 10 generations train on growing data with a new seed each time. The population is
 the evaluation split: its first 20% tunes (the confusion matrices; the cost ratio, the largest of
-``COST_RATIOS`` whose memory is within half a point of the candidate's accuracy there, as the gate tunes it),
-the next 20% stands for the judged share (unused here), and the flips are counted on the other 60%. It prints
+``COST_RATIOS`` whose memory is within half a point of the candidate's accuracy there, as the gate tuned it
+before it replayed), the next 20% stands for the judged share (unused here), and the flips are counted on the
+other 60%. The ``replay-chosen`` rows choose the update and the ratio at each gate as the gate does now
+(:func:`~consistency_gate.ensembles.memory_replay.choose`, on the tuning ids in halves), and on the ids that
+estimated the confusion matrices. It prints
 per recipe the ratio of replacing's cumulative negative flips to each policy's (mean over seeds, range) and
 the final accuracy's change against replacing, in points.
 
@@ -31,10 +34,11 @@ from generations import splits_of, train
 
 from consistency_gate.core.memory import Repeats
 from consistency_gate.ensembles.answers import COST_RATIOS, confusion
+from consistency_gate.ensembles.memory_replay import History, choose
 
 MARGIN = 0.005  # as the gate: the tuned ratio keeps the memory within half a point of the candidate
 POLICIES = {  # name -> (likelihood, decay, update)
-    "answers (the product)": ("answers", 1.0, "independent"),
+    "answers": ("answers", 1.0, "independent"),
     "answers, correlated": ("answers", 1.0, "correlated"),
     "answers, decay 0.5": ("answers", 0.5, "independent"),
     "scores": ("scores", 1.0, "independent"),
@@ -99,26 +103,18 @@ def served(probabilities: list[np.ndarray], truth: np.ndarray, tuning: np.ndarra
     return out
 
 
-def replay_choice(probabilities: list[np.ndarray], truth: np.ndarray, tuning: np.ndarray, t: int) -> Setting:
-    """The setting gate ``t`` chooses by replaying the history (generations 0..t) on the tuning ids alone with each
-    setting of :data:`REPLAYED`: the fewest cumulative negative flips there among those whose cumulative accuracy
-    over the gates is within :data:`MARGIN` of replacing's on a paired bound (the mean per-sample difference plus
-    one standard error), else the most accurate."""
-    history, y = [p[tuning] for p in probabilities[: t + 1]], truth[tuning]
-    everything, best = np.ones(len(y), dtype=bool), None
-    for name, ratio in REPLAYED:
-        sequence = served(history, y, everything, lambda _, name=name, ratio=ratio: (POLICIES[name], ratio))
-        flips = sum(int(((a == y) & (b != y)).sum()) for a, b in zip(sequence[:-1], sequence[1:], strict=True))
-        gain = np.concatenate([(sequence[g] == y) * 1.0 - (history[g].argmax(axis=1) == y) for g in range(1, t + 1)])
-        bound = gain.mean() + gain.std(ddof=1) / np.sqrt(len(gain)) if len(gain) > 1 else 0.0
-        key = (bound < -MARGIN, flips if bound >= -MARGIN else -gain.mean())
-        if best is None or key < best[0]:
-            best = (key, (POLICIES[name], ratio))
-    return best[1]
-
-
-REPLAYED = [(name, ratio) for name in ("answers (the product)", "answers, correlated") for ratio in COST_RATIOS]
-"""The settings a gate replays its history with (``replay-chosen``)."""
+def replay_choice(
+    probabilities: list[np.ndarray], truth: np.ndarray, tuning: np.ndarray, t: int, folds: int
+) -> Setting:
+    """The setting gate ``t`` chooses by replaying the history (generations 0..t) on the tuning ids alone, as the
+    gate does (:func:`~consistency_gate.ensembles.memory_replay.choose`: the two updates at each ratio, the fewest
+    cumulative negative flips among those within half a point of replacing on a paired bound); ``folds`` 1
+    replays on the ids that estimated the confusion matrices."""
+    ids = np.flatnonzero(tuning)
+    answers = np.array([p[ids].argmax(axis=1) for p in probabilities[: t + 1]], dtype=np.int16)
+    classes = [str(c) for c in range(probabilities[0].shape[1])]
+    chosen = choose(History([str(i) for i in ids], answers), truth[ids], classes, folds=folds)
+    return ("answers", 1.0, chosen.update), chosen.cost_ratio
 
 
 def flips_and_accuracy(sequence: list[np.ndarray], truth: np.ndarray, counted: np.ndarray) -> tuple[int, float]:
@@ -137,7 +133,7 @@ def main() -> None:
     parser.add_argument("--ratios", type=float, nargs="*", default=[], help="also each policy at these fixed ratios")
     args = parser.parse_args()
     settings = [(name, None) for name in POLICIES] + [(name, r) for name in POLICIES for r in args.ratios]
-    settings.append(("replay-chosen", None))
+    settings += [("replay-chosen (the product)", None), ("replay-chosen, on the ids that estimated", None)]
     print("| recipe | policy | fewer negative flips than replacing (mean, seeds' range) | final accuracy: change |")
     print("| --- | --- | --- | --- |")
     for data in args.data:
@@ -148,8 +144,11 @@ def main() -> None:
             tuning, counted = np.arange(n) < int(0.2 * n), np.arange(n) >= int(0.4 * n)
             replace, replace_accuracy = flips_and_accuracy([p.argmax(axis=1) for p in probabilities], truth, counted)
             for name, ratio in settings:
-                if name == "replay-chosen":
-                    chosen = {t: replay_choice(probabilities, truth, tuning, t) for t in range(1, len(probabilities))}
+                if name.startswith("replay-chosen"):
+                    folds = 2 if name.endswith("(the product)") else 1
+                    chosen = {
+                        t: replay_choice(probabilities, truth, tuning, t, folds) for t in range(1, len(probabilities))
+                    }
                     sequence = served(probabilities, truth, tuning, chosen.__getitem__)
                 else:
                     sequence = served(probabilities, truth, tuning, lambda _, n=name, r=ratio: (POLICIES[n], r))

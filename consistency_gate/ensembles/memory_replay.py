@@ -158,6 +158,7 @@ def choose(
     classes: Sequence[str],
     settings: list[tuple[str, float]] | None = None,
     decay: float = 1.0,
+    folds: int = FOLDS,
 ) -> Choice:
     """The setting of ``settings`` (default :func:`grid`'s) with the fewest cumulative negative flips over the
     replayed history among those within :data:`MARGIN` of replacing's accuracy on the paired bound, else the
@@ -170,6 +171,8 @@ def choose(
     classes : the class order.
     settings : (update, cost ratio) pairs.
     decay : the memory's ``decay:``.
+    folds : the parts the tuning ids are replayed in, each with the other parts' matrices (1: on the ids that
+        estimated them).
 
     Returns
     -------
@@ -179,10 +182,10 @@ def choose(
     whole = (history.answers != MISSING).all(axis=0) & (np.asarray(truth) >= 0)
     answers, truth = history.answers[:, whole].astype(np.int64), np.asarray(truth)[whole]
     ids = [i for i, keep in zip(history.ids, whole, strict=True) if keep]
-    fold = np.arange(len(ids)) % FOLDS
+    fold = np.arange(len(ids)) % folds
     replaced = answers == truth
     replace_flips = int((replaced[:-1] & ~replaced[1:]).sum())
-    halves = [(fold == f, ~(fold == f) if (fold != f).any() else fold == f) for f in range(FOLDS)]
+    halves = [(fold == f, ~(fold == f) if (fold != f).any() else fold == f) for f in range(folds)]
     matrices = [[_confusion(answers[g], truth, estimate, len(classes)) for g in range(len(answers))]
                 for _, estimate in halves]  # fmt: skip
     best = None
