@@ -7,12 +7,13 @@ population: <file>``), whether or not the candidate passes alone: what deploys i
 memory, updated with the candidate's answers on the population. The previous memory comes from the
 champion when it is a memory version (else the memory starts from the champion's answers: what users saw);
 each generation's confusion matrix is estimated on the tuning data (the ``tuning_share:`` held out of the
-evaluation set, or a ``calibration:`` file), never on the samples the gate judges. The cost ratio is fixed
-(``cost_ratio:``) or the largest whose memory keeps the candidate's accuracy on the tuning share: not, as the
-Bayesian update's, the smallest that passes the gate's rules there, since a memory passes them at every ratio
-and the smallest changes the most answers (4-5x fewer negative flips than replacing on digits, against 32x at
-3: ``benchmarks/memory_generations.py``). Each generation's likelihood is its answer's through its confusion
-matrix, or (``likelihood: scores``) its class scores; ``decay:`` discounts the older evidence. The evaluation
+evaluation set, or a ``calibration:`` file), never on the samples the gate judges. The update and the cost
+ratio are the config's (``update:``, ``cost_ratio:``) or chosen by replaying the team's history on the tuning
+ids (:mod:`~consistency_gate.ensembles.memory_replay`; each memory version carries it); where it cannot be
+replayed, the ratio is the largest whose memory keeps the candidate's accuracy on the tuning share (not the
+smallest that passes the gate's rules: a memory passes them at every ratio). Each generation's likelihood is
+its answer's through its confusion matrix, or (``likelihood: scores``) its class scores; ``decay:`` discounts
+the older evidence. The evaluation
 set's ids are added to the population when missing, so the gate judges what users would see on them. The
 population is read and scored :data:`CHUNK` rows at a time (:class:`Population`), and the memory updated in
 its own arrays: ten million ids of ten classes within 2 GB (``benchmarks/memory_scale.py``). With
