@@ -47,7 +47,7 @@ def _by_numpy(answers, truth, p):
             shown[:, mine] = _dense(answers, truth, p, ratio, estimate)[:, mine]
         right = shown == truth
         gain = (right[1:] * 1.0 - replaced[1:]).ravel()
-        bound = gain.mean() + gain.std(ddof=1) / np.sqrt(len(gain))
+        bound = gain.mean() + memory_replay.SPREAD * gain.std(ddof=1) / np.sqrt(len(gain))
         rows.append((ratio, int((right[:-1] & ~right[1:]).sum()), gain.mean(), bound))
     admitted = [r for r in rows if r[3] >= -MARGIN]
     if admitted:
