@@ -34,7 +34,8 @@ def _dense(answers, truth, p, ratio, estimate):
 
 def _by_numpy(answers, truth, p):
     """The rule, apart: for each ratio the replay on each half with the other half's matrices, then the fewest
-    negative flips among the settings within MARGIN of replacing on the paired bound (else the most accurate)."""
+    negative flips (the most accurate of those) among the settings within MARGIN of replacing on the paired bound
+    (else the most accurate)."""
     n = answers.shape[1]
     fold = np.arange(n) % memory_replay.FOLDS
     replaced = answers == truth
@@ -51,7 +52,7 @@ def _by_numpy(answers, truth, p):
         rows.append((ratio, int((right[:-1] & ~right[1:]).sum()), gain.mean(), bound))
     admitted = [r for r in rows if r[3] >= -MARGIN]
     if admitted:
-        return min(admitted, key=lambda r: r[1])
+        return min(admitted, key=lambda r: (r[1], -r[2]))  # the fewest flips, then the most accurate
     return max(rows, key=lambda r: r[2])
 
 

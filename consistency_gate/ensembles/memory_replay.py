@@ -8,10 +8,10 @@ ids with each setting of the grid (the two updates, independent and correlated, 
 have seen after each replayed gate, each generation's confusion matrix (and, for the correlated update, its
 :class:`~consistency_gate.core.memory.Repeats`) estimated on the other half of the tuning ids than the one it is
 replayed on (:data:`FOLDS`), so that the figures are not read on the samples that tuned them. :func:`choose`
-takes the setting with the fewest cumulative negative flips among those whose accuracy over the replayed gates
-stays within :data:`MARGIN` of replacing's on a paired bound (the mean per-sample difference plus
-:data:`SPREAD` standard errors: the noise of the tuning sample in the rule), else the most accurate. The judged
-ids and their labels are never read.
+takes the setting with the fewest cumulative negative flips (then the most accurate) among those whose accuracy
+over the replayed gates stays within :data:`MARGIN` of replacing's on a paired bound (the mean per-sample
+difference plus :data:`SPREAD` standard errors: the noise of the tuning sample in the rule), else the most
+accurate. The judged ids and their labels are never read.
 
 >>> history = History(["a", "b", "c", "d"], np.array([[0, 1, 1, 0], [0, 1, 0, 0]], dtype=np.int16))
 >>> choice = choose(history, np.array([0, 1, 0, 0]), ["x", "y"])
@@ -203,7 +203,7 @@ def choose(
         flips = int((right[:-1] & ~right[1:]).sum())
         choice = Choice(update, ratio, len(answers) - 1, len(ids), len(settings), flips, replace_flips, change,
                         change + spread)  # fmt: skip
-        key = (choice.bound < -MARGIN, flips if choice.bound >= -MARGIN else -change)
+        key = (choice.bound < -MARGIN, flips if choice.bound >= -MARGIN else 0, -change)  # equal flips: more accurate
         if best is None or key < best[0]:
             best = (key, choice)
     return best[1]
