@@ -42,8 +42,8 @@ MARGIN = 0.005  # the replayed accuracy over the gates at most half a point belo
 FOLDS = 2  # the tuning ids replayed in halves, each with the confusion matrices of the other
 SPREAD = 1.645  # the paired bound: the mean difference plus this many standard errors (one-sided 95%, the
 # gate's default confidence): a setting is refused where the replay shows at that level that it loses more
-# than the margin (1 standard error: 4.9x, 7.2x, 9.1x, 11.6x fewer on the four recipes offline, the same
-# accuracy; 1.645: 7.9x, 9.8x, 10.1x, 13.7x; benchmarks/memory_likelihoods.py)
+# than the margin (1 standard error: 3.8x, 6.8x, 8.8x, 10.9x fewer on the four recipes offline, about the
+# same accuracy; 1.645: 3.8x, 9.6x, 9.9x, 12.5x; benchmarks/memory_likelihoods.py)
 FEWEST_IDS = 20  # fewer tuning ids with a whole history: the setting is not replayed
 UPDATES = ("independent", "correlated")
 
