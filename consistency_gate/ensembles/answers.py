@@ -40,13 +40,23 @@ def confusion(
     [[0.5, 0.5], [0.0, 1.0]]
     """
     index = {str(c): i for i, c in enumerate(classes)}
-    y = np.array([index.get(str(v), -1) for v in labels])
-    j = np.array([index.get(str(v), -1) for v in answers])
-    keep = (y >= 0) & (j >= 0)
-    counts = np.full((len(classes), len(classes)), float(alpha))
-    np.add.at(counts, (y[keep], j[keep]), 1.0)
+    y = np.array([index.get(str(v), -1) for v in labels], dtype=np.int64)
+    j = np.array([index.get(str(v), -1) for v in answers], dtype=np.int64)
+    return index_confusion(y, j, len(classes), alpha)
+
+
+def index_confusion(truth: np.ndarray, answers: np.ndarray, p: int, alpha: float = 1.0) -> np.ndarray:
+    """:func:`confusion` of class indices (-1, a class outside the ``p``, left out).
+
+    >>> index_confusion(np.array([0, 0, 1]), np.array([0, 1, -1]), 2).tolist()
+    [[0.5, 0.5], [0.5, 0.5]]
+    """
+    truth, answers = np.asarray(truth), np.asarray(answers)
+    keep = (truth >= 0) & (answers >= 0)
+    counts = np.full((p, p), float(alpha))
+    np.add.at(counts, (truth[keep], answers[keep]), 1.0)
     totals = counts.sum(axis=1, keepdims=True)
-    return np.divide(counts, totals, out=np.full_like(counts, 1.0 / len(classes)), where=totals > 0)
+    return np.divide(counts, totals, out=np.full_like(counts, 1.0 / p), where=totals > 0)
 
 
 def class_indices(answers: Sequence[object], classes: Sequence[str]) -> np.ndarray:

@@ -2,23 +2,22 @@
 (the specification's "Population and memory"; Traeuble et al. 2021; the belief update of
 :mod:`consistency_gate.core.memory`).
 
-A remediation method that is built at every gate of a model with a population (``options: memory:
-population: <file>``), whether or not the candidate passes alone: what deploys is the candidate and the
-memory, updated with the candidate's answers on the population. The previous memory comes from the
-champion when it is a memory version (else the memory starts from the champion's answers: what users saw);
-each generation's confusion matrix is estimated on the tuning data (the ``tuning_share:`` held out of the
-evaluation set, or a ``calibration:`` file), never on the samples the gate judges. The update and the cost
-ratio are the config's (``update:``, ``cost_ratio:``) or chosen by replaying the team's history on the tuning
-ids (:mod:`~consistency_gate.ensembles.memory_replay`; each memory version carries it); where it cannot be
-replayed, the ratio is the largest whose memory keeps the candidate's accuracy on the tuning share (not the
-smallest that passes the gate's rules: a memory passes them at every ratio). Each generation's likelihood is
-its answer's through its confusion matrix, or (``likelihood: scores``) its class scores; ``decay:`` discounts
-the older evidence. The evaluation
-set's ids are added to the population when missing, so the gate judges what users would see on them. The
-population is read and scored :data:`CHUNK` rows at a time (:class:`Population`), and the memory updated in
-its own arrays: ten million ids of ten classes within 2 GB (``benchmarks/memory_scale.py``). With
-``--engine spark`` the update is Spark's joins (:mod:`~consistency_gate.ensembles.memory_spark`): the population
-may be a table of Spark's catalog, and is never collected.
+A remediation method that is built at every gate of a model with a population (``options: memory: population:
+<file>``), whether or not the candidate passes alone: what deploys is the candidate and the memory, updated with the
+candidate's answers on the population. The previous memory comes from the champion when it is a memory version (else
+the memory starts from the champion's answers: what users saw); each generation's confusion matrix is estimated on
+the tuning data (the ``tuning_share:`` held out of the evaluation set, or a ``calibration:`` file), never on the
+samples the gate judges. The update and the cost ratio are the config's (``update:``, ``cost_ratio:``) or chosen by
+replaying the team's history on the tuning ids (:mod:`~consistency_gate.ensembles.memory_replay`; each memory
+version carries it); where it cannot be replayed, the ratio is the largest whose memory keeps the candidate's
+accuracy on the tuning share (not the smallest that passes the gate's rules: a memory passes them at every ratio).
+Each generation's likelihood is its answer's through its confusion matrix, or (``likelihood: scores``) its class
+scores; ``decay:`` discounts the older evidence. The evaluation set's ids are added to the population when missing,
+so the gate judges what users would see on them. The population is read and scored :data:`CHUNK` rows at a time
+(:class:`Population`), and the memory updated in its own arrays: ten million ids of ten classes within 2 GB
+(``benchmarks/memory_scale.py``). With ``--engine spark`` the update is Spark's joins
+(:mod:`~consistency_gate.ensembles.memory_spark`): the population may be a table of Spark's catalog, and is never
+collected.
 
 It is served as one MLflow pyfunc (:class:`MemoryPyfunc`): the candidate's model and the memory table as
 artifacts. A request whose id is in the memory gets the remembered answer (its class scores: the belief, with
@@ -340,25 +339,28 @@ class Gathered:
         """Whether each generation's likelihood is its class scores (``likelihood: scores``)."""
         return self.options.likelihood == "scores"
 
+    @cached_property
+    def truth(self) -> np.ndarray:
+        """The tuning samples' true classes, as indices into the candidate's (-1: a label outside them)."""
+        return class_indices(self.held.frame[self.held.label_column].to_numpy(), list(self.inputs.classes))
+
     @cached_property  # read by the tuned ratio, the update and the report: estimated once
     def measured(self) -> tuple[Repeats, float]:
         """How the candidate's answers depend on what users saw, estimated on the tuning samples (their labels, the
         answers of the model users saw and the candidate's), and how often it would repeat their wrong answers
         were it independent of them (:meth:`Repeats.if_independent`): measured at every gate, the report says it."""
-        truth = class_indices(self.held.frame[self.held.label_column].to_numpy(), list(self.inputs.classes))
         seen = self.said["before"].answers
-        repeats = Repeats.estimate(truth, seen, self.said["candidate"].answers)
-        return repeats, Repeats.if_independent(truth, seen, self.matrices["candidate"])
+        repeats = Repeats.estimate(self.truth, seen, self.said["candidate"].answers)
+        return repeats, Repeats.if_independent(self.truth, seen, self.matrices["candidate"])
 
     @cached_property
     def replayed(self) -> Choice | None:
         """The setting the history's replay on the tuning ids chooses for what the config leaves to the gate
         (:func:`~consistency_gate.ensembles.memory_replay.replayed`; None: not replayed)."""
-        truth = class_indices(self.held.frame[self.held.label_column].to_numpy(), list(self.inputs.classes))
         options = self.options
         if options.likelihood == "scores":  # the history keeps answers: the ratio is tuned
             return None
-        return replayed(self.history, truth, list(self.inputs.classes), (options.update, options.cost_ratio),
+        return replayed(self.history, self.truth, list(self.inputs.classes), (options.update, options.cost_ratio),
                         options.decay)  # fmt: skip
 
     @property

@@ -31,7 +31,7 @@ import pandas as pd
 
 from consistency_gate.core.ids import as_text
 from consistency_gate.core.memory import Memory, Repeats
-from consistency_gate.ensembles.answers import COST_RATIOS
+from consistency_gate.ensembles.answers import COST_RATIOS, index_confusion
 
 if TYPE_CHECKING:
     from consistency_gate.ensembles.method import TuningData
@@ -90,6 +90,14 @@ class History:
             return cls(ids, np.asarray(seen, dtype=np.int16)[None, :])
         return cls(ids, before.on(ids))
 
+    def whole(self, truth: np.ndarray) -> np.ndarray:
+        """Which ids have every generation's answer and a label among the classes (``truth`` >= 0): those replayed.
+
+        >>> History(["a", "b", "c"], np.array([[0, MISSING, 1]], dtype=np.int16)).whole(np.array([0, 1, -1])).tolist()
+        [True, False, False]
+        """
+        return (self.answers != MISSING).all(axis=0) & (np.asarray(truth) >= 0)
+
     def appended(self, answers: np.ndarray) -> History:
         """This history with one more generation's answers on its ids."""
         return History(self.ids, np.vstack([self.answers, np.asarray(answers, dtype=np.int16)[None, :]]))
@@ -139,7 +147,7 @@ def replayed(
     """:func:`choose` over what the config leaves to the gate (``fixed``: its ``update:`` and ``cost_ratio:``,
     None where it leaves them); None where it fixes both, or fewer than :data:`FEWEST_IDS` tuning ids have a whole
     history and a label."""
-    if None not in fixed or int(((history.answers != MISSING).all(axis=0) & (truth >= 0)).sum()) < FEWEST_IDS:
+    if None not in fixed or int(history.whole(truth).sum()) < FEWEST_IDS:
         return None
     return choose(history, truth, classes, grid(*fixed), decay)
 
@@ -182,14 +190,14 @@ def choose(
     The :class:`Choice`.
     """
     settings = settings or grid(None, None)
-    whole = (history.answers != MISSING).all(axis=0) & (np.asarray(truth) >= 0)
+    whole = history.whole(truth)
     answers, truth = history.answers[:, whole].astype(np.int64), np.asarray(truth)[whole]
     ids = [i for i, keep in zip(history.ids, whole, strict=True) if keep]
     fold = np.arange(len(ids)) % folds
     replaced = answers == truth
     replace_flips = int((replaced[:-1] & ~replaced[1:]).sum())
     halves = [(fold == f, ~(fold == f) if (fold != f).any() else fold == f) for f in range(folds)]
-    matrices = [[_confusion(answers[g], truth, estimate, len(classes)) for g in range(len(answers))]
+    matrices = [[index_confusion(truth[estimate], answers[g][estimate], len(classes)) for g in range(len(answers))]
                 for _, estimate in halves]  # fmt: skip
     best = None
     for update, ratio in settings:
@@ -207,15 +215,6 @@ def choose(
         if best is None or key < best[0]:
             best = (key, choice)
     return best[1]
-
-
-def _confusion(said: np.ndarray, truth: np.ndarray, estimate: np.ndarray, p: int) -> np.ndarray:
-    """A generation's add-one confusion matrix (rows the truth) on the ``estimate`` ids, as
-    :func:`~consistency_gate.ensembles.answers.confusion` counts it (an answer outside the classes left out)."""
-    keep = estimate & (said >= 0)
-    counts = np.ones((p, p))
-    np.add.at(counts, (truth[keep], said[keep]), 1.0)
-    return counts / counts.sum(axis=1, keepdims=True)
 
 
 def _replayed(
