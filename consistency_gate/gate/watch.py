@@ -240,6 +240,7 @@ class Watcher:
 
         def later() -> None:
             if not self.stopped.wait(seconds):
+                self.echo(f"reconciling every model held: {why}")
                 self.wake_all(why)
 
         threading.Thread(target=later, name="consistency-gate-later", daemon=True).start()
