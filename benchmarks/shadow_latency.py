@@ -1,17 +1,18 @@
 """The latency `shadow serve` adds to the champion's answer, against `mlflow models serve` of the champion alone.
 
-Four servers run at once on this machine (one uvicorn worker each, as `mlflow models serve` starts by default),
-serving the same registered champion, a scikit-learn MLP on digits (v1): `mlflow models serve` alone, and `shadow
-serve` scoring v2 (another MLP) off the request path, with its journal (group commit, the default), with
-`--no-journal`, and with `--candidate-idle` (Linux). 4 client threads (each one request at a time, one row, JSON
-``dataframe_split``, a kept-alive connection) drive one server at a time for ``--requests`` requests, in blocks that
-alternate between the servers so that all see the same machine load. Prints each server's p50 and p99 over all its
-requests, its requests per second (median of its blocks) and the ratios to the champion alone; the rows each capture
-holds after SIGTERM against the requests it answered (all of them is the promise); then ``--kills`` times a fresh
-`shadow serve` killed with SIGKILL under the same load, counting the answered requests its journal lost (the last
-group).
+The servers run at once on this machine (one uvicorn worker each, as `mlflow models serve` starts by default),
+serving the same registered champion, a scikit-learn MLP on digits (v1): `mlflow models serve` alone, and the
+`shadow serve`s of ``--servers`` scoring v2 (another MLP) off the request path: the default (journal by group
+commit, the candidate scoring what queued in 0.1 s in one call), `--no-journal`, `--candidate-batch-seconds 0` (the
+candidate called as soon as it is free, as before), `--candidate-idle` (Linux). 4 client threads (each one request
+at a time, one row, JSON ``dataframe_split``, a kept-alive connection) drive one server at a time for ``--requests``
+requests, in blocks that alternate between the servers so that all see the same machine load. Prints each server's
+p50 and p99 over all its requests, its requests per second (median of its blocks) and the ratios to the champion
+alone; the rows each capture holds after SIGTERM against the requests it answered (all of them is the promise); then
+``--kills`` times a fresh `shadow serve` killed with SIGKILL under the same load, counting the answered requests its
+journal lost (the last group).
 
-    python benchmarks/shadow_latency.py [--requests 2000] [--blocks 6] [--kills 5]
+    python benchmarks/shadow_latency.py [--requests 2000] [--blocks 6] [--kills 5] [--servers shadow 'batch 0']
 """
 
 from __future__ import annotations
@@ -31,6 +32,13 @@ import urllib.request
 from pathlib import Path
 
 import numpy as np
+
+SHADOWS = {  # the shadow servers that can be measured: their options
+    "shadow": (),
+    "no journal": ("--no-journal",),
+    "candidate idle": ("--candidate-idle",),
+    "batch 0": ("--candidate-batch-seconds", "0"),
+}
 
 
 def free_port() -> int:
@@ -157,41 +165,23 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=2000, help="requests per server per block")
     parser.add_argument("--blocks", type=int, default=6)
     parser.add_argument("--kills", type=int, default=5)
+    parser.add_argument("--servers", nargs="+", choices=list(SHADOWS), default=["shadow", "no journal", "batch 0"],
+                        help="the shadow servers measured beside `mlflow models serve`")  # fmt: skip
     args = parser.parse_args()
     from sklearn.datasets import load_digits
 
     folder = Path(tempfile.mkdtemp(prefix="shadow-latency-"))
     uri = register(folder)
     env = {**os.environ, "MLFLOW_TRACKING_URI": uri}
-    names = ("alone", "shadow", "no journal", "candidate idle")
+    names = ("alone", *args.servers)
     ports = {name: free_port() for name in names}
     logs = {name: open(folder / f"{name}.log", "w") for name in names}  # noqa: SIM115 - closed below
     captures = {name: folder / f"capture-{name.replace(' ', '-')}" for name in names[1:]}
-    servers = {
-        "alone": subprocess.Popen(
-            [
-                "mlflow",
-                "models",
-                "serve",
-                "-m",
-                "models:/digits-shadow/1",
-                "--env-manager",
-                "local",
-                "-p",
-                str(ports["alone"]),
-            ],
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=logs["alone"],
-        ),  # fmt: skip
-        "shadow": start_shadow(uri, captures["shadow"], ports["shadow"], logs["shadow"]),
-        "no journal": start_shadow(
-            uri, captures["no journal"], ports["no journal"], logs["no journal"], "--no-journal"
-        ),
-        "candidate idle": start_shadow(
-            uri, captures["candidate idle"], ports["candidate idle"], logs["candidate idle"], "--candidate-idle"
-        ),
-    }
+    alone = ["mlflow", "models", "serve", "-m", "models:/digits-shadow/1", "--env-manager", "local", "-p"]
+    servers = {"alone": subprocess.Popen([*alone, str(ports["alone"])], env=env, stdout=subprocess.DEVNULL,
+                                         stderr=logs["alone"])}  # fmt: skip
+    for name in names[1:]:
+        servers[name] = start_shadow(uri, captures[name], ports[name], logs[name], *SHADOWS[name])
     x = load_digits().data / 16.0
     columns = [str(i) for i in range(64)]
     bodies = [json.dumps({"dataframe_split": {"columns": columns, "data": [row.tolist()]}}).encode() for row in x[:500]]
@@ -229,8 +219,9 @@ def main() -> None:
         print(f"| {name} | {p[name][0]:.2f} | {p[name][1]:.2f} | {rate[name]:.0f} | {p[name][0] / p['alone'][0]:.2f}x "
               f"| {p[name][1] / p['alone'][1]:.2f}x | {rate[name] / rate['alone']:.2f}x |")  # fmt: skip
     for name, capture in captures.items():
-        rows = len(pd.read_parquet(capture)) if capture.exists() else 0
-        print(f"{name}: capture after SIGTERM {rows} rows of {sent[name]} requests answered")
+        frame = pd.read_parquet(capture) if capture.exists() else pd.DataFrame({"candidate": []})
+        print(f"{name}: capture after SIGTERM {len(frame)} rows of {sent[name]} requests answered, "
+              f"{int(frame['candidate'].notna().sum())} scored by the candidate")  # fmt: skip
     if args.kills:
         counts = killed_under_load(uri, folder, bodies, args.kills)
         lost = [n for _, n in counts]

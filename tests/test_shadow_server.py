@@ -407,3 +407,26 @@ def test_a_candidate_restart_that_fails_is_tried_again_and_a_stop_keeps_a_hung_r
     candidate.stop()
     captured = read_capture(tmp_path / "capture")
     assert set(captured["id"]) == {*(f"q0#{i}" for i in range(5)), "q1", "q2"}
+
+
+def test_the_requests_answered_within_batch_s_are_scored_in_one_call(store, tmp_path, monkeypatch):
+    """The candidate is called once for the requests answered within ``batch_s`` (here: until the stop hurries it),
+    not once per request: its CPU per request is a batch's, on the cores the champion shares."""
+    import __main__
+
+    monkeypatch.delattr(__main__, "__file__", raising=False)  # conftest's name for an xdist worker: not a file to spawn
+    monkeypatch.delenv("CANDIDATE_GATE", raising=False)
+    monkeypatch.setenv("CANDIDATE_CALLS", str(tmp_path / "calls"))  # the candidate notes each call's rows
+    model = tmp_path / "model"
+    mlflow.pyfunc.save_model(model, python_model=str(store["root"] / "candidate2.py"))
+    candidate = CandidateProcess(str(model), store["uri"], None, timeout_s=600)
+    candidate.start()
+    shadow = Shadow(candidate, CaptureWriter(tmp_path / "capture"), None, batch_s=3600)
+    x = store["x"]
+    for number in range(20):
+        shadow.submit(f"q{number}", time.time(), x.iloc[[number]], store["champion"].predict(x.iloc[[number]]))
+    assert shadow.drain(600) == 0
+    candidate.stop()
+    assert (tmp_path / "calls").read_text().split() == ["20"]
+    captured = read_capture(tmp_path / "capture").set_index("id").loc[[f"q{n}" for n in range(20)]]
+    assert captured["candidate"].isin(["setosa", "versicolor", "virginica"]).all(), captured

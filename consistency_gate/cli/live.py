@@ -51,12 +51,17 @@ def shadow() -> None:
     "champion alone on saturated cores; under sustained saturation it falls behind: past 10,000 queued requests "
     "they are captured as not scored, and a batch waiting past --candidate-timeout restarts it).",
 )  # fmt: skip
+@click.option(
+    "--candidate-batch-seconds", type=click.FloatRange(min=0), default=0.1, show_default=True,
+    help="The candidate scores the requests answered in this time in one call (less CPU per request than a call "
+    "each, on the cores the champion shares); 0: as soon as it is free.",
+)  # fmt: skip
 @click.option("--classes", default=None, help="Class names in the order of the models' scores (a,b,c).")
 @tracking_uri_option
 def shadow_serve(
     model: str, candidate: str | None, champion: str | None, capture: Path, host: str, port: int, roll_rows: int,
     roll_seconds: float, candidate_timeout: float, drain_seconds: float, journal: bool, candidate_nice: int,
-    candidate_idle: bool, classes: str | None, tracking_uri: str | None,
+    candidate_idle: bool, candidate_batch_seconds: float, classes: str | None, tracking_uri: str | None,
 ) -> int:  # fmt: skip
     """Answer with the champion on MLflow's scoring protocol (POST /invocations), score the candidate off the
     request path, and capture both answers (id, time, champion, candidate) until SIGTERM."""
@@ -69,8 +74,9 @@ def shadow_serve(
         raise click.UsageError("--candidate-idle needs Linux's idle scheduling class; use --candidate-nice here")
     names = tuple(c.strip() for c in classes.split(",")) if classes else None
     options = ServeOptions(
-        host, port, roll_rows, roll_seconds, candidate_timeout, drain_seconds, journal, candidate_nice, candidate_idle
-    )
+        host, port, roll_rows, roll_seconds, candidate_timeout, drain_seconds, journal, candidate_nice, candidate_idle,
+        candidate_batch_seconds,
+    )  # fmt: skip
     summary = run_server(model, candidate, champion, capture, tracking_uri, options, names)
     return 5 if summary["fallback"] else 0  # rows the capture folder would not take went elsewhere: said above
 

@@ -109,7 +109,7 @@ class CaptureWriter:
             if self.journal:
                 self.group.append({"request": self.requests, "final": False, "rows": rows})
             number = self.requests
-        if not self.wake.is_set():
+        if self.journal and not self.wake.is_set():
             self.wake.set()
         return number
 
@@ -123,7 +123,8 @@ class CaptureWriter:
             if not self.rows:
                 self.first_at = time.monotonic()
             self.rows.extend(rows)
-        if not self.wake.is_set():
+            due = self.journal or len(self.rows) >= self.roll_rows  # else the thread's next look (0.5 s) writes it
+        if due and not self.wake.is_set():
             self.wake.set()
 
     def _run(self) -> None:
