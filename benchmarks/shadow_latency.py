@@ -187,6 +187,7 @@ def main() -> None:
     bodies = [json.dumps({"dataframe_split": {"columns": columns, "data": [row.tolist()]}}).encode() for row in x[:500]]
     times = {name: [] for name in names}
     rates = {name: [] for name in names}
+    per_block = {name: [] for name in names}  # each block's p50 and p99: paired with the champion alone's
     sent = dict.fromkeys(names, 0)
     try:
         for name in names:
@@ -199,6 +200,7 @@ def main() -> None:
                 latencies, rate = block(ports[name], bodies, args.requests)
                 times[name] += latencies
                 rates[name].append(rate)
+                per_block[name].append(np.percentile(latencies, [50, 99]))
                 sent[name] += len(latencies)
     finally:
         for server in servers.values():
@@ -218,6 +220,19 @@ def main() -> None:
     for name in names:
         print(f"| {name} | {p[name][0]:.2f} | {p[name][1]:.2f} | {rate[name]:.0f} | {p[name][0] / p['alone'][0]:.2f}x "
               f"| {p[name][1] / p['alone'][1]:.2f}x | {rate[name] / rate['alone']:.2f}x |")  # fmt: skip
+    print("Paired by block (the median over blocks of each block's ratio to the champion alone's block in the same "
+          "round: slow drifts of the machine's load cancel):")  # fmt: skip
+    for name in names[1:]:
+        paired = np.median(
+            [
+                [*(mine / alone), r / r_alone]
+                for mine, alone, r, r_alone in zip(
+                    per_block[name], per_block["alone"], rates[name], rates["alone"], strict=True
+                )
+            ],
+            axis=0,
+        )
+        print(f"  {name}: p50 {paired[0]:.2f}x, p99 {paired[1]:.2f}x, requests/s {paired[2]:.2f}x")  # fmt: skip
     for name, capture in captures.items():
         frame = pd.read_parquet(capture) if capture.exists() else pd.DataFrame({"candidate": []})
         print(f"{name}: capture after SIGTERM {len(frame)} rows of {sent[name]} requests answered, "
