@@ -432,9 +432,10 @@ def test_the_replayed_setting_reads_the_tuning_ids_only(history, tmp_path):
             "--tracking-uri", history["uri"], "--id-column", "id", "--report", report,
         )  # fmt: skip
         assert proc.returncode in (0, 1), proc.stderr
-        settings.append(read_report(report)["ensemble"]["setting"])
-        title = read_report(report)["ensemble"]["described"]["title"]
-        judged_figures.append(read_report(report)["metrics"]["ctoi"])
+        read = read_report(report)
+        settings.append(read["ensemble"]["setting"])
+        title = read["ensemble"]["described"]["title"]
+        judged_figures.append(read["metrics"]["ctoi"])
     replayed = [{k: v for k, v in s.items() if k.startswith("replayed_")} for s in settings]
     assert replayed[0] == replayed[1] and judged_figures[0] != judged_figures[1]
     chosen = replayed[0]

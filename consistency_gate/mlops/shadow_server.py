@@ -7,15 +7,14 @@ the same payloads (``dataframe_split``, ``dataframe_records``, ``instances``, ``
 the same responses. Each request gets an id (the client's ``X-Request-Id`` header, else a new one, returned
 in the response's header); a request of n rows is n samples, ``ID#0`` .. ``ID#n-1`` (one row: ``ID``).
 
-After the champion has answered, the request is queued (never waited on: a full queue records the candidate
-as not scored) for the candidate, which runs in a process of its own (:class:`CandidateProcess`) and scores what
-queued in ``batch_s`` (0.1 s) in one call: its CPU per request is that of a batch, not of a call (on one-row
-requests to a scikit-learn MLP, 140 us a call of one row against 8 us a row in a call of 256), and nothing on the
-request path wakes it. A candidate
-that raises, hangs past ``timeout_s`` or kills its process is recorded as failed on that request (the process
-is started again), and the champion's answers never change or wait. On SIGTERM or SIGINT the server stops
-taking requests, finishes those in flight, scores what is queued (for up to ``drain_s``; what is left is
-recorded as not scored) and writes the last part: every request answered is in the capture
+After the champion has answered, the request is queued (never waited on: a full queue records the candidate as not
+scored) for the candidate, which runs in a process of its own (:class:`CandidateProcess`) and scores what queued in
+``batch_s`` (0.1 s) in one call: its CPU per request is that of a batch, not of a call (on one-row requests to a
+scikit-learn MLP, 140 us a call of one row against 8 us a row in a call of 256), and nothing on the request path
+wakes it. A candidate that raises, hangs past ``timeout_s`` or kills its process is recorded as failed on that
+request (the process is started again), and the champion's answers never change or wait. On SIGTERM or SIGINT the
+server stops taking requests, finishes those in flight, scores what is queued (for up to ``drain_s``; what is left
+is recorded as not scored) and writes the last part: every request answered is in the capture
 (:class:`~consistency_gate.io.capture_writer.CaptureWriter`).
 """
 
@@ -45,6 +44,7 @@ from consistency_gate.io.capture_writer import UNSCORED, CaptureWriter
 REQUEST = contextvars.ContextVar("consistency_gate_request", default=None)  # (id, time) of the request served
 QUEUE_LIMIT = 10_000  # requests waiting for the candidate; past it a request is captured as not scored
 BATCH_LIMIT = 256  # requests scored in one call at most
+BATCH_S = 0.1  # the requests answered within this many seconds of the first are scored together
 
 
 def answers(raw: Any, classes: tuple[str, ...] | None) -> list[str]:  # noqa: ANN401 - any pyfunc output
@@ -202,7 +202,7 @@ class Shadow:
     candidate: CandidateProcess
     writer: CaptureWriter
     classes: tuple[str, ...] | None
-    batch_s: float = 0.1  # the requests answered in this time are scored together
+    batch_s: float = BATCH_S
 
     def __post_init__(self) -> None:
         self.pending: queue.Queue = queue.Queue(maxsize=QUEUE_LIMIT)
@@ -397,7 +397,7 @@ class ServeOptions:
     journal: bool = True  # group commit of the answered requests: a crash loses at most the last group
     candidate_nice: int = 10  # the candidate's process runs at this lower priority: the champion's goes first
     candidate_idle: bool = False  # Linux: the candidate only gets the CPU nothing else wants (SCHED_IDLE)
-    batch_s: float = 0.1  # the candidate scores the requests answered in this time in one call
+    batch_s: float = BATCH_S  # the candidate scores the requests answered in this time in one call
 
 
 def serve(
