@@ -3,7 +3,8 @@
 :mod:`consistency_gate.core.kernels` reads each row once and is 5-6x faster than numpy on a large
 evaluation, but loading numba costs a fresh process about 0.6 s of CPU (its import, then its
 compiler's start at the first kernel), more than numpy spends on a batch of a million scores. Below
-:data:`SMALL_CELLS` scores a batch is answered here instead, with the same functions, arguments and
+:data:`SMALL_CELLS` scores a batch is answered here instead, and so is every chunk of an evaluation of
+files under :data:`~consistency_gate.core.rows.NUMPY_FILE_CELLS` scores, with the same functions, arguments and
 tie rule: the top lists and indicators are the kernels' exactly, the per-row sums theirs to rounding
 (float64; numpy adds in another order).
 
@@ -39,13 +40,32 @@ def kernel_input(values: object, dtype: type) -> np.ndarray:
 
 
 def top_k_rows(scores: np.ndarray, k: int) -> np.ndarray:
-    """(n, k) int64: each row's k best column indices, best first, lowest index first on ties
-    (a stable sort of the negated scores).
+    """(n, k) int64: each row's k best column indices, best first, lowest index first on ties.
+
+    The k largest of each row come from a partition (``argpartition``, 3x faster than sorting the
+    rows at 100 classes and k = 5), ordered by a stable sort of their scores after their indices;
+    a row where a score outside them ties the k-th, which the partition may have left out in favour
+    of a higher index, is sorted whole (a stable sort of its negated scores).
 
     >>> top_k_rows(kernel_input([[0.1, 0.7, 0.2], [0.4, 0.4, 0.2]], np.float64), 2).tolist()
     [[1, 2], [0, 1]]
+    >>> top_k_rows(kernel_input([[0.5, 0.5, 0.5, 0.1]], np.float64), 2).tolist()  # the tie: columns 0 and 1
+    [[0, 1]]
     """
-    return np.argsort(-scores, axis=1, kind="stable")[:, :k].astype(np.int64, copy=False)
+    n, p = scores.shape
+    if k == 1:
+        return scores.argmax(axis=1).astype(np.int64)[:, None]
+    if k == p or n == 0:
+        return np.argsort(-scores, axis=1, kind="stable").astype(np.int64, copy=False)[:, :k]
+    chosen = np.argpartition(scores, p - k, axis=1)[:, p - k :]
+    chosen.sort(axis=1)
+    values = np.take_along_axis(scores, chosen, axis=1)
+    best_first = np.argsort(-values, axis=1, kind="stable")
+    top = np.take_along_axis(chosen, best_first, axis=1).astype(np.int64, copy=False)
+    tied = (scores >= values.min(axis=1, keepdims=True)).sum(axis=1) > k
+    if tied.any():
+        top[tied] = np.argsort(-scores[tied], axis=1, kind="stable")[:, :k]
+    return top
 
 
 def pair_moments(a: np.ndarray, b: np.ndarray) -> np.ndarray:

@@ -30,48 +30,82 @@ def _kernels() -> ModuleType:
 
 
 _LOADED = threading.Event()  # set once a load_kernels_in_background thread has loaded every kernel
+_CHOSEN = threading.local()  # .engine: what an evaluation of files on this thread chose (load_kernels_in_background)
 
 
 def _engine(cells: int) -> ModuleType:
     """Where a batch of ``cells`` scores is answered: numpy below
     :data:`~consistency_gate.core.numpy_rows.SMALL_CELLS` (no numba loaded), the compiled kernels above, and
     for every batch once :func:`load_kernels_in_background` has loaded them (a large evaluation's small batches,
-    such as its top lists, then cost what the kernels cost).
+    such as its top lists, then cost what the kernels cost). While an evaluation of files runs, every batch on its
+    thread goes where the size of its files chose (:func:`load_kernels_in_background`).
 
     >>> _engine(10).__name__
     'consistency_gate.core.numpy_rows'
     """
+    chosen = getattr(_CHOSEN, "engine", None)
+    if chosen is not None:
+        return chosen()
     return _kernels() if cells >= numpy_rows.SMALL_CELLS or _LOADED.is_set() else numpy_rows
+
+
+NUMPY_FILE_CELLS = 25_000_000
+"""An evaluation of prediction files whose largest holds fewer scores than this (by :func:`file_cells`) is
+answered by numpy, chunk after chunk, and loads no numba: ``compare`` of two Parquet files of 100,000 rows x 100
+classes took 0.89x the time (numpy: 23 ns a score for the pair at 100 classes and more; the kernels: 3 ns, but
+0.6 s of CPU to load), of 200,000 rows 0.96x, of 400,000 rows 1.31x (``benchmarks/compare_vs_pandas.py``'s files,
+alternating, median of 6-8 fresh processes)."""
+
+
+def file_cells(size_bytes: int, classes: int | None) -> int:
+    """The scores a prediction file of ``size_bytes`` may hold, counted for :data:`NUMPY_FILE_CELLS`: 4 bytes a score
+    (a float32 in Parquet; a CSV of the same size holds fewer), and rows narrower than 32 classes counted as 32
+    wide (numpy's cost there is per row: 85 ns a score at 10 classes).
+
+    >>> file_cells(4_000_000, 100), file_cells(4_000_000, 10)
+    (1000000, 3200000)
+    """
+    return int(size_bytes / 4 * max(1.0, 32 / max(1, classes or 1)))
 
 
 KERNEL_THREAD = "consistency-gate-kernels"
 """The name of :func:`load_kernels_in_background`'s thread."""
 
 
-def load_kernels_in_background(largest_file_bytes: int | None = None) -> Callable[..., None]:
+def load_kernels_in_background(
+    largest_file_bytes: int | None = None, classes: int | None = None
+) -> Callable[..., None]:
     """Import the kernels and load them (:func:`consistency_gate.core.kernels.precompile`) in a
     thread: numba's start-up in a fresh process (its import, about 0.3 s for its compiler, then each
     kernel from the cache) then overlaps the reading of the files, whose pyarrow readers release the
-    GIL. A kernel called before it is done waits for the import, or for numba's lock. Returns the
-    function that ends it after the kernel it is compiling (so that an error on a machine whose cache
+    GIL. Every batch on the calling thread then goes to the kernels, until the function returned is
+    called: a kernel called before they are loaded waits for the import, or for numba's lock. That
+    function ends the loading after the kernel it is compiling (so that an error on a machine whose cache
     is cold does not wait for every kernel). It waits for that kernel unless told ``wait=False`` (an
     error on its way out: its message need not wait for numba's compiler, up to 13 s on 2 cores); the
     interpreter's exit then waits for it (:func:`wait_for_kernels`), as a thread still in LLVM's C++
     at exit would abort the process, unless the process ends at once (:func:`still_compiling`).
-    With ``largest_file_bytes`` (the largest prediction file's size) under 4 bytes a score of
-    :data:`~consistency_gate.core.numpy_rows.SMALL_CELLS`, every batch will be answered by numpy: nothing
-    is loaded, and the function returned does nothing.
+    With ``largest_file_bytes`` (the largest prediction file's size, of ``classes`` columns) under
+    :data:`NUMPY_FILE_CELLS` scores (:func:`file_cells`), every batch on the calling thread is answered by numpy
+    until the function returned is called, and nothing is loaded.
 
     >>> finish = load_kernels_in_background()
     >>> finish()
     """
-    if largest_file_bytes is not None and largest_file_bytes < 4 * numpy_rows.SMALL_CELLS:
-        return lambda wait=True: None
+    if largest_file_bytes is not None and file_cells(largest_file_bytes, classes) < NUMPY_FILE_CELLS:
+        _CHOSEN.engine = lambda: numpy_rows
+
+        def finish_small(wait: bool = True) -> None:
+            _CHOSEN.engine = None
+
+        return finish_small
     stop = threading.Event()
     thread = threading.Thread(target=_load, args=(stop,), name=KERNEL_THREAD, daemon=True)
     thread.start()
+    _CHOSEN.engine = _kernels
 
     def finish(wait: bool = True) -> None:
+        _CHOSEN.engine = None
         stop.set()
         if wait:
             thread.join()

@@ -137,8 +137,8 @@ def evaluate_files(
     >>> evaluation.result().metrics["itoc"]
     0.5
     """
-    sizes = [Path(path).stat().st_size for path in generations.values() if Path(path).is_file()]  # missing: said below
-    finish_loading = load_kernels_in_background(max(sizes, default=0))
+    sizes = [_bytes(Path(path)) for path in generations.values()]
+    finish_loading = _nothing_loaded
     streams: list[matrices.ReadAhead[np.ndarray] | Generator[pd.Series, None, None]] = []
     evaluated = False
     try:
@@ -149,6 +149,7 @@ def evaluate_files(
         io.require_columns(labels, label_cols, [label_column] + ([id_column] if id_column else []) + data_slices, flags)
         # score columns read in the canonical class order: no column permutation per chunk
         sources = [_canonical(io.inspect_prediction_file(path, id_column)) for path in generations.values()]
+        finish_loading = load_kernels_in_background(max(sizes), min(len(s.classes or ()) for s in sources))
         evaluation = Evaluation(
             list(generations),
             [s.classes for s in sources],
@@ -187,6 +188,18 @@ def evaluate_files(
         for stream in streams:  # pyarrow's C++ at exit aborts the process); numba's loading is waited for
             stream.close()  # unless an error is on its way out (see load_kernels_in_background)
         finish_loading(wait=evaluated)
+
+
+def _bytes(path: Path) -> int:
+    """The size of a prediction file, or of the files in a folder of Parquet parts (0 where there is none: the
+    reading says why)."""
+    if path.is_dir():
+        return sum(part.stat().st_size for part in path.rglob("*") if part.is_file())
+    return path.stat().st_size if path.is_file() else 0
+
+
+def _nothing_loaded(wait: bool = True) -> None:
+    """What ends the kernels' loading before :func:`load_kernels_in_background` has been called."""
 
 
 def _canonical(source: io.PredictionSource) -> io.PredictionSource:
