@@ -1,5 +1,6 @@
 """`consistency-gate compare` as a subprocess: the SPEC section 6 contract and bad input."""
 
+import json
 import os
 import subprocess
 import sys
@@ -83,6 +84,40 @@ def test_json_contract_and_values(files):
     assert out["metrics"]["ctoi"] == pytest.approx(m.flip_rates(y, pa, pb)["ctoi"])
     assert out["metrics"]["ccon@3"] == pytest.approx(m.topk_consistency(a, b, 3))
     assert out["metrics"]["pearson"] == pytest.approx(m.pearson(a, b), abs=1e-9)
+
+
+def test_files_under_numpy_file_cells_are_compared_without_numba_as_the_kernels_compare_them(tmp_path, monkeypatch):
+    """A compare of files under ``rows.NUMPY_FILE_CELLS`` scores loads no numba (0.6 s of CPU in a fresh process)
+    and gives, chunk after chunk, the metrics the compiled kernels give the same files: 20,000 rows x 100 classes
+    of Parquet (8 MB each), scores in tenths so that rows tie, in one chunk and in chunks of 3,000 rows against the
+    kernels' chunks of 7,000."""
+    from consistency_gate.engines.local import compare_files
+
+    rng = np.random.default_rng(7)
+    n, classes = 20_000, [f"c{i:02d}" for i in range(100)]
+    paths = {name: tmp_path / f"{name}.parquet" for name in ("labels", "prev", "cand")}
+    pd.DataFrame({"label": rng.choice(classes, n)}).to_parquet(paths["labels"])
+    for name in ("prev", "cand"):
+        scores = (rng.integers(0, 10, (n, len(classes))) / 10).astype(np.float32)
+        pd.DataFrame(scores, columns=classes).to_parquet(paths[name])
+    args = ["compare", "--labels", paths["labels"], "--previous", paths["prev"], "--candidate", paths["cand"]]
+    script = (
+        "import sys\nfrom consistency_gate.cli import main\n"
+        "try:\n    main(sys.argv[1:])\nfinally:\n    print('numba' in sys.modules)"
+    )
+    options = ["--k", "1", "--k", "5", "--format", "json"]
+    proc = subprocess.run([sys.executable, "-c", script, *map(str, args), *options], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    *report, loaded = proc.stdout.strip().splitlines()
+    assert loaded == "False"
+    in_one_chunk = json.loads("\n".join(report))["metrics"]
+    by_numpy = compare_files(*args[2::2], ks=[1, 5], chunk_rows=3_000).metrics
+    monkeypatch.setattr(rows, "NUMPY_FILE_CELLS", 0)  # every file large enough for the kernels
+    by_kernels = compare_files(*args[2::2], ks=[1, 5], chunk_rows=7_000).metrics
+    assert set(in_one_chunk) == set(by_numpy) == set(by_kernels)
+    for name, value in by_kernels.items():
+        for got in (in_one_chunk[name], by_numpy[name]):
+            assert got == pytest.approx(value, rel=1e-9, abs=1e-12, nan_ok=True), name
 
 
 def test_shuffled_columns_rows_and_parquet_give_same_result(files, tmp_path):
