@@ -303,9 +303,9 @@ def test_an_error_before_numba_has_loaded_exits_3_at_once_not_an_abort(tmp_path)
     without an active exception", exit -6, about one run in three. The console script now ends
     without waiting for the compiler (no kernel reaches the cold cache: it takes seconds), its exit
     handlers run; a program that calls ``main`` and then exits waits for the kernel at its exit. The
-    prediction file is large enough (8 MB of two columns) for compare to load the kernels (a smaller one is
-    answered by numpy, and nothing is loaded: ``rows.NUMPY_FILE_CELLS``)."""
-    predictions = "a,b\n" + "1,0\n0,1\n" * 1_000_000
+    prediction file is large enough (1,100,000 rows) for compare to load the kernels (a smaller one is answered by
+    numpy, and nothing is loaded: ``rows.NUMPY_FILE_CELLS``)."""
+    predictions = "a,b\n" + "1,0\n0,1\n" * 550_000
     files = [_write(tmp_path, name, text) for name, text in (("l.csv", "label\na\nz\n"), ("p.csv", predictions))]
     args = ["compare", "--labels", files[0], "--previous", files[1], "--candidate", files[1]]
     console_script = "import atexit\nfrom consistency_gate.cli import run\natexit.register(print, 'handler ran')\nrun()"

@@ -4,9 +4,9 @@
 evaluation, but loading numba costs a fresh process about 0.6 s of CPU (its import, then its
 compiler's start at the first kernel), more than numpy spends on a batch of a million scores. Below
 :data:`SMALL_CELLS` scores a batch is answered here instead, and so is every chunk of an evaluation of
-files under :data:`~consistency_gate.core.rows.NUMPY_FILE_CELLS` scores, with the same functions, arguments and
-tie rule: the top lists and indicators are the kernels' exactly, the per-row sums theirs to rounding
-(float64; numpy adds in another order).
+files that costs numpy less than :data:`~consistency_gate.core.rows.NUMPY_FILE_CELLS` scores, with the same
+functions, arguments and tie rule: the top lists and indicators are the kernels' exactly, the per-row sums
+theirs to rounding (float64; numpy adds in another order).
 
 >>> top_k_rows(kernel_input([[0.1, 0.4, 0.4, 0.1]], np.float64), 3).tolist()
 [[1, 2, 0]]

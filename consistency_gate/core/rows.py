@@ -50,31 +50,30 @@ def _engine(cells: int) -> ModuleType:
 
 
 NUMPY_FILE_CELLS = 25_000_000
-"""An evaluation of prediction files whose largest holds fewer scores than this (by :func:`file_cells`) is
+"""An evaluation of prediction files whose largest costs numpy less than this many scores (:func:`numpy_cells`) is
 answered by numpy, chunk after chunk, and loads no numba: ``compare`` of two Parquet files of 100,000 rows x 100
-classes took 0.89x the time (numpy: 23 ns a score for the pair at 100 classes and more; the kernels: 3 ns, but
-0.6 s of CPU to load), of 200,000 rows 0.96x, of 400,000 rows 1.31x (``benchmarks/compare_vs_pandas.py``'s files,
-alternating, median of 6-8 fresh processes)."""
+classes took 0.82-0.88x the time (numpy: 23 ns a score for the pair at 100 classes; the kernels: 3 ns, but 0.6 s
+of CPU to load), of 200,000 rows 0.96x, of 400,000 rows 1.31x (``benchmarks/compare_vs_pandas.py``'s files,
+alternating, median of 6-10 fresh processes)."""
 
 
-def file_cells(size_bytes: int, classes: int | None) -> int:
-    """The scores a prediction file of ``size_bytes`` may hold, counted for :data:`NUMPY_FILE_CELLS`: 4 bytes a score
-    (a float32 in Parquet; a CSV of the same size holds fewer), and rows narrower than 32 classes counted as 32
-    wide (numpy's cost there is per row: 85 ns a score at 10 classes).
+def numpy_cells(rows: int, classes: int | None) -> int:
+    """What numpy's row kernels cost for a file of ``rows`` rows of ``classes`` scores (a file of hard labels: one
+    column), counted in scores at 100 classes' rate: about 600 ns a row beside 23 ns a score (the pair's top-5
+    lists, sums and indicators took 85 ns a score at 10 classes, 44 ns at 32, 27 ns at 100; 220 ns a row at 2
+    classes, where the top list is a sort of two).
 
-    >>> file_cells(4_000_000, 100), file_cells(4_000_000, 10)
-    (1000000, 3200000)
+    >>> numpy_cells(100_000, 100), numpy_cells(100_000, 10)
+    (12600000, 3600000)
     """
-    return int(size_bytes / 4 * max(1.0, 32 / max(1, classes or 1)))
+    return rows * ((classes or 1) + 26)
 
 
 KERNEL_THREAD = "consistency-gate-kernels"
 """The name of :func:`load_kernels_in_background`'s thread."""
 
 
-def load_kernels_in_background(
-    largest_file_bytes: int | None = None, classes: int | None = None
-) -> Callable[..., None]:
+def load_kernels_in_background(cells: int | None = None) -> Callable[..., None]:
     """Import the kernels and load them (:func:`consistency_gate.core.kernels.precompile`) in a
     thread: numba's start-up in a fresh process (its import, about 0.3 s for its compiler, then each
     kernel from the cache) then overlaps the reading of the files, whose pyarrow readers release the
@@ -85,14 +84,14 @@ def load_kernels_in_background(
     error on its way out: its message need not wait for numba's compiler, up to 13 s on 2 cores); the
     interpreter's exit then waits for it (:func:`wait_for_kernels`), as a thread still in LLVM's C++
     at exit would abort the process, unless the process ends at once (:func:`still_compiling`).
-    With ``largest_file_bytes`` (the largest prediction file's size, of ``classes`` columns) under
-    :data:`NUMPY_FILE_CELLS` scores (:func:`file_cells`), every batch on the calling thread is answered by numpy
-    until the function returned is called, and nothing is loaded.
+    With ``cells`` (what the largest prediction file costs numpy, :func:`numpy_cells`) under
+    :data:`NUMPY_FILE_CELLS`, every batch on the calling thread is answered by numpy until the function returned
+    is called, and nothing is loaded.
 
     >>> finish = load_kernels_in_background()
     >>> finish()
     """
-    if largest_file_bytes is not None and file_cells(largest_file_bytes, classes) < NUMPY_FILE_CELLS:
+    if cells is not None and cells < NUMPY_FILE_CELLS:
         _CHOSEN.engine = lambda: numpy_rows
 
         def finish_small(wait: bool = True) -> None:

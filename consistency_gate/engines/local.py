@@ -14,13 +14,13 @@ import numpy as np
 import pandas as pd
 
 from consistency_gate.core.evaluation import ComparisonResult, Evaluation, canonical_classes, usable_ks
-from consistency_gate.core.rows import load_kernels_in_background
+from consistency_gate.core.rows import load_kernels_in_background, numpy_cells
 from consistency_gate.core.slices import TRUE_CLASS
 from consistency_gate.core.threshold import BinaryDecision
 from consistency_gate.errors import DataError
 from consistency_gate.io import matrices
 from consistency_gate.io import predictions as io
-from consistency_gate.io.alignment import IN_ORDER, Alignment, row_order
+from consistency_gate.io.alignment import IN_ORDER, Alignment, is_csv, row_order
 
 
 def resolve_ks(
@@ -137,7 +137,6 @@ def evaluate_files(
     >>> evaluation.result().metrics["itoc"]
     0.5
     """
-    sizes = [_bytes(Path(path)) for path in generations.values()]
     finish_loading = _nothing_loaded
     streams: list[matrices.ReadAhead[np.ndarray] | Generator[pd.Series, None, None]] = []
     evaluated = False
@@ -149,7 +148,9 @@ def evaluate_files(
         io.require_columns(labels, label_cols, [label_column] + ([id_column] if id_column else []) + data_slices, flags)
         # score columns read in the canonical class order: no column permutation per chunk
         sources = [_canonical(io.inspect_prediction_file(path, id_column)) for path in generations.values()]
-        finish_loading = load_kernels_in_background(max(sizes), min(len(s.classes or ()) for s in sources))
+        finish_loading = load_kernels_in_background(
+            max(numpy_cells(_rows(s.path), len(s.classes or ())) for s in sources)
+        )
         evaluation = Evaluation(
             list(generations),
             [s.classes for s in sources],
@@ -190,12 +191,23 @@ def evaluate_files(
         finish_loading(wait=evaluated)
 
 
-def _bytes(path: Path) -> int:
-    """The size of a prediction file, or of the files in a folder of Parquet parts (0 where there is none: the
-    reading says why)."""
-    if path.is_dir():
-        return sum(part.stat().st_size for part in path.rglob("*") if part.is_file())
-    return path.stat().st_size if path.is_file() else 0
+def _rows(path: Path) -> int:
+    """A prediction file's rows, for :func:`~consistency_gate.core.rows.numpy_cells`: a Parquet file's or folder's
+    from its metadata, a CSV file's estimated from its first megabyte.
+
+    >>> import tempfile
+    >>> path = Path(tempfile.mkdtemp()) / "g1.csv"
+    >>> _ = path.write_text("a,b\\n" + "0.25,0.75\\n" * 1000)
+    >>> _rows(path)
+    1000
+    """
+    if not is_csv(path):
+        import pyarrow.dataset as ds
+
+        return ds.dataset(path, format="parquet").count_rows()
+    with path.open("rb") as file:
+        start = file.read(2**20)
+    return max(0, round(start.count(b"\n") * path.stat().st_size / max(1, len(start))) - 1)  # less the header
 
 
 def _nothing_loaded(wait: bool = True) -> None:
