@@ -200,11 +200,18 @@ def _rows(path: Path) -> int:
     >>> _ = path.write_text("a,b\\n" + "0.25,0.75\\n" * 1000)
     >>> _rows(path)
     1000
+    >>> pd.DataFrame({"a": [0.25] * 3, "b": [0.75] * 3}).to_parquet(path.with_suffix(".parquet"))
+    >>> _rows(path.with_suffix(".parquet"))
+    3
     """
-    if not is_csv(path):
+    if path.is_dir():
         import pyarrow.dataset as ds
 
         return ds.dataset(path, format="parquet").count_rows()
+    if not is_csv(path):
+        import pyarrow.parquet as pq
+
+        return pq.ParquetFile(path).metadata.num_rows
     with path.open("rb") as file:
         start = file.read(2**20)
     return max(0, round(start.count(b"\n") * path.stat().st_size / max(1, len(start))) - 1)  # less the header
