@@ -2,7 +2,7 @@
 
 :mod:`consistency_gate.core.kernels` reads each row once and is 5-6x faster than numpy on a large
 evaluation, but loading numba costs a fresh process about 0.6 s of CPU (its import, then its
-compiler's start at the first kernel), more than numpy spends on a batch of a million scores. Below
+compiler's start at the first kernel), more than numpy spends on a batch of four million scores. Below
 :data:`SMALL_CELLS` scores a batch is answered here instead, and so is every chunk of an evaluation of
 files that costs numpy less than :data:`~consistency_gate.core.rows.NUMPY_FILE_CELLS` scores, with the same
 functions, arguments and tie rule: the top lists and indicators are the kernels' exactly, the per-row sums
@@ -16,9 +16,11 @@ from __future__ import annotations
 
 import numpy as np
 
-SMALL_CELLS = 1_000_000
+SMALL_CELLS = 4_000_000
 """Batches with fewer scores (rows times classes; the sums' rows for Pearson and cosine) than this
-are answered by numpy: about 50 ms for the widest rows (1,000 classes), less than loading numba."""
+are answered by numpy: at most 0.45 s for a pair (110 ns a score at 2 classes, 23 ns at 100 and more), less
+than loading numba (0.6 s). A gate of a 100-class scikit-learn model on 20,000 rows (2 million scores) took 6.52 s
+against 6.94 s with a bound of a million (median of 6 alternating, 7.3 s of CPU against 7.8 s)."""
 
 ABSENT = 2**62  # the rank of a class not in a top list: above every k (as the kernels)
 
