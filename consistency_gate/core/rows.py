@@ -30,7 +30,7 @@ def _kernels() -> ModuleType:
 
 
 _LOADED = threading.Event()  # set once a load_kernels_in_background thread has loaded every kernel
-_CHOSEN = threading.local()  # .engine: what an evaluation of files on this thread chose (load_kernels_in_background)
+_CHOSEN = threading.local()  # .kernels: what an evaluation of files on this thread chose (load_kernels_in_background)
 
 
 def _engine(cells: int) -> ModuleType:
@@ -40,12 +40,12 @@ def _engine(cells: int) -> ModuleType:
     such as its top lists, then cost what the kernels cost). While an evaluation of files runs, every batch on its
     thread goes where the size of its files chose (:func:`load_kernels_in_background`).
 
-    >>> _engine(10).__name__
-    'consistency_gate.core.numpy_rows'
+    >>> _engine(numpy_rows.SMALL_CELLS).__name__  # numpy below, unless this process has loaded the kernels
+    'consistency_gate.core.kernels'
     """
-    chosen = getattr(_CHOSEN, "engine", None)
+    chosen = getattr(_CHOSEN, "kernels", None)
     if chosen is not None:
-        return chosen()
+        return _kernels() if chosen else numpy_rows
     return _kernels() if cells >= numpy_rows.SMALL_CELLS or _LOADED.is_set() else numpy_rows
 
 
@@ -91,20 +91,19 @@ def load_kernels_in_background(cells: int | None = None) -> Callable[..., None]:
     >>> finish = load_kernels_in_background()
     >>> finish()
     """
-    if cells is not None and cells < NUMPY_FILE_CELLS:
-        _CHOSEN.engine = lambda: numpy_rows
+    _CHOSEN.kernels = cells is None or cells >= NUMPY_FILE_CELLS
+    if not _CHOSEN.kernels:
 
         def finish_small(wait: bool = True) -> None:
-            _CHOSEN.engine = None
+            _CHOSEN.kernels = None
 
         return finish_small
     stop = threading.Event()
     thread = threading.Thread(target=_load, args=(stop,), name=KERNEL_THREAD, daemon=True)
     thread.start()
-    _CHOSEN.engine = _kernels
 
     def finish(wait: bool = True) -> None:
-        _CHOSEN.engine = None
+        _CHOSEN.kernels = None
         stop.set()
         if wait:
             thread.join()

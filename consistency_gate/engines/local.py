@@ -20,7 +20,7 @@ from consistency_gate.core.threshold import BinaryDecision
 from consistency_gate.errors import DataError
 from consistency_gate.io import matrices
 from consistency_gate.io import predictions as io
-from consistency_gate.io.alignment import IN_ORDER, Alignment, is_csv, row_order
+from consistency_gate.io.alignment import IN_ORDER, Alignment, row_order
 
 
 def resolve_ks(
@@ -149,7 +149,7 @@ def evaluate_files(
         # score columns read in the canonical class order: no column permutation per chunk
         sources = [_canonical(io.inspect_prediction_file(path, id_column)) for path in generations.values()]
         finish_loading = load_kernels_in_background(
-            max(numpy_cells(_rows(s.path), len(s.classes or ())) for s in sources)
+            max(numpy_cells(matrices.file_rows(s.path), len(s.classes or ())) for s in sources)
         )
         evaluation = Evaluation(
             list(generations),
@@ -189,32 +189,6 @@ def evaluate_files(
         for stream in streams:  # pyarrow's C++ at exit aborts the process); numba's loading is waited for
             stream.close()  # unless an error is on its way out (see load_kernels_in_background)
         finish_loading(wait=evaluated)
-
-
-def _rows(path: Path) -> int:
-    """A prediction file's rows, for :func:`~consistency_gate.core.rows.numpy_cells`: a Parquet file's or folder's
-    from its metadata, a CSV file's estimated from its first megabyte.
-
-    >>> import tempfile
-    >>> path = Path(tempfile.mkdtemp()) / "g1.csv"
-    >>> _ = path.write_text("a,b\\n" + "0.25,0.75\\n" * 1000)
-    >>> _rows(path)
-    1000
-    >>> pd.DataFrame({"a": [0.25] * 3, "b": [0.75] * 3}).to_parquet(path.with_suffix(".parquet"))
-    >>> _rows(path.with_suffix(".parquet"))
-    3
-    """
-    if path.is_dir():
-        import pyarrow.dataset as ds
-
-        return ds.dataset(path, format="parquet").count_rows()
-    if not is_csv(path):
-        import pyarrow.parquet as pq
-
-        return pq.ParquetFile(path).metadata.num_rows
-    with path.open("rb") as file:
-        start = file.read(2**20)
-    return max(0, round(start.count(b"\n") * path.stat().st_size / max(1, len(start))) - 1)  # less the header
 
 
 def _nothing_loaded(wait: bool = True) -> None:
