@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+import threading
 import time
 
 import numpy as np
@@ -14,6 +15,7 @@ import pytest
 from conftest import read_report, run_cli
 from mlflow import MlflowClient
 from test_history_registry import gated_store
+from test_shadow_server import until
 
 from consistency_gate.gate.rules import Rule
 from consistency_gate.gate.shadow import check_stream
@@ -332,6 +334,44 @@ def test_the_capture_rolls_on_time_and_a_part_being_written_is_not_read(tmp_path
     writer.add([{"id": "b", "time": at, "champion": "x", "candidate": None, "candidate_error": "TimeoutError"}])
     writer.close()
     assert read_capture(tmp_path)["candidate"].isna().tolist() == [False, True]
+
+
+def test_the_journal_writer_is_woken_once_after_a_pause_and_groups_what_comes_meanwhile(tmp_path):
+    """Group commit without a wake-up per request: while the writer's thread waits out its group, the requests
+    answered meanwhile only join the group (one wake-up for 100 requests, one append); once a group is empty
+    the thread waits to be woken, and the next request wakes it. A stop writes everything."""
+    from consistency_gate.io.capture import read_capture
+    from consistency_gate.io.capture_writer import JOURNAL, CaptureWriter, journal_rows
+
+    class CountedEvent(threading.Event):
+        sets = 0
+
+        def set(self) -> None:
+            CountedEvent.sets += 1
+            super().set()
+
+    at = pd.Timestamp("2026-11-27T10:00:00Z")
+
+    def row(i: int) -> list[dict]:
+        return [{"id": f"r{i}", "time": at, "champion": "x", "candidate": None, "candidate_error": None}]
+
+    writer = CaptureWriter(tmp_path, group_s=3600)  # the first group waits until the stop
+    writer.wake = CountedEvent()
+    for i in range(100):
+        writer.answered(row(i))
+    assert CountedEvent.sets == 1 and not (tmp_path / JOURNAL).exists() and len(writer.group) == 100
+    writer.close()
+    assert writer.groups == 1 and len(read_capture(tmp_path)) == 100
+
+    writer = CaptureWriter(tmp_path / "b", group_s=0.001)
+    writer.wake, CountedEvent.sets = CountedEvent(), 0
+    writer.answered(row(0))
+    until(lambda: writer.idle and len(journal_rows(tmp_path / "b")) == 1, "the group appended, the thread idle")
+    writer.answered(row(1))  # after the pause: wakes the thread again
+    until(lambda: len(journal_rows(tmp_path / "b")) == 2, "the second group appended")
+    assert CountedEvent.sets == 2
+    writer.close()
+    assert writer.groups == 2 and len(read_capture(tmp_path / "b")) == 2
 
 
 @pytest.mark.slow  # a registry store and its runs

@@ -37,8 +37,13 @@ def shadow() -> None:
               help="On stop, seconds to score the requests still queued for the candidate.")  # fmt: skip
 @click.option(
     "--journal/--no-journal", default=True, show_default=True,
-    help="Journal the answered requests (group commit every 5 ms, off the request path) so a crash of the server "
-    "loses at most the last group; --no-journal: a crash loses the rows not yet in a part.",
+    help="Journal the answered requests (group commit, off the request path) so a crash of the server loses at most "
+    "the last group; --no-journal: a crash loses the rows not yet in a part.",
+)  # fmt: skip
+@click.option(
+    "--journal-seconds", type=click.FloatRange(min=0.001, max=1), default=0.02, show_default=True,
+    help="The journal's group: the requests answered in this time are appended in one write (what a crash can lose; "
+    "longer: fewer wake-ups of the writer's thread).",
 )  # fmt: skip
 @click.option(
     "--candidate-nice", type=click.IntRange(0, 19), default=10, show_default=True,
@@ -60,8 +65,9 @@ def shadow() -> None:
 @tracking_uri_option
 def shadow_serve(
     model: str, candidate: str | None, champion: str | None, capture: Path, host: str, port: int, roll_rows: int,
-    roll_seconds: float, candidate_timeout: float, drain_seconds: float, journal: bool, candidate_nice: int,
-    candidate_idle: bool, candidate_batch_seconds: float, classes: str | None, tracking_uri: str | None,
+    roll_seconds: float, candidate_timeout: float, drain_seconds: float, journal: bool, journal_seconds: float,
+    candidate_nice: int, candidate_idle: bool, candidate_batch_seconds: float, classes: str | None,
+    tracking_uri: str | None,
 ) -> int:  # fmt: skip
     """Answer with the champion on MLflow's scoring protocol (POST /invocations), score the candidate off the
     request path, and capture both answers (id, time, champion, candidate) until SIGTERM."""
@@ -75,7 +81,7 @@ def shadow_serve(
     names = tuple(c.strip() for c in classes.split(",")) if classes else None
     options = ServeOptions(
         host, port, roll_rows, roll_seconds, candidate_timeout, drain_seconds, journal, candidate_nice, candidate_idle,
-        candidate_batch_seconds,
+        candidate_batch_seconds, journal_seconds,
     )  # fmt: skip
     summary = run_server(model, candidate, champion, capture, tracking_uri, options, names)
     return 5 if summary["fallback"] else 0  # rows the capture folder would not take went elsewhere: said above

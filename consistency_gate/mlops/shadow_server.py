@@ -398,6 +398,7 @@ class ServeOptions:
     candidate_nice: int = 10  # the candidate's process runs at this lower priority: the champion's goes first
     candidate_idle: bool = False  # Linux: the candidate only gets the CPU nothing else wants (SCHED_IDLE)
     batch_s: float = BATCH_S  # the candidate scores the requests answered in this time in one call
+    journal_s: float = 0.02  # the journal's group commit: the requests answered in this time in one write
 
 
 def serve(
@@ -429,7 +430,7 @@ def serve(
             raise ModelError(f"champion {champion_uri} cannot be loaded: {error_line(exc, 300)}") from None
         said(f"loading the candidate {candidate_uri} in a process of its own ...")
         candidate.start()
-        writer = CaptureWriter(capture, options.roll_rows, options.roll_seconds, journal=options.journal)
+        writer = CaptureWriter(capture, options.roll_rows, options.roll_seconds, options.journal_s, options.journal)
         if writer.recovered:
             said(f"recovered {writer.recovered} rows a stopped server had journaled in {capture}")
         shadow = Shadow(candidate, writer, classes, options.batch_s)
