@@ -15,7 +15,7 @@ import pytest
 from conftest import read_report, run_cli
 from mlflow import MlflowClient
 from test_history_registry import gated_store
-from test_shadow_server import until
+from watch_fixtures import until
 
 from consistency_gate.gate.rules import Rule
 from consistency_gate.gate.shadow import check_stream
