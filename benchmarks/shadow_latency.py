@@ -8,9 +8,10 @@ candidate called as soon as it is free, as before), `--candidate-idle` (Linux). 
 at a time, one row, JSON ``dataframe_split``, a kept-alive connection) drive one server at a time for ``--requests``
 requests, in blocks that alternate between the servers so that all see the same machine load. Prints each server's
 p50 and p99 over all its requests, its requests per second (median of its blocks) and the ratios to the champion
-alone; the rows each capture holds after SIGTERM against the requests it answered (all of them is the promise); then
-``--kills`` times a fresh `shadow serve` killed with SIGKILL under the same load, counting the answered requests its
-journal lost (the last group).
+alone, and the CPU its process tree used per request (steadier than the latencies on a noisy machine); the rows
+each capture holds after SIGTERM against the requests it answered (all of them is the promise); then ``--kills``
+times a fresh `shadow serve` killed with SIGKILL under the same load, counting the answered requests its journal
+lost (the last group).
 
     python benchmarks/shadow_latency.py [--requests 2000] [--blocks 6] [--kills 5] [--servers shadow 'batch 0']
 """
@@ -94,6 +95,22 @@ class Client:
         if response.status != 200:
             raise SystemExit(f"port {self.port} answered {response.status}")
         return time.perf_counter() - started
+
+
+def tree_cpu_s(pid: int) -> float:
+    """CPU seconds (user and system) a process and its descendants have used so far (Linux's /proc; 0 where
+    there is none): a server's own cost per request, steadier than the latencies on a noisy machine."""
+    total, pending = 0, [pid]
+    while pending:
+        process = pending.pop()
+        try:
+            fields = Path(f"/proc/{process}/stat").read_text().rsplit(")", 1)[1].split()
+            total += int(fields[11]) + int(fields[12])  # utime, stime
+            for task in Path(f"/proc/{process}/task").iterdir():
+                pending += [int(child) for child in (task / "children").read_text().split()]
+        except (OSError, IndexError, ValueError):  # ended meanwhile, or no /proc
+            continue
+    return total / os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 0.0
 
 
 def block(port: int, bodies: list[bytes], requests: int, clients: int = 4) -> tuple[list[float], float]:
@@ -187,6 +204,7 @@ def main() -> None:
     bodies = [json.dumps({"dataframe_split": {"columns": columns, "data": [row.tolist()]}}).encode() for row in x[:500]]
     times = {name: [] for name in names}
     rates = {name: [] for name in names}
+    cpu = {name: [] for name in names}  # each block's CPU ms per request of the server's process tree
     per_block = {name: [] for name in names}  # each block's p50 and p99: paired with the champion alone's
     sent = dict.fromkeys(names, 0)
     try:
@@ -197,7 +215,9 @@ def main() -> None:
         for b in range(args.blocks):
             order = names[b % len(names) :] + names[: b % len(names)]
             for name in order if b % 2 == 0 else order[::-1]:
+                used = tree_cpu_s(servers[name].pid)
                 latencies, rate = block(ports[name], bodies, args.requests)
+                cpu[name].append((tree_cpu_s(servers[name].pid) - used) / len(latencies) * 1000)
                 times[name] += latencies
                 rates[name].append(rate)
                 per_block[name].append(np.percentile(latencies, [50, 99]))
@@ -233,6 +253,9 @@ def main() -> None:
             axis=0,
         )
         print(f"  {name}: p50 {paired[0]:.2f}x, p99 {paired[1]:.2f}x, requests/s {paired[2]:.2f}x")  # fmt: skip
+    used = {name: float(np.median(v)) for name, v in cpu.items()}
+    print("CPU per request of each server's process tree (the median of its blocks; /proc): "
+          + ", ".join(f"{name} {used[name]:.2f} ms ({used[name] / used['alone']:.2f}x)" for name in names))  # fmt: skip
     for name, capture in captures.items():
         frame = pd.read_parquet(capture) if capture.exists() else pd.DataFrame({"candidate": []})
         print(f"{name}: capture after SIGTERM {len(frame)} rows of {sent[name]} requests answered, "

@@ -21,6 +21,7 @@ import pytest
 from conftest import run_cli, start_cli
 from mlflow import MlflowClient
 from registry_fixtures import iris_frames, sqlite_uri
+from watch_fixtures import until
 
 from consistency_gate.io.capture import read_capture
 from consistency_gate.io.capture_writer import JOURNAL, CaptureWriter, journal_rows
@@ -144,15 +145,6 @@ def health(port: int) -> tuple[int, str]:
             return response.status, response.read().decode()
     except urllib.error.HTTPError as error:
         return error.code, error.read().decode()
-
-
-def until(condition, what: str):  # noqa: ANN001, ANN201
-    """Wait for ``condition()`` to be true (a state of the server, polled); the bound only ends a test that hangs."""
-    for _ in range(6000):
-        if result := condition():
-            return result
-        time.sleep(0.1)
-    raise AssertionError(f"never: {what}")
 
 
 def test_the_champion_answers_alone_and_the_capture_keeps_every_request(store, tmp_path):
