@@ -110,7 +110,7 @@ def tree_cpu_s(pid: int) -> float:
                 pending += [int(child) for child in (task / "children").read_text().split()]
         except (OSError, IndexError, ValueError):  # ended meanwhile, or no /proc
             continue
-    return total / os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 0.0
+    return total / os.sysconf("SC_CLK_TCK") if total else 0.0
 
 
 def block(port: int, bodies: list[bytes], requests: int, clients: int = 4) -> tuple[list[float], float]:
@@ -254,8 +254,9 @@ def main() -> None:
         )
         print(f"  {name}: p50 {paired[0]:.2f}x, p99 {paired[1]:.2f}x, requests/s {paired[2]:.2f}x")  # fmt: skip
     used = {name: float(np.median(v)) for name, v in cpu.items()}
-    print("CPU per request of each server's process tree (the median of its blocks; /proc): "
-          + ", ".join(f"{name} {used[name]:.2f} ms ({used[name] / used['alone']:.2f}x)" for name in names))  # fmt: skip
+    if used["alone"] > 0:  # a machine without /proc measures none
+        each = ", ".join(f"{name} {used[name]:.2f} ms ({used[name] / used['alone']:.2f}x)" for name in names)
+        print(f"CPU per request of each server's process tree (the median of its blocks; /proc): {each}")
     for name, capture in captures.items():
         frame = pd.read_parquet(capture) if capture.exists() else pd.DataFrame({"candidate": []})
         print(f"{name}: capture after SIGTERM {len(frame)} rows of {sent[name]} requests answered, "

@@ -35,6 +35,7 @@ from consistency_gate.errors import UsageError, one_line
 JOURNAL = ".journal.jsonl"
 COLUMNS = ("id", "time", "champion", "candidate", "candidate_error")
 UNSCORED = "not scored: the server ended before the candidate answered"  # a journaled request's, until captured
+GROUP_S = 0.02  # the journal's group commit: the requests answered within this many seconds in one write
 
 
 def capture_folder(folder: str | Path) -> Path:
@@ -75,7 +76,7 @@ class CaptureWriter:
     """
 
     def __init__(
-        self, folder: str | Path, roll_rows: int = 10_000, roll_seconds: float = 60.0, group_s: float = 0.02,
+        self, folder: str | Path, roll_rows: int = 10_000, roll_seconds: float = 60.0, group_s: float = GROUP_S,
         journal: bool = True,
     ) -> None:  # fmt: skip
         self.folder = capture_folder(folder)
@@ -179,7 +180,8 @@ class CaptureWriter:
             same = False
         if not same:
             self._close_journal()
-            self._open = open(self.folder / JOURNAL, "a")  # noqa: SIM115 - kept open between groups, closed by _close_journal
+            # kept open between groups, closed by _close_journal
+            self._open = open(self.folder / JOURNAL, "a")  # noqa: SIM115
         return self._open
 
     def _close_journal(self) -> None:

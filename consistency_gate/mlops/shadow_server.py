@@ -39,7 +39,7 @@ import numpy as np
 import pandas as pd
 
 from consistency_gate.errors import ModelError, UsageError, error_line, redact_credentials
-from consistency_gate.io.capture_writer import UNSCORED, CaptureWriter
+from consistency_gate.io.capture_writer import GROUP_S, UNSCORED, CaptureWriter
 
 REQUEST = contextvars.ContextVar("consistency_gate_request", default=None)  # (id, time) of the request served
 QUEUE_LIMIT = 10_000  # requests waiting for the candidate; past it a request is captured as not scored
@@ -398,7 +398,7 @@ class ServeOptions:
     candidate_nice: int = 10  # the candidate's process runs at this lower priority: the champion's goes first
     candidate_idle: bool = False  # Linux: the candidate only gets the CPU nothing else wants (SCHED_IDLE)
     batch_s: float = BATCH_S  # the candidate scores the requests answered in this time in one call
-    journal_s: float = 0.02  # the journal's group commit: the requests answered in this time in one write
+    journal_s: float = GROUP_S  # the journal's group commit: the requests answered in this time in one write
 
 
 def serve(
