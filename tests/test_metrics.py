@@ -218,6 +218,24 @@ def test_numpy_rows_give_the_compiled_kernels_answers(a, k, dtype):
         assert np.allclose(want, got, rtol=1e-12, atol=1e-12, equal_nan=True), name
 
 
+@settings(max_examples=60, deadline=None)
+@given(
+    arrays(
+        np.float64,
+        st.tuples(st.integers(1, 20), st.integers(1, 40)),
+        elements=st.sampled_from([-np.inf, -1.0, 0.0, 2.0]),
+    ),
+    st.integers(1, 12),
+)
+def test_numpy_top_lists_rank_minus_infinity_as_the_kernels_do(a, k):
+    """Logits may be minus infinity: numpy's k passes of argmax (k <= ARGMAX_K) and its partition (beyond) give
+    the kernels' lists exactly when such scores tie the columns a pass has already taken."""
+    from consistency_gate.core import kernels
+
+    a, k = numpy_rows.kernel_input(a, np.float64), min(k, a.shape[1])
+    assert (kernels.top_k_rows(a, k) == numpy_rows.top_k_rows(a, k)).all()
+
+
 def test_topk_hand_case():
     y = np.array([2, 0])
     a = np.array([[0.5, 0.3, 0.2], [0.1, 0.6, 0.3]])  # top2: {0,1}, {1,2}

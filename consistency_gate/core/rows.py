@@ -49,24 +49,24 @@ def _engine(cells: int) -> ModuleType:
     return _kernels() if cells >= numpy_rows.SMALL_CELLS or _LOADED.is_set() else numpy_rows
 
 
-NUMPY_FILE_CELLS = 25_000_000
+NUMPY_FILE_CELLS = 80_000_000
 """An evaluation of prediction files whose largest costs numpy less than this many scores (:func:`numpy_cells`) is
-answered by numpy, chunk after chunk, and loads no numba: ``compare`` of two Parquet files of 100,000 rows x 100
-classes took 0.82-0.88x the time (numpy: 23 ns a score for the pair at 100 classes; the kernels: 3 ns, but 0.6 s
-of CPU to load), of 200,000 rows 0.96x, of 400,000 rows 1.31x (``benchmarks/compare_vs_pandas.py``'s files,
-alternating, median of 6-10 fresh processes)."""
+answered by numpy, chunk after chunk, and loads no numba (0.6 s of CPU to load; the kernels then take 3 ns a score).
+``compare`` of ``benchmarks/compare_vs_pandas.py``'s Parquet files, 100 classes, numpy against the kernels
+(alternating, median of 5 fresh processes): 200,000 rows 0.97 s against 1.24 s in id order, 1.05 s against
+1.23 s shuffled; 400,000 rows (103 million here) 1.45-1.54 s against 1.53-1.59 s in id order, 1.53-1.76 s
+against 1.55-1.68 s shuffled: even."""
 
 
 def numpy_cells(rows: int, classes: int | None) -> int:
     """What numpy's row kernels cost for a file of ``rows`` rows of ``classes`` scores (a file of hard labels: one
-    column), counted in scores at 100 classes' rate: about 600 ns a row beside 23 ns a score (the pair's top-5
-    lists, sums and indicators took 85 ns a score at 10 classes, 44 ns at 32, 27 ns at 100; 220 ns a row at 2
-    classes, where the top list is a sort of two).
+    column), counted in scores: about 800 ns a row beside 5 ns a score, 157 scores' worth (the pair's top-5 lists,
+    sums and indicators took 88 ns a score at 10 classes, 37 at 32, 14 at 100, 6 at 1,000).
 
     >>> numpy_cells(100_000, 100), numpy_cells(100_000, 10)
-    (12600000, 3600000)
+    (25700000, 16700000)
     """
-    return rows * ((classes or 1) + 26)
+    return rows * ((classes or 1) + 157)
 
 
 KERNEL_THREAD = "consistency-gate-kernels"
