@@ -49,31 +49,33 @@ def _engine(cells: int) -> ModuleType:
     return _kernels() if cells >= numpy_rows.SMALL_CELLS or _LOADED.is_set() else numpy_rows
 
 
-NUMPY_FILE_CELLS = 80_000_000
-"""An evaluation of prediction files whose largest costs numpy less than this many scores (:func:`numpy_cells`) is
-answered by numpy, chunk after chunk, and loads no numba (0.6 s of CPU to load; the kernels then take 3 ns a score).
-``compare`` of ``benchmarks/compare_vs_pandas.py``'s Parquet files, 100 classes, numpy against the kernels
-(alternating, median of 5 fresh processes): 200,000 rows 0.97 s against 1.24 s in id order, 1.05 s against
-1.23 s shuffled; 400,000 rows (103 million here) 1.45-1.54 s against 1.53-1.59 s in id order, 1.53-1.76 s
-against 1.55-1.68 s shuffled: even."""
+NUMPY_FILE_SECONDS = 0.5
+"""An evaluation of prediction files whose largest costs numpy less than this (:func:`numpy_seconds`) is answered by
+numpy, chunk after chunk, and loads no numba (0.6-0.8 s of CPU to load; the kernels then take 3 ns a score on every
+core). ``compare`` of ``benchmarks/compare_vs_pandas.py``'s Parquet files, 100 classes, k = 1 and 5, numpy against
+the kernels (alternating fresh processes, medians): 200,000 rows (0.30 s here) 0.97 s against 1.24 s in id order,
+1.05 s against 1.23 s shuffled; 300,000 rows (0.46 s) 1.32 s against 1.63 s in id order; 400,000 rows (0.61 s)
+1.45-1.54 s against 1.53-1.59 s in id order, 1.53-1.76 s against 1.55-1.68 s shuffled: even."""
 
 
-def numpy_cells(rows: int, classes: int | None) -> int:
-    """What numpy's row kernels cost for a file of ``rows`` rows of ``classes`` scores (a file of hard labels: one
-    column), counted in scores: about 800 ns a row beside 5 ns a score, 157 scores' worth (the pair's top-5 lists,
-    sums and indicators took 88 ns a score at 10 classes, 37 at 32, 14 at 100, 6 at 1,000).
+def numpy_seconds(rows: int, classes: int | None, k: int) -> float:
+    """What numpy's row kernels take for the pair of a file of ``rows`` rows of ``classes`` scores (a file of hard
+    labels: one column) at top-``k``: about 200 ns a row, 130 ns more for each k past the first (a pass of
+    ``argmax``), and 3 + k ns a score. Measured on 200,000 rows (ns a row): 2 classes 176 at k = 1, 324 at k = 2;
+    10 classes 195 and 906 (k = 5); 100 classes 504 and 1,614.
 
-    >>> numpy_cells(100_000, 100), numpy_cells(100_000, 10)
-    (25700000, 16700000)
+    >>> round(numpy_seconds(100_000, 100, 5), 3), round(numpy_seconds(1_000_000, 2, 1), 3)
+    (0.152, 0.208)
     """
-    return rows * ((classes or 1) + 157)
+    k = min(k, classes or 1)
+    return rows * (200 + 130 * (k - 1) + (classes or 1) * (3 + k)) * 1e-9
 
 
 KERNEL_THREAD = "consistency-gate-kernels"
 """The name of :func:`load_kernels_in_background`'s thread."""
 
 
-def load_kernels_in_background(cells: int | None = None) -> Callable[..., None]:
+def load_kernels_in_background(seconds: float | None = None) -> Callable[..., None]:
     """Import the kernels and load them (:func:`consistency_gate.core.kernels.precompile`) in a
     thread: numba's start-up in a fresh process (its import, about 0.3 s for its compiler, then each
     kernel from the cache) then overlaps the reading of the files, whose pyarrow readers release the
@@ -84,14 +86,14 @@ def load_kernels_in_background(cells: int | None = None) -> Callable[..., None]:
     error on its way out: its message need not wait for numba's compiler, up to 13 s on 2 cores); the
     interpreter's exit then waits for it (:func:`wait_for_kernels`), as a thread still in LLVM's C++
     at exit would abort the process, unless the process ends at once (:func:`still_compiling`).
-    With ``cells`` (what the largest prediction file costs numpy, :func:`numpy_cells`) under
-    :data:`NUMPY_FILE_CELLS`, every batch on the calling thread is answered by numpy until the function returned
+    With ``seconds`` (what the largest prediction file costs numpy, :func:`numpy_seconds`) under
+    :data:`NUMPY_FILE_SECONDS`, every batch on the calling thread is answered by numpy until the function returned
     is called, and nothing is loaded.
 
     >>> finish = load_kernels_in_background()
     >>> finish()
     """
-    _CHOSEN.kernels = cells is None or cells >= NUMPY_FILE_CELLS
+    _CHOSEN.kernels = seconds is None or seconds >= NUMPY_FILE_SECONDS
     if not _CHOSEN.kernels:
 
         def finish_small(wait: bool = True) -> None:

@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from consistency_gate.core.evaluation import ComparisonResult, Evaluation, canonical_classes, usable_ks
-from consistency_gate.core.rows import load_kernels_in_background, numpy_cells
+from consistency_gate.core.rows import load_kernels_in_background, numpy_seconds
 from consistency_gate.core.slices import TRUE_CLASS
 from consistency_gate.core.threshold import BinaryDecision
 from consistency_gate.errors import DataError
@@ -148,13 +148,14 @@ def evaluate_files(
         io.require_columns(labels, label_cols, [label_column] + ([id_column] if id_column else []) + data_slices, flags)
         # score columns read in the canonical class order: no column permutation per chunk
         sources = [_canonical(io.inspect_prediction_file(path, id_column)) for path in generations.values()]
+        ks = resolve_ks(ks, sources, ks_from, needed_ks)
         finish_loading = load_kernels_in_background(
-            max(numpy_cells(matrices.file_rows(s.path), len(s.classes or ())) for s in sources)
+            max(numpy_seconds(matrices.file_rows(s.path), len(s.classes or ()), max(ks, default=1)) for s in sources)
         )
         evaluation = Evaluation(
             list(generations),
             [s.classes for s in sources],
-            ks=resolve_ks(ks, sources, ks_from, needed_ks),
+            ks=ks,
             slices=tuple(slices),
             keep_samples=keep_samples,
             decision=decision,

@@ -428,7 +428,7 @@ def _numeric(schema: pa.Schema, classes: tuple[str, ...]) -> bool:
 
 
 def file_rows(path: Path) -> int:
-    """A prediction file's rows, for :func:`~consistency_gate.core.rows.numpy_cells`: a Parquet file's or folder's
+    """A prediction file's rows, for :func:`~consistency_gate.core.rows.numpy_seconds`: a Parquet file's or folder's
     from its metadata, a CSV file's estimated from its first megabyte.
 
     >>> import tempfile
