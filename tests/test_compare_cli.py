@@ -87,7 +87,7 @@ def test_json_contract_and_values(files):
 
 
 def test_files_numpy_answers_fast_are_compared_without_numba_as_the_kernels_compare_them(tmp_path, monkeypatch):
-    """A compare of files numpy answers in under ``rows.NUMPY_FILE_SECONDS`` loads no numba (0.6 s of CPU in a
+    """A compare of files numpy answers in under ``rows.NUMPY_SECONDS`` loads no numba (0.6 s of CPU in a
     fresh process) and gives, chunk after chunk, the metrics the compiled kernels give the same files: 20,000 rows
     x 100 classes of Parquet (8 MB each), scores in tenths so that rows tie, in one chunk and in chunks of 3,000
     rows against the kernels' chunks of 7,000."""
@@ -112,7 +112,7 @@ def test_files_numpy_answers_fast_are_compared_without_numba_as_the_kernels_comp
     assert loaded == "False"
     in_one_chunk = json.loads("\n".join(report))["metrics"]
     by_numpy = compare_files(*args[2::2], ks=[1, 5], chunk_rows=3_000).metrics
-    monkeypatch.setattr(rows, "NUMPY_FILE_SECONDS", 0)  # every file large enough for the kernels
+    monkeypatch.setattr(rows, "NUMPY_SECONDS", 0)  # every file large enough for the kernels
     by_kernels = compare_files(*args[2::2], ks=[1, 5], chunk_rows=7_000).metrics
     assert set(in_one_chunk) == set(by_numpy) == set(by_kernels)
     for name, value in by_kernels.items():
@@ -304,7 +304,7 @@ def test_an_error_before_numba_has_loaded_exits_3_at_once_not_an_abort(tmp_path)
     without waiting for the compiler (no kernel reaches the cold cache: it takes seconds), its exit
     handlers run; a program that calls ``main`` and then exits waits for the kernel at its exit. The
     prediction file is large enough (3,000,000 rows) for compare to load the kernels (a smaller one is answered by
-    numpy, and nothing is loaded: ``rows.NUMPY_FILE_SECONDS``)."""
+    numpy, and nothing is loaded: ``rows.NUMPY_SECONDS``)."""
     predictions = "a,b\n" + "1,0\n0,1\n" * 1_500_000
     files = [_write(tmp_path, name, text) for name, text in (("l.csv", "label\na\nz\n"), ("p.csv", predictions))]
     args = ["compare", "--labels", files[0], "--previous", files[1], "--candidate", files[1]]

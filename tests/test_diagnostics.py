@@ -84,6 +84,19 @@ def test_debiasing_and_codependence():
 
 
 @settings(max_examples=30, deadline=None)
+@given(st.integers(0, 10_000), st.integers(2, 6), st.sampled_from([0.25, 0.5, 0.75]))
+def test_codependence_is_the_mean_over_every_draw(seed, m, drop):
+    """Reusing a draw's error rate changes nothing: the mean over ``draws`` subsets, each evaluated, by hand."""
+    _, probs, y = _random_probs(seed, m=m)
+    keep = max(1, round(m * (1 - drop)))
+    rng = np.random.default_rng(7)
+    drawn = [rng.choice(m, keep, replace=False) for _ in range(60)]
+    by_hand = np.mean([np.mean(probs[d].mean(axis=0).argmax(axis=1) != y) for d in drawn])
+    full = np.mean(probs.mean(axis=0).argmax(axis=1) != y)
+    assert dec.codependence(probs, y, drop, draws=60, seed=7) == by_hand - full
+
+
+@settings(max_examples=30, deadline=None)
 @given(st.integers(0, 10_000), st.integers(2, 5))
 def test_collusion_numbers_invariants(seed, m):
     z, probs, y = _random_probs(seed, m=m)

@@ -9,6 +9,8 @@ import numpy as np
 import pandas as pd
 import pytest
 from conftest import read_report, run_cli
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from mlflow import MlflowClient
 from registry_fixtures import MODEL, build_store, check_args, sqlite_uri
 
@@ -498,3 +500,29 @@ def test_a_sqlite_store_locked_by_another_process_is_one_line_exit_5(store, tmp_
     (line,) = proc.stderr.strip().splitlines()
     assert proc.returncode == 5 and "database is locked; another process is writing to the SQLite file" in line
     assert "[SQL:" not in line, line
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(1, 3_000), st.data())
+def test_the_logged_schema_is_the_one_mlflow_infers_from_every_row(rows, data):
+    """The dataset's schema, types from the first rows and missing values found by pandas, is MLflow's own inference
+    over every value (``_infer_schema``), wherever a column's first missing value is; object columns are left to
+    MLflow (None)."""
+    from mlflow.types.utils import _infer_schema
+
+    from consistency_gate.mlops.datasets import _frame_schema
+
+    gap = data.draw(st.integers(0, rows - 1))  # the row that misses its value, in the columns that may miss one
+    frame = pd.DataFrame(
+        {
+            "f32": np.ones(rows, np.float32),
+            "f64": np.where(np.arange(rows) == gap, np.nan, 0.5),
+            "i64": np.arange(rows),
+            "flag": np.ones(rows, bool),
+            "text": pd.Series(["a"] * rows).mask(np.arange(rows) == gap),
+            "kind": pd.Categorical(["x", "y"] * (rows // 2) + ["x"] * (rows % 2)),
+            "at": pd.Timestamp("2026-01-01") + pd.to_timedelta(np.arange(rows), unit="s"),
+        }
+    )
+    assert _frame_schema(frame).to_dict() == _infer_schema(frame).to_dict()
+    assert _frame_schema(frame.astype({"i64": object})) is None

@@ -12,7 +12,6 @@ from hypothesis.extra.numpy import arrays
 from consistency_gate.core import metrics as m
 from consistency_gate.core import numpy_rows, rows
 from consistency_gate.core.counts import ConsistencyCounts, Outputs
-from consistency_gate.core.numpy_rows import SMALL_CELLS
 
 
 def test_hand_computed_flips_and_rates():
@@ -155,15 +154,16 @@ def test_pair_top_k_equals_top_k_and_row_moments_of_each(a, k, dtype):
         assert np.allclose(got, want, rtol=1e-12, atol=1e-12)
 
 
-def test_kernels_meet_only_the_signatures_precompile_compiles():
+def test_kernels_meet_only_the_signatures_precompile_compiles(monkeypatch):
     """Read-only arrays (what pyarrow and pandas hand out) and writable ones, in any mix, reach the
     kernels as the read-only arrays :func:`~consistency_gate.core.kernels.precompile` compiles for: a
-    mix it had not compiled cost a cold cache 13 s at the first call (three in the suite). The batches are
-    large enough for the compiled kernels (:data:`~consistency_gate.core.numpy_rows.SMALL_CELLS`)."""
+    mix it had not compiled cost a cold cache 13 s at the first call (three in the suite). Every batch goes to the
+    compiled kernels (``rows.NUMPY_SECONDS`` 0)."""
     from consistency_gate.core import kernels
 
+    monkeypatch.setattr(rows, "NUMPY_SECONDS", 0)
     for dtype in (np.float32, np.float64):
-        writable = np.random.default_rng(0).random((SMALL_CELLS // 4, 4)).astype(dtype)
+        writable = np.random.default_rng(0).random((1_000, 4)).astype(dtype)
         read_only = writable.copy()
         read_only.flags.writeable = False
         for a, b in ((writable, read_only), (read_only, writable), (read_only, read_only)):

@@ -1,12 +1,12 @@
 """The row kernels' answers in plain numpy, for small batches (:mod:`consistency_gate.core.rows` picks).
 
 :mod:`consistency_gate.core.kernels` reads each row once and is 4-5x faster than numpy on a large
-evaluation, but loading numba costs a fresh process about 0.6 s of CPU (its import, then its
-compiler's start at the first kernel), more than numpy spends on a batch of four million scores. Below
-:data:`SMALL_CELLS` scores a batch is answered here instead, and so is every chunk of an evaluation of
-files that costs numpy less than :data:`~consistency_gate.core.rows.NUMPY_FILE_SECONDS`, with the same
-functions, arguments and tie rule: the top lists and indicators are the kernels' exactly, the per-row sums
-theirs to rounding (float64; numpy adds in another order).
+evaluation, but loading numba costs a fresh process 0.6-0.8 s of CPU (its import, then its compiler's start at the
+first kernel). A batch numpy answers in less than :data:`~consistency_gate.core.rows.NUMPY_SECONDS` is answered here
+instead, and so is every chunk of an evaluation of such files, with the same functions, arguments and tie rule: the
+top lists and indicators are the kernels' exactly, the per-row sums theirs to rounding (float64; numpy adds in
+another order). A gate of a 100-class scikit-learn model on 20,000 rows (2 million scores) took 6.52 s against 6.94 s
+with the kernels (median of 6 alternating, 7.3 s of CPU against 7.8 s).
 
 >>> top_k_rows(kernel_input([[0.1, 0.4, 0.4, 0.1]], np.float64), 3).tolist()
 [[1, 2, 0]]
@@ -15,12 +15,6 @@ theirs to rounding (float64; numpy adds in another order).
 from __future__ import annotations
 
 import numpy as np
-
-SMALL_CELLS = 4_000_000
-"""Batches with fewer scores (rows times classes; the sums' rows for Pearson and cosine) than this
-are answered by numpy: at most 0.5 s for a pair (120 ns a score at 2 classes, 88 ns at 10, 14 ns at 100), less
-than loading numba (0.6 s). A gate of a 100-class scikit-learn model on 20,000 rows (2 million scores) took 6.52 s
-against 6.94 s with a bound of a million (median of 6 alternating, 7.3 s of CPU against 7.8 s)."""
 
 ABSENT = 2**62  # the rank of a class not in a top list: above every k (as the kernels)
 

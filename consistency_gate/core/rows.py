@@ -33,29 +33,30 @@ _LOADED = threading.Event()  # set once a load_kernels_in_background thread has 
 _CHOSEN = threading.local()  # .kernels: what an evaluation of files on this thread chose (load_kernels_in_background)
 
 
-def _engine(cells: int) -> ModuleType:
-    """Where a batch of ``cells`` scores is answered: numpy below
-    :data:`~consistency_gate.core.numpy_rows.SMALL_CELLS` (no numba loaded), the compiled kernels above, and
-    for every batch once :func:`load_kernels_in_background` has loaded them (a large evaluation's small batches,
-    such as its top lists, then cost what the kernels cost). While an evaluation of files runs, every batch on its
-    thread goes where the size of its files chose (:func:`load_kernels_in_background`).
+def _engine(seconds: float) -> ModuleType:
+    """Where a batch numpy would answer in ``seconds`` (:func:`numpy_seconds`) is answered: numpy under
+    :data:`NUMPY_SECONDS` (no numba loaded), the compiled kernels beyond, and for every batch once
+    :func:`load_kernels_in_background` has loaded them (a large evaluation's small batches, such as its top lists, then
+    cost what the kernels cost). While an evaluation of files runs, every batch on its thread goes where the size of
+    its files chose (:func:`load_kernels_in_background`).
 
-    >>> _engine(numpy_rows.SMALL_CELLS).__name__  # numpy below, unless this process has loaded the kernels
+    >>> _engine(NUMPY_SECONDS).__name__  # numpy under, unless this process has loaded the kernels
     'consistency_gate.core.kernels'
     """
     chosen = getattr(_CHOSEN, "kernels", None)
     if chosen is not None:
         return _kernels() if chosen else numpy_rows
-    return _kernels() if cells >= numpy_rows.SMALL_CELLS or _LOADED.is_set() else numpy_rows
+    return _kernels() if seconds >= NUMPY_SECONDS or _LOADED.is_set() else numpy_rows
 
 
-NUMPY_FILE_SECONDS = 0.5
-"""An evaluation of prediction files whose largest costs numpy less than this (:func:`numpy_seconds`) is answered by
-numpy, chunk after chunk, and loads no numba (0.6-0.8 s of CPU to load; the kernels then take 3 ns a score on every
-core). ``compare`` of ``benchmarks/compare_vs_pandas.py``'s Parquet files, 100 classes, k = 1 and 5, numpy against
-the kernels (alternating fresh processes, medians): 200,000 rows (0.30 s here) 0.97 s against 1.24 s in id order,
-1.05 s against 1.23 s shuffled; 300,000 rows (0.46 s) 1.32 s against 1.63 s in id order; 400,000 rows (0.61 s)
-1.45-1.54 s against 1.53-1.59 s in id order, 1.53-1.76 s against 1.55-1.68 s shuffled: even."""
+NUMPY_SECONDS = 0.5
+"""A batch, or an evaluation of prediction files whose largest file, numpy answers in less than this
+(:func:`numpy_seconds`) is answered by numpy (an evaluation of files: chunk after chunk), and loads no numba (0.6-0.8
+s of CPU to load; the kernels then take 3 ns a score on every core). ``compare`` of
+``benchmarks/compare_vs_pandas.py``'s Parquet files, 100 classes, k = 1 and 5, numpy against the kernels
+(alternating fresh processes, medians): 200,000 rows (0.30 s here) 0.97 s against 1.24 s in id order, 1.05 s against
+1.23 s shuffled; 300,000 rows (0.46 s) 1.32 s against 1.63 s in id order; 400,000 rows (0.61 s) 1.45-1.54 s against
+1.53-1.59 s in id order, 1.53-1.76 s against 1.55-1.68 s shuffled: even."""
 
 
 def numpy_seconds(rows: int, classes: int | None, k: int) -> float:
@@ -87,13 +88,13 @@ def load_kernels_in_background(seconds: float | None = None) -> Callable[..., No
     interpreter's exit then waits for it (:func:`wait_for_kernels`), as a thread still in LLVM's C++
     at exit would abort the process, unless the process ends at once (:func:`still_compiling`).
     With ``seconds`` (what the largest prediction file costs numpy, :func:`numpy_seconds`) under
-    :data:`NUMPY_FILE_SECONDS`, every batch on the calling thread is answered by numpy until the function returned
+    :data:`NUMPY_SECONDS`, every batch on the calling thread is answered by numpy until the function returned
     is called, and nothing is loaded.
 
     >>> finish = load_kernels_in_background()
     >>> finish()
     """
-    _CHOSEN.kernels = seconds is None or seconds >= NUMPY_FILE_SECONDS
+    _CHOSEN.kernels = seconds is None or seconds >= NUMPY_SECONDS
     if not _CHOSEN.kernels:
 
         def finish_small(wait: bool = True) -> None:
@@ -160,7 +161,7 @@ def top_k(scores: np.ndarray, k: int) -> np.ndarray:
     """
     scores = _float_matrix(scores)
     _require_k(k, scores.shape[1])
-    return _engine(scores.size).top_k_rows(scores, k)
+    return _engine(numpy_seconds(*scores.shape, k) / 2).top_k_rows(scores, k)
 
 
 def pair_top_k(a: np.ndarray, b: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray, tuple[np.ndarray, ...]]:
@@ -177,7 +178,7 @@ def pair_top_k(a: np.ndarray, b: np.ndarray, k: int) -> tuple[np.ndarray, np.nda
     if a.dtype != b.dtype:  # one of the two precompiled signatures (float32 to float64 is exact)
         a, b = a.astype(np.float64, copy=False), b.astype(np.float64, copy=False)
     _require_k(k, a.shape[1])
-    top_a, top_b, moments = _engine(a.size).pair_top_k_moments(a, b, k)
+    top_a, top_b, moments = _engine(numpy_seconds(*a.shape, k)).pair_top_k_moments(a, b, k)
     return top_a, top_b, tuple(moments)
 
 
@@ -228,7 +229,7 @@ def pair_indicators(y_true: np.ndarray, top_a: np.ndarray, top_b: np.ndarray, ks
     if min(top_a.shape[1], top_b.shape[1]) < 1:
         raise ValueError("a top list needs at least one class")
     ks = kernel_input(sorted(set(ks)), np.int64)
-    return _engine(top_a.size + top_b.size).pair_indicators(y_true, top_a, top_b, ks).view(bool)
+    return _engine(numpy_seconds(y_true.size, 1, 1)).pair_indicators(y_true, top_a, top_b, ks).view(bool)
 
 
 def row_moments(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, ...]:
@@ -241,7 +242,7 @@ def row_moments(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, ...]:
     a, b = _float_matrix(a), _float_matrix(b)
     if a.shape != b.shape:
         raise ValueError(f"score matrices differ in shape: {a.shape} and {b.shape}")
-    return tuple(_engine(a.size).pair_moments(a, b))
+    return tuple(_engine(numpy_seconds(*a.shape, 1)).pair_moments(a, b))
 
 
 def rowwise_pearson(
@@ -264,7 +265,7 @@ def rowwise_pearson(
     [-1.0]
     """
     sums = [kernel_input(v, np.float64) for v in (sum_a, sum_b, sq_a, sq_b, dot_ab)]
-    return _engine(sums[0].size).pearson_rows(*sums, int(width), float(rel_tol * width))
+    return _engine(numpy_seconds(sums[0].size, 1, 1)).pearson_rows(*sums, int(width), float(rel_tol * width))
 
 
 def rounding_tolerance(*arrays: np.ndarray) -> float:
@@ -283,4 +284,4 @@ def rowwise_cosine(sq_a: np.ndarray, sq_b: np.ndarray, dot_ab: np.ndarray) -> np
     [1.0, nan]
     """
     sums = [kernel_input(v, np.float64) for v in (sq_a, sq_b, dot_ab)]
-    return _engine(sums[0].size).cosine_rows(*sums)
+    return _engine(numpy_seconds(sums[0].size, 1, 1)).cosine_rows(*sums)

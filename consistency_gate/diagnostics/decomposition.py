@@ -160,7 +160,8 @@ def codependence(
 ) -> float:
     """Mean increase of the averaged ensemble's error rate when ``drop_fraction`` of the members
     are dropped at random (at least one kept). Near 0: members stand alone; large: they lean on
-    each other.
+    each other. A draw of members drawn before (in the same order) reuses its error rate: a gate's
+    two generations have two draws to make, not ``draws`` (50,000 rows x 100 classes: 3.7 s before).
 
     >>> p = np.array([[[0.9, 0.1], [0.6, 0.4]], [[0.8, 0.2], [0.3, 0.7]], [[0.7, 0.3], [0.45, 0.55]]])
     >>> round(codependence(p, np.array([0, 1]), draws=50), 4)
@@ -171,7 +172,13 @@ def codependence(
     keep = max(1, int(round(m * (1 - drop_fraction))))
     full = float(np.mean(p.mean(axis=0).argmax(axis=1) != y))
     rng = np.random.default_rng(seed)
-    errors = [np.mean(p[rng.choice(m, keep, replace=False)].mean(axis=0).argmax(axis=1) != y) for _ in range(draws)]
+    error_of: dict[tuple[int, ...], float] = {}
+    errors = []
+    for _ in range(draws):
+        kept = tuple(rng.choice(m, keep, replace=False).tolist())
+        if kept not in error_of:
+            error_of[kept] = float(np.mean(p[list(kept)].mean(axis=0).argmax(axis=1) != y))
+        errors.append(error_of[kept])
     return float(np.mean(errors) - full)
 
 

@@ -41,7 +41,7 @@ from consistency_gate.gate.session import GateSession
 from consistency_gate.gate.tuning import TUNING_IDS, hold_out
 from consistency_gate.gate.validate import takes_shaped_tensors, validate_inputs
 from consistency_gate.io import predictions as io
-from consistency_gate.mlops import promotion, registry, scoring, tracking
+from consistency_gate.mlops import datasets, promotion, registry, scoring, tracking
 
 if TYPE_CHECKING:
     from mlflow import MlflowClient
@@ -187,9 +187,9 @@ def _gate_in_run(gate: GateRun) -> GateResult:
             from consistency_gate.engines.spark import read_table, spark_session
 
             table = read_table(spark_session(gate.partitions), gate.data_path)
-            gate.dataset = tracking.log_spark_evaluation_data(table, gate.data_path, gate.label_column)
+            gate.dataset = datasets.log_spark_evaluation_data(table, gate.data_path, gate.label_column)
         else:
-            gate.dataset = tracking.log_evaluation_data(frame, gate.data_path, gate.label_column)
+            gate.dataset = datasets.log_evaluation_data(frame, gate.data_path, gate.label_column)
         frame = _hold_out(gate)
     with gate.timed("predict"):  # on Spark: the sample only (classes, diagnosis); the job predicts the rest
         frames = [scoring.predict(m, frame, gate.non_features) for m in models]

@@ -21,7 +21,6 @@ if TYPE_CHECKING:
 
     from mlflow import MlflowClient
     from mlflow.data.dataset import Dataset
-    from pyspark.sql import DataFrame as SparkDataFrame
 
 EXPERIMENT_PREFIX = "consistency-gate"
 
@@ -100,58 +99,6 @@ def log_metrics(
 
     values = {prefix + mlflow_metric_name(k): float(v) for k, v in metrics.items() if v is not None}
     mlflow.log_metrics(values, model_id=model_id, dataset=dataset if model_id else None)
-
-
-def log_evaluation_data(frame: pd.DataFrame, path: Path, label_column: str) -> Dataset:
-    """Log the evaluation data as the active run's input (context ``evaluation``): name, digest,
-    source and schema show under "Datasets" on the run page. Returns the dataset, to link metrics to.
-
-    Example::
-
-        with mlflow.start_run():
-            dataset = log_evaluation_data(frame, Path("eval.parquet"), "label")
-    """
-    import warnings
-
-    import mlflow
-
-    with warnings.catch_warnings():  # MLflow warns that a local path could be two kinds of source
-        warnings.simplefilter("ignore")
-        dataset = mlflow.data.from_pandas(frame, source=str(path), targets=label_column, name=path.name)
-    _log_input(dataset)
-    return dataset
-
-
-def log_spark_evaluation_data(table: SparkDataFrame, path: Path, label_column: str) -> Dataset:
-    """:func:`log_evaluation_data` for ``--engine spark``: the whole file as a Spark dataset (source
-    type ``spark``, its path, schema and digest), as the Spark job reads it.
-
-    Example::
-
-        with mlflow.start_run():
-            dataset = log_spark_evaluation_data(read_table(spark, path), path, "label")
-    """
-    import mlflow
-
-    dataset = mlflow.data.from_spark(table, path=str(path), targets=label_column, name=path.name)
-    _log_input(dataset)
-    return dataset
-
-
-def _log_input(dataset: Dataset) -> None:
-    """``mlflow.log_input`` as the evaluation data, once more where the store refused a second copy of
-    the dataset: gates that log the same data to one experiment at the same moment both find it
-    missing, both insert it, and the store's unique key refuses the later one; a retry finds it."""
-    import mlflow
-    from mlflow.exceptions import MlflowException
-
-    try:
-        mlflow.log_input(dataset, context="evaluation")
-    except MlflowException as exc:
-        text = str(exc).lower()
-        if "unique constraint" not in text and "duplicate" not in text:
-            raise
-        mlflow.log_input(dataset, context="evaluation")
 
 
 def ui_links(tracking_uri: str, experiment_id: str, run_id: str, model: str = "", versions: dict | None = None) -> dict:
