@@ -158,10 +158,10 @@ def test_kernels_meet_only_the_signatures_precompile_compiles(monkeypatch):
     """Read-only arrays (what pyarrow and pandas hand out) and writable ones, in any mix, reach the
     kernels as the read-only arrays :func:`~consistency_gate.core.kernels.precompile` compiles for: a
     mix it had not compiled cost a cold cache 13 s at the first call (three in the suite). Every batch goes to the
-    compiled kernels (``rows.NUMPY_SECONDS`` 0)."""
+    compiled kernels (``rows.NUMPY_BATCH_SECONDS`` 0)."""
     from consistency_gate.core import kernels
 
-    monkeypatch.setattr(rows, "NUMPY_SECONDS", 0)
+    monkeypatch.setattr(rows, "NUMPY_BATCH_SECONDS", 0)
     for dtype in (np.float32, np.float64):
         writable = np.random.default_rng(0).random((1_000, 4)).astype(dtype)
         read_only = writable.copy()

@@ -2,11 +2,12 @@
 
 :mod:`consistency_gate.core.kernels` reads each row once and is 4-5x faster than numpy on a large
 evaluation, but loading numba costs a fresh process 0.6-0.8 s of CPU (its import, then its compiler's start at the
-first kernel). A batch numpy answers in less than :data:`~consistency_gate.core.rows.NUMPY_SECONDS` is answered here
-instead, and so is every chunk of an evaluation of such files, with the same functions, arguments and tie rule: the
-top lists and indicators are the kernels' exactly, the per-row sums theirs to rounding (float64; numpy adds in
-another order). A gate of a 100-class scikit-learn model on 20,000 rows (2 million scores) took 6.52 s against 6.94 s
-with the kernels (median of 6 alternating, 7.3 s of CPU against 7.8 s).
+first kernel). A batch numpy answers in less than :data:`~consistency_gate.core.rows.NUMPY_BATCH_SECONDS` is
+answered here instead, and so is every chunk of an evaluation of files it answers in less than
+:data:`~consistency_gate.core.rows.NUMPY_SECONDS`, with the same functions, arguments and tie rule: the top lists and
+indicators are the kernels' exactly, the per-row sums theirs to rounding (float64; numpy adds in another order). A
+gate of a 100-class scikit-learn model on 20,000 rows (2 million scores) took 6.52 s against 6.94 s with the kernels
+(median of 6 alternating, 7.3 s of CPU against 7.8 s).
 
 >>> top_k_rows(kernel_input([[0.1, 0.4, 0.4, 0.1]], np.float64), 3).tolist()
 [[1, 2, 0]]

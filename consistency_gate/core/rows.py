@@ -35,28 +35,33 @@ _CHOSEN = threading.local()  # .kernels: what an evaluation of files on this thr
 
 def _engine(seconds: float) -> ModuleType:
     """Where a batch numpy would answer in ``seconds`` (:func:`numpy_seconds`) is answered: numpy under
-    :data:`NUMPY_SECONDS` (no numba loaded), the compiled kernels beyond, and for every batch once
+    :data:`NUMPY_BATCH_SECONDS` (no numba loaded), the compiled kernels beyond, and for every batch once
     :func:`load_kernels_in_background` has loaded them (a large evaluation's small batches, such as its top lists, then
     cost what the kernels cost). While an evaluation of files runs, every batch on its thread goes where the size of
     its files chose (:func:`load_kernels_in_background`).
 
-    >>> _engine(NUMPY_SECONDS).__name__  # numpy under, unless this process has loaded the kernels
+    >>> _engine(NUMPY_BATCH_SECONDS).__name__  # numpy under, unless this process has loaded the kernels
     'consistency_gate.core.kernels'
     """
     chosen = getattr(_CHOSEN, "kernels", None)
     if chosen is not None:
         return _kernels() if chosen else numpy_rows
-    return _kernels() if seconds >= NUMPY_SECONDS or _LOADED.is_set() else numpy_rows
+    return _kernels() if seconds >= NUMPY_BATCH_SECONDS or _LOADED.is_set() else numpy_rows
 
 
 NUMPY_SECONDS = 0.5
-"""A batch, or an evaluation of prediction files whose largest file, numpy answers in less than this
-(:func:`numpy_seconds`) is answered by numpy (an evaluation of files: chunk after chunk), and loads no numba (0.6-0.8
-s of CPU to load; the kernels then take 3 ns a score on every core). ``compare`` of
-``benchmarks/compare_vs_pandas.py``'s Parquet files, 100 classes, k = 1 and 5, numpy against the kernels
-(alternating fresh processes, medians): 200,000 rows (0.30 s here) 0.97 s against 1.24 s in id order, 1.05 s against
-1.23 s shuffled; 300,000 rows (0.46 s) 1.32 s against 1.63 s in id order; 400,000 rows (0.61 s) 1.45-1.54 s against
-1.53-1.59 s in id order, 1.53-1.76 s against 1.55-1.68 s shuffled: even."""
+"""An evaluation of prediction files whose pairs numpy answers in less than this (:func:`numpy_seconds` of the largest
+file, times the pairs of generations) is answered by numpy, chunk after chunk, and loads no numba (0.6-0.8 s of CPU
+to load; the kernels then take 3 ns a score on every core). ``compare`` of ``benchmarks/compare_vs_pandas.py``'s
+Parquet files, 100 classes, k = 1 and 5, numpy against the kernels (alternating fresh processes, medians): 200,000
+rows (0.30 s here) 0.97 s against 1.24 s in id order, 1.05 s against 1.23 s shuffled; 300,000 rows (0.46 s) 1.32 s
+against 1.63 s in id order; 400,000 rows (0.61 s) 1.45-1.54 s against 1.53-1.59 s in id order, 1.53-1.76 s against
+1.55-1.68 s shuffled: even."""
+
+NUMPY_BATCH_SECONDS = 0.25
+"""A batch in memory numpy answers in less than this is answered by numpy (unless the kernels are loaded): half of
+:data:`NUMPY_SECONDS`, as a gate may evaluate a few (its repairs, its diagnosis). About 160,000 rows at 100 classes
+and k = 5, 1.2 million rows of a binary model (four million scores before: 40,000 and 2 million rows)."""
 
 
 def numpy_seconds(rows: int, classes: int | None, k: int) -> float:

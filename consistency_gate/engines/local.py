@@ -149,8 +149,10 @@ def evaluate_files(
         # score columns read in the canonical class order: no column permutation per chunk
         sources = [_canonical(io.inspect_prediction_file(path, id_column)) for path in generations.values()]
         ks = resolve_ks(ks, sources, ks_from, needed_ks)
+        pairs = len(sources) * (len(sources) - 1) // 2  # every pair of generations is counted
+        k = max(ks, default=1)
         finish_loading = load_kernels_in_background(
-            max(numpy_seconds(matrices.file_rows(s.path), len(s.classes or ()), max(ks, default=1)) for s in sources)
+            pairs * max(numpy_seconds(matrices.file_rows(s.path), len(s.classes or ()), k) for s in sources)
         )
         evaluation = Evaluation(
             list(generations),
