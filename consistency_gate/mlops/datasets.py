@@ -38,22 +38,28 @@ def log_evaluation_data(frame: pd.DataFrame, path: Path, label_column: str) -> D
 
 
 def _frame_schema(frame: pd.DataFrame) -> Schema | None:
-    """The schema MLflow infers for ``frame`` (:func:`mlflow.models.infer_signature`'s), its types read from the
-    first rows and a column required where no row misses it, by pandas: MLflow looks at every value in Python for
-    that (1.4 s for 50,000 rows x 21 columns, 0.02 s here). None where a column holds Python objects, whose type
-    MLflow reads from every value.
+    """The schema MLflow infers for ``frame`` (``PandasDataset.schema``'s ``_infer_schema``), its types read from
+    the first rows and a column required where no row misses it, by pandas: MLflow looks at every value in Python
+    for that (1.4 s for 50,000 rows x 21 columns, 0.02 s here). None where a column holds Python objects, whose
+    type MLflow reads from every value, or has a type MLflow does not infer: MLflow's own inference then decides.
 
     >>> spec = _frame_schema(pd.DataFrame({"x": [1.0, None], "label": ["a", "b"]})).to_dict()
     >>> [(c["name"], c["type"], c["required"]) for c in spec]
     [('x', 'double', False), ('label', 'string', True)]
+    >>> _frame_schema(pd.DataFrame({"wait": pd.to_timedelta([1, 2], unit="s")})) is None
+    True
     """
     if any(dtype == np.dtype(object) for dtype in frame.dtypes):
         return None
-    from mlflow.models import infer_signature
+    from mlflow.exceptions import MlflowException
     from mlflow.types import ColSpec, Schema
+    from mlflow.types.utils import _infer_schema  # what PandasDataset.schema calls, on every row
 
+    try:
+        first = _infer_schema(frame.head(1000))
+    except (MlflowException, TypeError, ValueError):
+        return None
     missing = frame.isna().any()
-    first = infer_signature(frame.head(1000)).inputs
     return Schema([ColSpec(type=c.type, name=c.name, required=not missing[c.name]) for c in first.inputs])
 
 
