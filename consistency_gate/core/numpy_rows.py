@@ -72,17 +72,16 @@ def _sorted_rows(scores: np.ndarray, k: int) -> np.ndarray:
 
 
 def _top_by_argmax(scores: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-    """The top lists by k passes of ``argmax``, and the rows where a pass met minus infinity."""
-    if k == 1:
-        best = scores.argmax(axis=1)
-        return best.astype(np.int64)[:, None], np.isneginf(scores[np.arange(best.size), best])
-    work, rows = np.array(scores), np.arange(scores.shape[0])
+    """The top lists by k passes of ``argmax``, and the rows where a pass met minus infinity (the scores are
+    copied only where a pass is to follow)."""
+    work, rows = scores if k == 1 else np.array(scores), np.arange(scores.shape[0])
     top = np.empty((rows.size, k), dtype=np.int64)
     whole = np.zeros(rows.size, dtype=bool)
     for r in range(k):
         top[:, r] = best = work.argmax(axis=1)
         whole |= np.isneginf(work[rows, best])
-        work[rows, best] = -np.inf
+        if r + 1 < k:
+            work[rows, best] = -np.inf
     return top, whole
 
 
