@@ -336,6 +336,10 @@ def test_kill_9_under_load_loses_at_most_the_last_group_and_sigterm_none(store, 
     stop = threading.Event()
     try:
         answered, threads = load(port, "a", stop)
+        # a kill after 100 requests are in the journal (its own lines: a signal, not a clock), so that what is kept
+        # is never nothing: the last group (20 ms) held 7 requests when a busy machine killed it sooner
+        lines = capture / JOURNAL
+        until(lambda: lines.exists() and lines.read_text().count("\n") >= 100, "100 requests in the journal")
     finally:
         server.kill()  # SIGKILL while the clients send
         server.communicate()
@@ -349,7 +353,7 @@ def test_kill_9_under_load_loses_at_most_the_last_group_and_sigterm_none(store, 
     for client in answered:  # what is lost is the end of each client's requests: nothing before a kept one
         flags = [i in kept for i in client]
         assert flags == sorted(flags, reverse=True), (client, lost)
-    assert len(kept) == len(numbers) and len(lost) < sum(map(len, answered)) - 100, (len(lost), len(kept))
+    assert len(kept) == len(numbers) >= 100, (len(lost), len(kept))
     print(f"kill -9 under 4 clients: {len(kept)} requests journaled, {len(lost)} answered in the last group lost")
 
     gate.touch()  # the candidate answers from now on
