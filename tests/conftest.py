@@ -14,6 +14,14 @@ import __main__
 # (cli/common.READER_ENVIRONMENT), set here before numpy and numba load; a setting of the caller's wins.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
+# The local Spark sessions' JVM (test_spark.py and the Spark tests elsewhere: a few seconds of work each) compiled
+# with the C1 compiler only and one collector thread: the optimizing compiler's threads spent a third of the JVM's
+# CPU on code that ran for seconds (test_spark.py alone: 75 s of CPU against 108 s, 68 s against 81 s wall).
+# What pyspark's launcher reads when it starts the JVM; a setting of the caller's wins.
+os.environ.setdefault(
+    "PYSPARK_SUBMIT_ARGS", "--driver-java-options '-XX:TieredStopAtLevel=1 -XX:+UseSerialGC' pyspark-shell"
+)
+
 # The suite runs on two workers (pytest-xdist, see pyproject.toml). A worker's __main__ has neither
 # __spec__ nor __file__, which pyspark (imported by great-expectations) takes for a doctest run of its
 # own, and exits; a file name tells it otherwise.
