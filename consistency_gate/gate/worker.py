@@ -1,5 +1,5 @@
 """The listener's gate worker: a process of its own that has paid the imports once (MLflow, scikit-learn, PyTorch,
-great-expectations, the metric kernels: about 10 s on 2 cores) and runs the gates the listener hands it, one at a
+matplotlib, the metric kernels: 4-5 s of CPU on 2 cores) and runs the gates the listener hands it, one at a
 time, each as ``consistency-gate check`` runs (the same run, report, tags and exit code), in seconds instead of a
 fresh process's start.
 
