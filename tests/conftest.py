@@ -14,9 +14,9 @@ import __main__
 # (cli/common.READER_ENVIRONMENT), set here before numpy and numba load; a setting of the caller's wins.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
-# The local Spark sessions' JVM (test_spark.py and the Spark tests elsewhere: a few seconds of work each) compiled
-# with the C1 compiler only and one collector thread: the optimizing compiler's threads spent a third of the JVM's
-# CPU on code that ran for seconds (test_spark.py alone: 75 s of CPU against 108 s, 68 s against 81 s wall).
+# The local Spark session's JVM (test_spark.py: a few seconds of work a test) compiled with the C1 compiler only and
+# the serial collector: the optimizing compiler's threads spent a quarter of the JVM's CPU on code that ran for
+# seconds (test_spark.py alone: 79 s of CPU against 108 s, 69 s against 79 s in its tests).
 # What pyspark's launcher reads when it starts the JVM; a setting of the caller's wins.
 os.environ.setdefault(
     "PYSPARK_SUBMIT_ARGS", "--driver-java-options '-XX:TieredStopAtLevel=1 -XX:+UseSerialGC' pyspark-shell"
