@@ -310,6 +310,7 @@ def test_kill_9_under_load_loses_at_most_the_last_group_and_sigterm_none(store, 
     import threading
 
     capture, gate = tmp_path / "capture", tmp_path / "candidate-may-answer"
+    journal_file = capture / JOURNAL
     env = {**os.environ, "CANDIDATE_GATE": str(gate)}  # the candidate holds back: requests stay provisional
     x = store["x"]
 
@@ -338,14 +339,13 @@ def test_kill_9_under_load_loses_at_most_the_last_group_and_sigterm_none(store, 
         answered, threads = load(port, "a", stop)
         # a kill after 100 requests are in the journal (its own lines: a signal, not a clock), so that what is kept
         # is never nothing: the last group (20 ms) held 7 requests when a busy machine killed it sooner
-        lines = capture / JOURNAL
-        until(lambda: lines.exists() and lines.read_text().count("\n") >= 100, "100 requests in the journal")
+        until(lambda: journal_file.exists() and journal_file.read_text().count("\n") >= 100, "100 journaled")
     finally:
         server.kill()  # SIGKILL while the clients send
         server.communicate()
     for thread in threads:
         thread.join()
-    journal = [json.loads(line) for line in (capture / JOURNAL).read_text().splitlines() if line.endswith("}")]
+    journal = [json.loads(line) for line in journal_file.read_text().splitlines() if line.endswith("}")]
     numbers = sorted(entry["request"] for entry in journal)
     assert numbers == list(range(1, len(numbers) + 1))  # every group before the last is there, whole
     kept = {row["id"] for row in journal_rows(capture)}
